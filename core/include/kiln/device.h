@@ -1,0 +1,53 @@
+// Devices: a {type, id} pair, and the registry of device-type names.
+#ifndef KILN_DEVICE_H_
+#define KILN_DEVICE_H_
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln {
+
+// A device: a DLPack device type code and an index among that backend's devices.
+struct Device {
+  int32_t type = kDLCPU;
+  int32_t id = 0;
+
+  static Device cpu(int32_t id = 0) { return {kDLCPU, id}; }
+  // Parses "cpu", "cpu:0", "cuda:1", "opencl:0" or any registered name, with optional
+  // ":index". Throws ValueError for an unknown name (listing the known ones) or a bad index.
+  static Device parse(std::string_view text);
+
+  DLDevice to_dlpack() const { return DLDevice{static_cast<DLDeviceType>(type), id}; }
+  static Device from_dlpack(DLDevice d) {
+    return {static_cast<int32_t>(d.device_type), d.device_id};
+  }
+  // "cpu:0"; an unregistered type prints as "dev<code>:<id>".
+  std::string str() const;
+  bool operator==(const Device&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& os, const Device& device);
+
+// The device-type name registry. It starts with the DLPack names (cpu, cuda, cuda_host,
+// opencl, vulkan, metal, vpi, rocm, rocm_host, ext_dev, cuda_managed) and aliases (llvm, c
+// -> cpu; nvptx -> cuda; cl -> opencl); plugins add their own names when they load.
+namespace device_types {
+// The code of `name` (alias or canonical), or nullopt.
+std::optional<int32_t> find(std::string_view name);
+// The canonical name of `code`, or nullopt.
+std::optional<std::string> name_of(int32_t code);
+// Registers `name` for `code`. Throws ValueError if `name` is already bound to another code.
+void add(const std::string& name, int32_t code);
+// Every canonical name, sorted.
+std::vector<std::string> names();
+}  // namespace device_types
+
+}  // namespace kiln
+
+#endif  // KILN_DEVICE_H_

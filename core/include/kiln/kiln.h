@@ -1,0 +1,19 @@
+// The Kiln C++ API, all of it.
+#ifndef KILN_KILN_H_
+#define KILN_KILN_H_
+
+#include "kiln/any.h"
+#include "kiln/device.h"
+#include "kiln/device_backend.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/function.h"
+#include "kiln/logging.h"
+#include "kiln/module.h"
+#include "kiln/npy.h"
+#include "kiln/object.h"
+#include "kiln/runtime.h"
+#include "kiln/tensor.h"
+#include "kiln/version.h"
+
+#endif  // KILN_KILN_H_

@@ -1,0 +1,103 @@
+// Module: a named set of functions (plus imported sub-modules), as loaded from a file by a
+// loader plugin or built in C++.
+#ifndef KILN_MODULE_H_
+#define KILN_MODULE_H_
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/c/module.h"
+#include "kiln/function.h"
+#include "kiln/object.h"
+
+namespace kiln {
+
+class Runtime;
+
+// One file a module is made of (what an exporter writes again).
+struct Artifact {
+  std::string name;  // base name inside a package, e.g. "lib0.so"
+  std::string role;  // "host_library", "device_blob", "bytecode", "metadata"
+  std::vector<uint8_t> data;
+};
+
+// The object behind a Module.
+class ModuleObj : public Object {
+ public:
+  ModuleObj(std::string kind, std::string entry_name)
+      : kind_(std::move(kind)), entry_name_(std::move(entry_name)) {}
+  ~ModuleObj() override;
+
+  // Adds a function; `name` must be new.
+  void add_function(const std::string& name, Function f);
+  // A module produced by a loader plugin: functions are looked up through `loaded` on first
+  // use and cached. `plugin` stays loaded while the module lives; `loaded.release` runs in the
+  // destructor.
+  static Ref<ModuleObj> from_loader(const KilnLoadedModule& loaded, Ref<Object> plugin,
+                                    std::string source);
+
+  const std::string& kind() const { return kind_; }
+  const std::string& entry_name() const { return entry_name_; }
+  const std::string& source() const { return source_; }
+
+  std::optional<Function> find_function(const std::string& name);
+  std::vector<std::string> function_names() const;
+  std::vector<Ref<ModuleObj>> imports;
+  std::vector<Artifact> artifacts;
+  std::vector<KilnDeviceBlob> blobs;  // borrowed from the loader's module
+
+ private:
+  std::string kind_;
+  std::string entry_name_;
+  std::string source_;
+  mutable std::mutex mu_;
+  std::map<std::string, Function> functions_;      // added in C++
+  std::map<std::string, KilnCallable> callables_;  // resolved through the loader
+  std::vector<std::string> lazy_names_;
+  KilnLoadedModule loaded_{};
+  Ref<Object> plugin_;
+};
+
+class Module {
+ public:
+  Module() = default;
+  explicit Module(Ref<ModuleObj> obj) : obj_(std::move(obj)) {}
+
+  // Loads `path` with the loader that `runtime` has for its format (the text after the last
+  // '.'; "dll", "dylib" and "dso" mean "so"). Throws NotFoundError for a missing file or a
+  // format no loaded plugin reads (naming the formats that are available).
+  static Module load(const std::filesystem::path& path);
+  static Module load(const std::filesystem::path& path, Runtime& runtime);
+
+  // The function `name` of this module or, failing that, of its imports (depth first).
+  // Throws NotFoundError naming the module and listing its functions. Cached: a lookup is
+  // paid once per name.
+  Function get_function(const std::string& name) const;
+  Function operator[](const std::string& name) const { return get_function(name); }
+  bool has_function(const std::string& name) const;
+  // The function named by entry_name(); NotFoundError when the module has none.
+  Function entry() const;
+
+  const std::string& kind() const { return obj_->kind(); }
+  const std::string& entry_name() const { return obj_->entry_name(); }
+  std::vector<std::string> function_names() const { return obj_->function_names(); }
+  std::vector<Module> imports() const;
+  void import_module(const Module& other) { obj_->imports.push_back(other.obj_); }
+  const std::vector<Artifact>& artifacts() const { return obj_->artifacts; }
+  bool defined() const { return static_cast<bool>(obj_); }
+  ModuleObj* get() const { return obj_.get(); }
+
+ private:
+  Ref<ModuleObj> obj_;
+};
+
+// Shorthand for Module::load(path).
+inline Module load_module(const std::filesystem::path& path) { return Module::load(path); }
+
+}  // namespace kiln
+
+#endif  // KILN_MODULE_H_

@@ -1,0 +1,30 @@
+#include "kiln/error.h"
+
+namespace kiln {
+
+void throw_error(int32_t code, const std::string& message) {
+  switch (code) {
+    case 2:
+      throw ValueError(message);
+    case 3:
+      throw TypeError(message);
+    case 4:
+      throw IndexError(message);
+    case 5:
+      throw RuntimeError(message);
+    case 6:
+      throw NotFoundError(message);
+    case 7:
+      throw UnavailableError(message);
+    case 8:
+      throw OutOfMemoryError(message);
+    case 9:
+      throw UnimplementedError(message);
+    case 10:
+      throw AbiError(message);
+    default:
+      throw Error(message, code);
+  }
+}
+
+}  // namespace kiln

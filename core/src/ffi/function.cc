@@ -1,0 +1,142 @@
+#include "kiln/function.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "ffi/error_object.h"
+
+namespace kiln {
+namespace detail {
+
+void raise_and_free(KilnError* error) {
+  const int32_t code = error->code;
+  std::string message = std::move(error->message);
+  delete error;
+  throw_error(code, message);
+}
+
+KilnError* error_from_current_exception(const std::string& context) {
+  int32_t code = 1;
+  std::string message;
+  try {
+    throw;
+  } catch (const Error& e) {
+    code = e.code();
+    message = e.what();
+  } catch (const std::bad_alloc&) {
+    code = 8;
+    message = "out of memory";
+  } catch (const std::exception& e) {
+    code = 5;
+    message = e.what();
+  } catch (...) {
+    message = "unknown exception";
+  }
+  return ffi::new_error(code, context.empty() ? message : context + ": " + message);
+}
+
+}  // namespace detail
+
+namespace {
+
+// A Function whose body takes the packed arguments as Anys.
+class PackedFunctionObj : public FunctionObj {
+ public:
+  using Body = std::function<Any(const Any*, int32_t)>;
+  PackedFunctionObj(std::string name, Body body)
+      : FunctionObj(KilnCallable{&PackedFunctionObj::invoke, nullptr}, {}, std::move(name)),
+        body_(std::move(body)) {
+    set_self(this);
+  }
+
+ private:
+  static KilnError* invoke(void* self, const KilnAny* args, int32_t num_args, KilnAny* ret) {
+    auto* obj = static_cast<PackedFunctionObj*>(self);
+    try {
+      std::vector<Any> values;
+      values.reserve(static_cast<size_t>(num_args));
+      for (int32_t i = 0; i < num_args; ++i) values.push_back(Any::from_abi(args[i]));
+      detail::store_result(obj->body_(values.data(), num_args), ret);
+      return nullptr;
+    } catch (...) {
+      return detail::error_from_current_exception("");
+    }
+  }
+  Body body_;
+};
+
+}  // namespace
+
+Function Function::from_abi(KilnCallable callable, Ref<Object> keep_alive, std::string name) {
+  return Function(make_object<FunctionObj>(callable, std::move(keep_alive), std::move(name)));
+}
+
+Function Function::from_packed(std::string name,
+                               std::function<Any(const Any* args, int32_t num_args)> body) {
+  return Function(Ref<FunctionObj>(new PackedFunctionObj(std::move(name), std::move(body))));
+}
+
+Any Function::call_packed(const std::vector<Any>& args) const {
+  std::vector<KilnAny> packed;
+  packed.reserve(args.size());
+  for (const Any& a : args) packed.push_back(a.to_abi());
+  return call_abi(packed.data(), static_cast<int32_t>(packed.size()));
+}
+
+namespace registry {
+namespace {
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, Function> functions;
+};
+Registry& instance() {
+  static Registry* r = new Registry();  // never destroyed: globals may be used at exit
+  return *r;
+}
+}  // namespace
+
+void set(const std::string& name, Function f, bool allow_override) {
+  Registry& r = instance();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto [it, inserted] = r.functions.try_emplace(name, f);
+  if (!inserted) {
+    if (!allow_override) {
+      throw ValueError(fmt::format("global function '{}' is already registered", name));
+    }
+    it->second = std::move(f);
+  }
+}
+
+std::optional<Function> get(const std::string& name) {
+  Registry& r = instance();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.functions.find(name);
+  if (it == r.functions.end()) return std::nullopt;
+  return it->second;
+}
+
+Function require(const std::string& name) {
+  if (auto f = get(name)) return *f;
+  throw NotFoundError(fmt::format("no global function '{}' is registered", name));
+}
+
+bool remove(const std::string& name) {
+  Registry& r = instance();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.functions.erase(name) > 0;
+}
+
+std::vector<std::string> names() {
+  Registry& r = instance();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out;
+  for (const auto& [name, f] : r.functions) out.push_back(name);
+  return out;
+}
+
+}  // namespace registry
+}  // namespace kiln

@@ -1,0 +1,83 @@
+// Everything the cpu plugin owns between negotiation and shutdown.
+#ifndef KILN_PLUGINS_CPU_PLUGIN_STATE_H_
+#define KILN_PLUGINS_CPU_PLUGIN_STATE_H_
+
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cpu_info.h"
+#include "kernel_env.h"
+#include "kiln/c/kiln.h"
+
+namespace kiln::cpu {
+
+// The plugin's state: configuration, the oneTBB arena kernels run in, the component tables
+// and the kernel environments of loaded libraries. Created by kiln_plugin_negotiate and
+// destroyed by the plugin's shutdown; every table's `self` points here. Not copyable: the
+// tables hold its address.
+class PluginState {
+ public:
+  // Builds the component tables; configure() must run before any of them is used.
+  PluginState();
+  PluginState(const PluginState&) = delete;
+  PluginState& operator=(const PluginState&) = delete;
+  // Terminates the arena and waits for oneTBB's workers to leave, so that the plugin (and
+  // libtbb with it) can be unloaded safely.
+  ~PluginState();
+
+  // Resolves the options (`options_json`, borrowed JSON text) and KILN_NUM_THREADS, and
+  // creates the arena. `host` is borrowed and must outlive this object. Throws
+  // kiln::sdk::Error(KILN_ERROR_VALUE) naming the bad source and value.
+  void configure(const KilnHostServices* host, const char* options_json);
+
+  // The host's services (borrowed).
+  const KilnHostServices* host() const { return host_; }
+  // The arena size: the parallelism kernels get.
+  int32_t num_threads() const { return num_threads_; }
+  // The CPU's attributes, read once on first use. Thread-safe.
+  const std::vector<CpuAttribute>& cpu_attributes();
+
+  // The kernel environment for the library behind `dl_handle`, shared by every module that
+  // loaded it: dlopen() of an already loaded file returns the same handle, and the library
+  // keeps the env it was last initialised with in a global, so each module having its own
+  // env would leave the earlier modules' kernels with a dangling one after a release. Call
+  // with init_mutex() held. `label` names the library in its log lines.
+  std::shared_ptr<KernelEnv> env_for(void* dl_handle, const std::string& label);
+  // Serialises library initialisation: kiln_kernel_library() writes the library's globals.
+  std::mutex& init_mutex() { return init_mu_; }
+
+  // The components reported to the host; valid as long as this object.
+  std::span<const KilnComponent> components() const { return components_; }
+
+ private:
+  const KilnHostServices* host_ = nullptr;
+  int32_t num_threads_ = 1;
+  // Created before the arena so that the destructor can wait for the workers.
+  tbb::task_scheduler_handle scheduler_;
+  // Raises oneTBB's process-wide worker limit when more threads than CPUs were asked for;
+  // oneTBB otherwise caps every arena at the CPU count. oneTBB applies the smallest limit in
+  // force, so a host that set its own lower limit still wins.
+  std::optional<tbb::global_control> parallelism_;
+  tbb::task_arena arena_;
+  std::once_flag attributes_once_;
+  std::vector<CpuAttribute> attributes_;
+  std::mutex init_mu_;
+  std::map<void*, std::weak_ptr<KernelEnv>> envs_;
+  KilnDeviceBackend device_;
+  KilnLoader loader_;
+  std::array<KilnComponent, 2> components_;
+};
+
+}  // namespace kiln::cpu
+
+#endif  // KILN_PLUGINS_CPU_PLUGIN_STATE_H_

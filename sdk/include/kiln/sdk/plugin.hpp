@@ -1,0 +1,123 @@
+// Header-only C++ helpers for plugin authors: negotiation, host services, logging.
+//
+//   static KilnDeviceBackend backend = make_table<KilnDeviceBackend>();  // struct_size set
+//   backend.device_count = ...;
+//   static const KilnComponent components[] = {component(KILN_COMPONENT_DEVICE, "cpu", &backend)};
+//   extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* in,
+//                                                           KilnPluginInfo* out) {
+//     return kiln::sdk::negotiate(in, out, {"cpu", "1.0.0", components, state, shutdown});
+//   }
+#ifndef KILN_SDK_PLUGIN_HPP_
+#define KILN_SDK_PLUGIN_HPP_
+
+#include <cstdarg>
+#include <cstdio>
+#include <span>
+#include <string>
+
+#include "kiln/c/kiln.h"
+#include "kiln/sdk/any_cast.hpp"
+#include "kiln/sdk/error.hpp"
+
+namespace kiln::sdk {
+
+// The host's services, kept by negotiate(). NULL before negotiation.
+inline const KilnHostServices*& host_services() {
+  static const KilnHostServices* services = nullptr;
+  return services;
+}
+
+// This plugin's name as negotiated, for log lines.
+inline std::string& plugin_name() {
+  static std::string name;
+  return name;
+}
+
+// Logs one line through the host at `level` (a KilnLogLevel), printf-style.
+[[gnu::format(printf, 2, 3)]] inline void log(int32_t level, const char* format, ...) {
+  const KilnHostServices* host = host_services();
+  if (host == nullptr || host->log == nullptr) return;
+  if (host->log_enabled != nullptr && !host->log_enabled(host->host_ctx, level)) return;
+  char buffer[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  host->log(host->host_ctx, level, plugin_name().c_str(), buffer);
+}
+
+// A zeroed table or struct with struct_size set.
+template <typename Table>
+Table make_table() {
+  Table table{};
+  table.struct_size = sizeof(Table);
+  return table;
+}
+
+// One component entry.
+inline KilnComponent component(KilnComponentKind kind, const char* name, const void* table) {
+  KilnComponent c{};
+  c.struct_size = sizeof(KilnComponent);
+  c.kind = kind;
+  c.name = name;
+  c.table = table;
+  return c;
+}
+
+// What negotiate() reports to the host.
+struct PluginDescription {
+  const char* name;
+  const char* version;
+  std::span<const KilnComponent> components;
+  void* state = nullptr;
+  void (*shutdown)(void* state) = nullptr;
+};
+
+// Checks the host's offer against the ABI this plugin was built with and fills `out`.
+// Refuses (KILN_ERROR_ABI) a different major version, a host older than this plugin's minor,
+// and structs smaller than their 1.0 layout. Keeps the host services for log() and errors.
+inline KilnError* negotiate(const KilnNegotiateIn* in, KilnPluginInfo* out,
+                            const PluginDescription& description) {
+  if (in == nullptr || in->struct_size < sizeof(KilnNegotiateIn) || in->host == nullptr ||
+      in->host->struct_size < sizeof(KilnHostServices)) {
+    // Without host services there is no way to build an error object; the host treats a
+    // plugin that returns NULL without filling `out` as failed.
+    return nullptr;
+  }
+  host_services() = in->host;
+  error_factory() = {in->host->host_ctx, in->host->error_new, in->host->error_free};
+  plugin_name() = description.name;
+  char message[256];
+  if (in->abi_major != KILN_ABI_VERSION_MAJOR) {
+    std::snprintf(message, sizeof(message),
+                  "plugin '%s' implements Kiln ABI %d.%d but the host offers %u.%u (major "
+                  "versions differ)",
+                  description.name, KILN_ABI_VERSION_MAJOR, KILN_ABI_VERSION_MINOR, in->abi_major,
+                  in->abi_minor);
+    return make_error(KILN_ERROR_ABI, message);
+  }
+  if (static_cast<int>(in->abi_minor) - KILN_ABI_VERSION_MINOR < 0) {
+    std::snprintf(message, sizeof(message),
+                  "plugin '%s' needs Kiln ABI %d.%d but the host offers only %u.%u",
+                  description.name, KILN_ABI_VERSION_MAJOR, KILN_ABI_VERSION_MINOR, in->abi_major,
+                  in->abi_minor);
+    return make_error(KILN_ERROR_ABI, message);
+  }
+  if (out == nullptr || out->struct_size < KILN_PLUGIN_INFO_SIZE_1_0) {
+    return make_error(KILN_ERROR_ABI,
+                      "KilnPluginInfo from the host is smaller than its 1.0 layout");
+  }
+  out->abi_major = KILN_ABI_VERSION_MAJOR;
+  out->abi_minor = KILN_ABI_VERSION_MINOR;
+  out->name = description.name;
+  out->version = description.version;
+  out->num_components = static_cast<int32_t>(description.components.size());
+  out->components = description.components.data();
+  out->plugin_state = description.state;
+  out->shutdown = description.shutdown;
+  return nullptr;
+}
+
+}  // namespace kiln::sdk
+
+#endif  // KILN_SDK_PLUGIN_HPP_

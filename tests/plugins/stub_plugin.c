@@ -1,0 +1,190 @@
+/* One source for every stub plugin the loader tests use. Each variant is this file compiled
+ * with different STUB_* definitions (see CMakeLists.txt); each misbehaves in one way.
+ *
+ *   STUB_PLUGIN_NAME     plugin name (string literal)
+ *   STUB_DEVICE_NAME     its device type name (string literal)
+ *   STUB_DEVICE_CODE     DLPack device type code of its backend
+ *   STUB_NO_ENTRY        export the entry point under a wrong name
+ *   STUB_ABI_MAJOR/MINOR the ABI version it answers (default 1.0)
+ *   STUB_INIT_FAIL       negotiation returns an error
+ *   STUB_SMALL_STRUCT    the device table's struct_size is below the 1.0 layout
+ *   STUB_NULL_REQUIRED   the required `alloc` slot is NULL
+ *   STUB_NULL_OPTIONAL   every optional slot is NULL (no timer, streams or modules)
+ *   STUB_WRONG_NAME      answers a name that differs from the manifest's
+ *
+ * Written in plain C against the C headers only, as a third-party plugin would be. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/c/kiln.h"
+
+#ifndef STUB_ABI_MAJOR
+#define STUB_ABI_MAJOR KILN_ABI_VERSION_MAJOR
+#endif
+#ifndef STUB_ABI_MINOR
+#define STUB_ABI_MINOR KILN_ABI_VERSION_MINOR
+#endif
+
+static const KilnHostServices* g_host;
+
+static KilnError* stub_error(int32_t code, const char* message) {
+  return g_host->error_new(g_host->host_ctx, code, message);
+}
+
+static KilnError* stub_device_count(void* self, int32_t* count, const char** why_none) {
+  (void)self;
+  *count = 1;
+  *why_none = NULL;
+  return NULL;
+}
+
+static void stub_visit_attributes(void* self, int32_t id, KilnAttributeVisitor visit, void* ctx) {
+  KilnAny v;
+  (void)self;
+  memset(&v, 0, sizeof(v));
+  v.type_code = KILN_TYPE_STRING;
+  v.value.v_str = "stub device";
+  visit(ctx, "name", &v);
+  v.type_code = KILN_TYPE_INT;
+  v.value.v_int64 = id;
+  visit(ctx, "id", &v);
+}
+
+static KilnError* stub_device_attributes(void* self, int32_t id, KilnAttributeVisitor visit,
+                                         void* ctx) {
+  if (id != 0) return stub_error(KILN_ERROR_INDEX, "stub: no such device");
+  stub_visit_attributes(self, id, visit, ctx);
+  return NULL;
+}
+
+__attribute__((unused)) static KilnError* stub_alloc(void* self, int32_t id, size_t nbytes,
+                                                     size_t alignment, void** out) {
+  (void)self;
+  (void)id;
+  if (posix_memalign(out, alignment < sizeof(void*) ? sizeof(void*) : alignment, nbytes) != 0) {
+    return stub_error(KILN_ERROR_OUT_OF_MEMORY, "stub: out of memory");
+  }
+  return NULL;
+}
+
+static KilnError* stub_free(void* self, int32_t id, void* ptr) {
+  (void)self;
+  (void)id;
+  free(ptr);
+  return NULL;
+}
+
+static KilnError* stub_copy_to_device(void* self, int32_t id, const void* src, void* dst,
+                                      size_t dst_offset, size_t nbytes, void* stream) {
+  (void)self;
+  (void)id;
+  (void)stream;
+  memcpy((char*)dst + dst_offset, src, nbytes);
+  return NULL;
+}
+
+static KilnError* stub_copy_to_host(void* self, int32_t id, const void* src, size_t src_offset,
+                                    void* dst, size_t nbytes, void* stream) {
+  (void)self;
+  (void)id;
+  (void)stream;
+  memcpy(dst, (const char*)src + src_offset, nbytes);
+  return NULL;
+}
+
+static KilnError* stub_copy_on_device(void* self, int32_t id, const void* src, size_t src_offset,
+                                      void* dst, size_t dst_offset, size_t nbytes, void* stream) {
+  (void)self;
+  (void)id;
+  (void)stream;
+  memmove((char*)dst + dst_offset, (const char*)src + src_offset, nbytes);
+  return NULL;
+}
+
+static KilnError* stub_synchronize(void* self, int32_t id, void* stream) {
+  (void)self;
+  (void)id;
+  (void)stream;
+  return NULL;
+}
+
+__attribute__((unused)) static KilnError* stub_stream_create(void* self, int32_t id,
+                                                             void** stream) {
+  (void)self;
+  (void)id;
+  *stream = malloc(1);
+  return NULL;
+}
+
+__attribute__((unused)) static KilnError* stub_stream_destroy(void* self, int32_t id,
+                                                              void* stream) {
+  (void)self;
+  (void)id;
+  free(stream);
+  return NULL;
+}
+
+static KilnDeviceBackend g_backend;
+static KilnComponent g_component;
+static int g_shutdown_calls;
+
+static void stub_shutdown(void* state) {
+  (void)state;
+  ++g_shutdown_calls;
+}
+
+/* Lets tests observe that shutdown ran (exported only for tests). */
+KILN_EXPORT int stub_shutdown_calls(void) { return g_shutdown_calls; }
+
+#ifdef STUB_NO_ENTRY
+#define STUB_ENTRY_NAME kiln_plugin_negotiate_misspelled
+#else
+#define STUB_ENTRY_NAME kiln_plugin_negotiate
+#endif
+
+KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo* out) {
+  g_host = in->host;
+#ifdef STUB_INIT_FAIL
+  return stub_error(KILN_ERROR_UNAVAILABLE, "stub: init failed: device firmware missing");
+#endif
+  memset(&g_backend, 0, sizeof(g_backend));
+  g_backend.struct_size = sizeof(g_backend);
+#ifdef STUB_SMALL_STRUCT
+  g_backend.struct_size = 24;
+#endif
+  g_backend.dl_device_type = STUB_DEVICE_CODE;
+  g_backend.device_count = stub_device_count;
+  g_backend.device_attributes = stub_device_attributes;
+#ifndef STUB_NULL_REQUIRED
+  g_backend.alloc = stub_alloc;
+#endif
+  g_backend.free = stub_free;
+  g_backend.copy_to_device = stub_copy_to_device;
+  g_backend.copy_to_host = stub_copy_to_host;
+  g_backend.copy_on_device = stub_copy_on_device;
+  g_backend.synchronize = stub_synchronize;
+#ifndef STUB_NULL_OPTIONAL
+  g_backend.stream_create = stub_stream_create;
+  g_backend.stream_destroy = stub_stream_destroy;
+#endif
+
+  memset(&g_component, 0, sizeof(g_component));
+  g_component.struct_size = sizeof(g_component);
+  g_component.kind = KILN_COMPONENT_DEVICE;
+  g_component.name = STUB_DEVICE_NAME;
+  g_component.table = &g_backend;
+
+  out->abi_major = STUB_ABI_MAJOR;
+  out->abi_minor = STUB_ABI_MINOR;
+#ifdef STUB_WRONG_NAME
+  out->name = "not_" STUB_PLUGIN_NAME;
+#else
+  out->name = STUB_PLUGIN_NAME;
+#endif
+  out->version = "0.0.1";
+  out->num_components = 1;
+  out->components = &g_component;
+  out->plugin_state = NULL;
+  out->shutdown = stub_shutdown;
+  return NULL;
+}

@@ -1,0 +1,253 @@
+// Plugin discovery and loading against stub plugins built from tests/plugins/stub_plugin.c.
+// Every misbehaving plugin must end with a precise status while the others keep working.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kiln/kiln.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+fs::path stub_dir(const std::string& name) { return fs::path(KILN_STUB_PLUGIN_DIR) / name; }
+
+// A runtime that sees only `dirs` (no environment, no install prefix, no plugin set).
+std::unique_ptr<Runtime> isolated_runtime(std::vector<fs::path> dirs,
+                                          std::optional<fs::path> plugin_set = std::nullopt) {
+  RuntimeOptions options;
+  options.search_paths = std::move(dirs);
+  options.read_environment = false;
+  options.search_install_prefix = false;
+  options.plugin_set = plugin_set;
+  return std::make_unique<Runtime>(options);
+}
+
+const PluginStatus& status_of(const Runtime& rt, const std::string& name) {
+  for (const auto& s : rt.plugins()) {
+    if (s.name == name) return s;
+  }
+  throw std::runtime_error("no status for " + name);
+}
+
+std::vector<fs::path> all_stub_dirs() {
+  std::vector<fs::path> dirs;
+  for (const char* n :
+       {"stub_ok", "stub_no_entry", "stub_major2", "stub_manifest_major2", "stub_newer_minor",
+        "stub_answers_newer_minor", "stub_null_optional", "stub_null_required", "stub_init_fail",
+        "stub_small_struct", "stub_wrong_name"}) {
+    dirs.push_back(stub_dir(n));
+  }
+  return dirs;
+}
+
+TEST(PluginLoader, GoodStubLoadsAndServesItsDevice) {
+  auto rt = isolated_runtime({stub_dir("stub_ok")});
+  const auto& s = status_of(*rt, "stub_ok");
+  EXPECT_EQ(s.state, PluginStatus::State::kLoaded) << s.reason;
+  EXPECT_EQ(s.version, "0.0.1");
+  EXPECT_EQ(s.abi, "1.0");
+  ASSERT_EQ(s.provides, std::vector<std::string>{"device:stub_ok"});
+  auto backend = rt->backend(100);
+  EXPECT_EQ(backend->name(), "stub_ok");
+  EXPECT_EQ(backend->device_count(), 1);
+  EXPECT_EQ(Device::parse("stub_ok:0").type, 100);
+  // Memory made through the plugin works through the Tensor API.
+  Tensor t = Tensor::empty({4}, DataType::Int(32), Device{100, 0}, *rt);
+  std::vector<int32_t> v{1, 2, 3, 4}, back(4);
+  t.copy_from(v.data(), 16);
+  t.copy_to(back.data(), 16);
+  EXPECT_EQ(v, back);
+}
+
+TEST(PluginLoader, EveryBrokenStubGetsAPreciseStatusAndTheGoodOneStillLoads) {
+  auto rt = isolated_runtime(all_stub_dirs());
+  EXPECT_EQ(status_of(*rt, "stub_ok").state, PluginStatus::State::kLoaded);
+  EXPECT_TRUE(rt->find_backend(100));
+
+  struct Expectation {
+    const char* name;
+    std::vector<const char*> reason_parts;
+  };
+  const Expectation expected[] = {
+      {"stub_no_entry", {"does not export the entry symbol kiln_plugin_negotiate"}},
+      {"stub_major2", {"plugin answered ABI 2.0", "this host speaks ABI 1.0"}},
+      {"stub_manifest_major2", {"manifest says ABI 2.0", "major versions differ"}},
+      {"stub_newer_minor", {"manifest says ABI 1.7", "newer than this host's ABI 1.0"}},
+      {"stub_answers_newer_minor", {"plugin answered ABI 1.7"}},
+      {"stub_null_required", {"lacks the required slot 'alloc'"}},
+      {"stub_init_fail", {"negotiation refused", "init failed: device firmware missing"}},
+      {"stub_small_struct",
+       {"KilnDeviceBackend 'stub_small_struct' has struct_size 24", "smaller than the 1.0 layout"}},
+      {"stub_wrong_name",
+       {"calls itself 'not_stub_wrong_name'", "manifest says 'stub_wrong_name'"}},
+  };
+  for (const auto& e : expected) {
+    const auto& s = status_of(*rt, e.name);
+    EXPECT_EQ(s.state, PluginStatus::State::kFailed) << e.name;
+    for (const char* part : e.reason_parts) {
+      EXPECT_THAT(s.reason, HasSubstr(part)) << e.name;
+    }
+  }
+}
+
+TEST(PluginLoader, NullOptionalSlotsLoadWithFallbacks) {
+  auto rt = isolated_runtime({stub_dir("stub_null_optional")});
+  const auto& s = status_of(*rt, "stub_null_optional");
+  ASSERT_EQ(s.state, PluginStatus::State::kLoaded) << s.reason;
+  auto backend = rt->backend(106);
+  EXPECT_FALSE(backend->has_timer());
+  EXPECT_FALSE(backend->has_streams());
+  EXPECT_FALSE(backend->has_modules());
+  EXPECT_THROW(backend->timer_create(0), UnimplementedError);
+  try {
+    backend->stream_create(0);
+    FAIL() << "expected UnimplementedError";
+  } catch (const UnimplementedError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("does not implement 'stream_create'"));
+  }
+}
+
+TEST(PluginLoader, OlderOrEqualMinorLoadsAndSeesOnlyItsSlots) {
+  // stub_ok answers 1.0 with tables of exactly the 1.0 layout: the host zero-extends its
+  // copies, so slots a later minor appends read NULL.
+  auto rt = isolated_runtime({stub_dir("stub_ok")});
+  auto backend = rt->backend(100);
+  EXPECT_EQ(backend->table().struct_size, sizeof(KilnDeviceBackend));
+  EXPECT_TRUE(backend->has_streams());
+  EXPECT_FALSE(backend->has_timer());
+}
+
+TEST(PluginLoader, TwoPluginsClaimingOneDeviceTypeAreRefusedUntilThePluginSetChooses) {
+  auto rt = isolated_runtime({stub_dir("stub_dup_a"), stub_dir("stub_dup_b")});
+  for (const char* name : {"stub_dup_a", "stub_dup_b"}) {
+    const auto& s = status_of(*rt, name);
+    EXPECT_EQ(s.state, PluginStatus::State::kFailed) << name;
+    EXPECT_THAT(s.reason,
+                HasSubstr("device type 'dupdev' is also claimed by stub_dup_a, stub_dup_b"));
+    EXPECT_THAT(s.reason, HasSubstr("device_types:"));
+  }
+  EXPECT_FALSE(rt->find_backend(111));
+
+  TempDir dir;
+  const fs::path set = dir.path() / "plugins.yaml";
+  std::ofstream(set) << "device_types:\n  dupdev: stub_dup_b\n";
+  auto chosen = isolated_runtime({stub_dir("stub_dup_a"), stub_dir("stub_dup_b")}, set);
+  EXPECT_EQ(status_of(*chosen, "stub_dup_b").state, PluginStatus::State::kLoaded);
+  EXPECT_EQ(status_of(*chosen, "stub_dup_a").state, PluginStatus::State::kLoaded);
+  ASSERT_TRUE(chosen->find_backend(111));
+  EXPECT_EQ(chosen->find_backend(111)->plugin_name(), "stub_dup_b");
+}
+
+TEST(PluginLoader, ManifestWhoseLibraryIsMissing) {
+  TempDir dir;
+  std::ofstream(dir.path() / "ghost.yaml") << "name: ghost\nversion: 1.0.0\nkind: device\n"
+                                              "library: libghost.so\nabi: \"1.0\"\n"
+                                              "provides:\n  devices: [ghost]\n";
+  auto rt = isolated_runtime({dir.path(), stub_dir("stub_ok")});
+  const auto& s = status_of(*rt, "ghost");
+  EXPECT_EQ(s.state, PluginStatus::State::kFailed);
+  EXPECT_THAT(s.reason, HasSubstr("libghost.so named by the manifest does not exist"));
+  EXPECT_EQ(status_of(*rt, "stub_ok").state, PluginStatus::State::kLoaded);
+}
+
+TEST(PluginLoader, BadManifestIsReportedWithItsPosition) {
+  TempDir dir;
+  std::ofstream(dir.path() / "broken.yaml") << "name: broken\nverison: 1.0.0\n";
+  auto rt = isolated_runtime({dir.path()});
+  const auto& s = status_of(*rt, "broken");
+  EXPECT_EQ(s.state, PluginStatus::State::kFailed);
+  EXPECT_THAT(s.reason, HasSubstr("broken.yaml:2:1"));
+  EXPECT_THAT(s.reason, HasSubstr("did you mean 'version'"));
+}
+
+TEST(PluginLoader, LibraryThatIsNotASharedObject) {
+  TempDir dir;
+  std::ofstream(dir.path() / "junk.yaml") << "name: junk\nversion: 1.0.0\nkind: device\n"
+                                             "library: libjunk.so\nabi: \"1.0\"\n"
+                                             "provides:\n  devices: [junk]\n";
+  std::ofstream(dir.path() / "libjunk.so") << "not an ELF file";
+  auto rt = isolated_runtime({dir.path()});
+  const auto& s = status_of(*rt, "junk");
+  EXPECT_EQ(s.state, PluginStatus::State::kFailed);
+  EXPECT_THAT(s.reason, HasSubstr("cannot load library"));
+  EXPECT_THAT(s.reason, HasSubstr("libjunk.so"));
+}
+
+TEST(PluginLoader, FirstManifestOfANameWinsAndTheRestAreShadowed) {
+  auto rt = isolated_runtime({stub_dir("stub_ok"), stub_dir("stub_ok")});
+  // The same directory twice is searched once.
+  EXPECT_EQ(rt->search_paths().size(), 1u);
+  TempDir dir;
+  fs::copy(stub_dir("stub_ok"), dir.path(), fs::copy_options::recursive);
+  auto rt2 = isolated_runtime({stub_dir("stub_ok"), dir.path()});
+  ASSERT_EQ(rt2->plugins().size(), 2u);
+  EXPECT_EQ(rt2->plugins()[0].state, PluginStatus::State::kLoaded);
+  EXPECT_EQ(rt2->plugins()[1].state, PluginStatus::State::kDisabled);
+  EXPECT_THAT(rt2->plugins()[1].reason, HasSubstr("shadowed by"));
+}
+
+TEST(PluginLoader, PluginSetSelectsDisablesAndReportsMissingEntries) {
+  TempDir dir;
+  const fs::path set = dir.path() / "plugins.yaml";
+  std::ofstream(set) << "plugins:\n  - stub_ok\n  - name: stub_null_optional\n    enabled: false\n"
+                        "  - not_installed\n";
+  auto rt = isolated_runtime(
+      {stub_dir("stub_ok"), stub_dir("stub_null_optional"), stub_dir("stub_init_fail")}, set);
+  EXPECT_EQ(status_of(*rt, "stub_ok").state, PluginStatus::State::kLoaded);
+  EXPECT_EQ(status_of(*rt, "stub_null_optional").state, PluginStatus::State::kDisabled);
+  EXPECT_THAT(status_of(*rt, "stub_null_optional").reason, HasSubstr("disabled in plugin set"));
+  EXPECT_EQ(status_of(*rt, "stub_init_fail").state, PluginStatus::State::kDisabled);
+  EXPECT_THAT(status_of(*rt, "stub_init_fail").reason, HasSubstr("not listed in plugin set"));
+  EXPECT_EQ(status_of(*rt, "not_installed").state, PluginStatus::State::kFailed);
+  EXPECT_THAT(status_of(*rt, "not_installed").reason,
+              HasSubstr("plugins.yaml:5 but no manifest of that name was found"));
+}
+
+TEST(PluginLoader, EnvironmentSelectsAndDisablesWithGlobs) {
+  ScopedEnv select("KILN_PLUGINS", "stub_*");
+  ScopedEnv disable("KILN_PLUGINS_DISABLE", "stub_null*");
+  ScopedEnv path("KILN_PLUGIN_PATH",
+                 stub_dir("stub_ok").string() + ":" + stub_dir("stub_null_optional").string());
+  RuntimeOptions options;
+  options.search_install_prefix = false;
+  Runtime rt(options);
+  EXPECT_EQ(status_of(rt, "stub_ok").state, PluginStatus::State::kLoaded);
+  EXPECT_EQ(status_of(rt, "stub_null_optional").state, PluginStatus::State::kDisabled);
+  EXPECT_THAT(status_of(rt, "stub_null_optional").reason,
+              HasSubstr("disabled by KILN_PLUGINS_DISABLE=stub_null*"));
+}
+
+TEST(PluginLoader, ObjectsKeepTheirPluginLoadedAfterTheRuntimeIsGone) {
+  Tensor t;
+  {
+    auto rt = isolated_runtime({stub_dir("stub_ok")});
+    t = Tensor::empty({16}, DataType::Float(32), Device{100, 0}, *rt);
+  }
+  // The runtime is gone; the tensor's memory is freed through the still-loaded plugin.
+  std::vector<float> v(16, 1.0f);
+  t.copy_from(v.data(), 64);
+  t = Tensor();
+  SUCCEED();
+}
+
+TEST(PluginLoader, MalformedPluginSetIsAConfigError) {
+  TempDir dir;
+  const fs::path set = dir.path() / "plugins.yaml";
+  std::ofstream(set) << "plugins:\n  - name: cpu\n    optoins: {}\n";
+  try {
+    isolated_runtime({}, set);
+    FAIL() << "expected a ConfigError";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("plugins.yaml:3:5"));
+    EXPECT_THAT(e.what(), HasSubstr("did you mean 'options'"));
+  }
+}
+
+}  // namespace
+}  // namespace kiln
