@@ -39,3 +39,13 @@ KILN_EXPORT_FUNCTION(add3, add3);
 KILN_EXPORT_FUNCTION(touch3, touch3);
 KILN_EXPORT_FUNCTION(fail_value, fail_value);
 KILN_KERNEL_LIBRARY("calls", nullptr);
+
+// The same work as plain C functions, looked up with dlsym: the floor the call-overhead
+// benchmark measures Kiln's packed calls against (bench/call_overhead_bench.cc).
+extern "C" KILN_EXPORT void kiln_bench_noop_plain() { noop(); }
+extern "C" KILN_EXPORT int64_t kiln_bench_add3_plain(int64_t a, int64_t b, int64_t c) {
+  return add3(a, b, c);
+}
+extern "C" KILN_EXPORT void kiln_bench_touch3_plain(DLTensor* a, DLTensor* b, DLTensor* c) {
+  touch3(a, b, c);
+}

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/c/abi.h"
@@ -61,10 +62,21 @@ class Any {
   // A shape value (type SHAPE).
   static Any shape(std::vector<int64_t> dims);
 
-  Any(const Any& other);
-  Any(Any&& other) noexcept;
-  Any& operator=(Any other) noexcept;
-  ~Any();
+  Any(const Any& other) : code_(other.code_), v_(other.v_) {
+    if (holds_object()) v_.obj->retain();
+  }
+  Any(Any&& other) noexcept : code_(other.code_), v_(other.v_) {
+    other.code_ = KILN_TYPE_NONE;
+    other.v_.i = 0;
+  }
+  Any& operator=(Any other) noexcept {
+    std::swap(code_, other.code_);
+    std::swap(v_, other.v_);
+    return *this;
+  }
+  ~Any() {
+    if (holds_object()) v_.obj->release();
+  }
 
   int32_t type_code() const { return code_; }
   const char* type_name() const { return type_code_name(code_); }
@@ -89,7 +101,12 @@ class Any {
   Object* object() const { return holds_object() ? v_.obj : nullptr; }
   int64_t raw_int() const { return v_.i; }
   double raw_float() const { return v_.d; }
-  bool holds_object() const;
+  bool holds_object() const { return is_object_code(code_); }
+  // True for the kinds held by reference (string, bytes, shape, tensor, function, module).
+  static constexpr bool is_object_code(int32_t code) {
+    return code == KILN_TYPE_STRING || code == KILN_TYPE_BYTES || code == KILN_TYPE_SHAPE ||
+           code == KILN_TYPE_TENSOR || code == KILN_TYPE_FUNCTION || code == kTypeModule;
+  }
   std::string str() const;  // a short human-readable form, for messages and logs
 
  private:

@@ -20,6 +20,7 @@
 #include "kiln/c/abi.h"
 #include "kiln/error.h"
 #include "kiln/object.h"
+#include "kiln/tensor.h"
 
 namespace kiln {
 
@@ -81,6 +82,12 @@ inline KilnAny abi_arg(const char* s) {
   return a;
 }
 inline KilnAny abi_arg(const std::string& s) { return abi_arg(s.c_str()); }
+// Tensors and functions pass a borrowed pointer into the held object: no reference counting.
+inline KilnAny abi_arg(const Tensor& t) {
+  KilnAny a{KILN_TYPE_TENSOR, kAnyFlagHostObject, {}};
+  a.value.v_tensor = &t.get()->dl;
+  return a;
+}
 inline KilnAny abi_arg(DLTensor* t) {
   KilnAny a{KILN_TYPE_TENSOR, 0, {}};
   a.value.v_tensor = t;
@@ -129,8 +136,18 @@ class Function {
     if (KilnError* err = c.call(c.self, args, num_args, &ret)) [[unlikely]] {
       detail::raise_and_free(err);
     }
-    if (ret.type_code == KILN_TYPE_NONE) return Any();
-    return Any::from_abi_result(ret);
+    switch (ret.type_code) {  // scalars inline: they are the common, hot results
+      case KILN_TYPE_NONE:
+        return Any();
+      case KILN_TYPE_INT:
+        return Any(ret.value.v_int64);
+      case KILN_TYPE_FLOAT:
+        return Any(ret.value.v_float64);
+      case KILN_TYPE_BOOL:
+        return Any(ret.value.v_int64 != 0);
+      default:
+        return Any::from_abi_result(ret);
+    }
   }
   // Calls with a vector of Anys.
   Any call_packed(const std::vector<Any>& args) const;

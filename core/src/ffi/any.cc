@@ -28,20 +28,6 @@ TensorObj* tensor_obj_from_dl(DLTensor* dl) {
   return reinterpret_cast<TensorObj*>(reinterpret_cast<char*>(dl) - offset);
 }
 
-bool is_object_code(int32_t code) {
-  switch (code) {
-    case KILN_TYPE_STRING:
-    case KILN_TYPE_BYTES:
-    case KILN_TYPE_SHAPE:
-    case KILN_TYPE_TENSOR:
-    case KILN_TYPE_FUNCTION:
-    case kTypeModule:
-      return true;
-    default:
-      return false;
-  }
-}
-
 [[noreturn]] void cast_error(const char* expected, const Any& v) {
   throw TypeError(fmt::format("expected {}, got {}", expected, v.type_name()));
 }
@@ -81,8 +67,6 @@ const char* type_code_name(int32_t code) {
   }
 }
 
-bool Any::holds_object() const { return is_object_code(code_); }
-
 Any::Any(const char* s) : Any(std::string_view(s)) {}
 Any::Any(const std::string& s) : Any(std::string_view(s)) {}
 Any::Any(std::string_view s) : code_(KILN_TYPE_STRING) {
@@ -120,22 +104,6 @@ Any Any::shape(std::vector<int64_t> dims) {
   a.v_.obj = new ShapeObj(std::move(dims));
   a.v_.obj->retain();
   return a;
-}
-
-Any::Any(const Any& other) : code_(other.code_), v_(other.v_) {
-  if (holds_object()) v_.obj->retain();
-}
-Any::Any(Any&& other) noexcept : code_(other.code_), v_(other.v_) {
-  other.code_ = KILN_TYPE_NONE;
-  other.v_.i = 0;
-}
-Any& Any::operator=(Any other) noexcept {
-  std::swap(code_, other.code_);
-  std::swap(v_, other.v_);
-  return *this;
-}
-Any::~Any() {
-  if (holds_object()) v_.obj->release();
 }
 
 KilnAny Any::to_abi() const {
@@ -234,7 +202,7 @@ Any Any::from_abi(const KilnAny& v) {
 }
 
 Any Any::from_abi_result(const KilnAny& v) {
-  if ((v.flags & kAnyFlagHostObject) && is_object_code(v.type_code)) {
+  if ((v.flags & kAnyFlagHostObject) && Any::is_object_code(v.type_code)) {
     // The callee passed a +1 reference to a host object: adopt it.
     Any a;
     a.code_ = v.type_code;

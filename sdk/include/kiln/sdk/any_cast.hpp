@@ -100,7 +100,10 @@ KILN_SDK_TYPE_NAME(DLDevice, "device");
 KILN_SDK_TYPE_NAME(DLDataType, "dtype");
 #undef KILN_SDK_TYPE_NAME
 
-[[noreturn]] inline void throw_arg_type(int32_t index, const char* expected, int32_t got) {
+// Out of line and cold so that the hot conversion paths keep a small stack frame.
+[[noreturn, gnu::noinline, gnu::cold]] inline void throw_arg_type(int32_t index,
+                                                                  const char* expected,
+                                                                  int32_t got) {
   throw Error(KILN_ERROR_TYPE, "argument " + std::to_string(index) + " expects " + expected +
                                    ", got " + type_code_name(got));
 }

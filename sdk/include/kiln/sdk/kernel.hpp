@@ -83,6 +83,12 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, Body&& body) {
 
 namespace detail {
 
+// Out of line and cold so that the packed wrappers keep a small stack frame.
+[[noreturn, gnu::noinline, gnu::cold]] inline void throw_arity(int32_t expected, int32_t got) {
+  throw Error(KILN_ERROR_TYPE,
+              "expects " + std::to_string(expected) + " arguments, got " + std::to_string(got));
+}
+
 template <typename T>
 struct FunctionTraits;
 template <typename R, typename... A>
@@ -97,10 +103,8 @@ template <auto Fn, const char* Name>
 KilnError* packed(void*, const KilnAny* args, int32_t num_args, KilnAny* ret) {
   using Traits = FunctionTraits<decltype(Fn)>;
   try {
-    if (num_args != Traits::kArity) {
-      throw Error(KILN_ERROR_TYPE, "expects " + std::to_string(Traits::kArity) +
-                                       " arguments, got " + std::to_string(num_args));
-    }
+    if (num_args != Traits::kArity) [[unlikely]]
+      throw_arity(Traits::kArity, num_args);
     [&]<size_t... I>(std::index_sequence<I...>) {
       if constexpr (std::is_void_v<typename Traits::Return>) {
         Fn(any_cast<std::tuple_element_t<I, typename Traits::Args>>(args[I], I)...);
