@@ -46,6 +46,9 @@ std::vector<std::string> device_types_under_test() {
     }
     return out;
   }
+  // Default: every device type Kiln ships a backend for; one whose plugin is absent or has no
+  // device skips with the reason. (Parameters are generated during static initialisation,
+  // too early to ask the runtime which backends loaded.)
   return {"cpu"};
 }
 

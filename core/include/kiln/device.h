@@ -5,6 +5,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -12,6 +13,8 @@
 #include <vector>
 
 namespace kiln {
+
+static_assert(sizeof(DLDeviceType) == sizeof(int32_t), "DLDeviceType is stored as an int32");
 
 // A device: a DLPack device type code and an index among that backend's devices.
 struct Device {
@@ -23,9 +26,19 @@ struct Device {
   // ":index". Throws ValueError for an unknown name (listing the known ones) or a bad index.
   static Device parse(std::string_view text);
 
-  DLDevice to_dlpack() const { return DLDevice{static_cast<DLDeviceType>(type), id}; }
+  // Vendor device types (>= 64) lie outside DLDeviceType's enumerators, so the code is copied
+  // bit for bit rather than converted (a conversion would be undefined behaviour).
+  DLDevice to_dlpack() const {
+    DLDevice d{};
+    std::memcpy(&d.device_type, &type, sizeof(type));
+    d.device_id = id;
+    return d;
+  }
   static Device from_dlpack(DLDevice d) {
-    return {static_cast<int32_t>(d.device_type), d.device_id};
+    Device out;
+    std::memcpy(&out.type, &d.device_type, sizeof(out.type));
+    out.id = d.device_id;
+    return out;
   }
   // "cpu:0"; an unregistered type prints as "dev<code>:<id>".
   std::string str() const;

@@ -66,10 +66,13 @@ std::string env_or_empty(const char* name) {
   return v != nullptr ? v : "";
 }
 
-// <prefix> such that libkiln lives in <prefix>/<libdir>.
+// <prefix> such that libkiln lives in <prefix>/<libdir>; <libdir> may have several
+// components (Debian's lib/x86_64-linux-gnu).
 fs::path install_prefix() {
-  fs::path lib = boost::dll::this_line_location().parent_path();
-  return lib.parent_path();
+  fs::path prefix = boost::dll::this_line_location().parent_path();
+  const fs::path libdir(KILN_LIB_SUBDIR);
+  for (auto it = libdir.begin(); it != libdir.end(); ++it) prefix = prefix.parent_path();
+  return prefix;
 }
 
 // Boost.DLL appends a meaningless errno text to dlerror's message; keep dlerror's part.

@@ -1,6 +1,6 @@
 /* Kiln plugin ABI: base types shared by every component.
  *
- * This header is C99 and is the only thing a plugin or kernel module must agree on with the
+ * This header is C11 (C99 plus _Static_assert) and is the only thing a plugin or kernel module must agree on with the
  * host. Everything here follows the rules of docs/plugin-abi.md:
  *   - every struct that may grow starts with `struct_size` (and, where marked, `next`);
  *   - function tables are append-only, a NULL slot means "not implemented";
