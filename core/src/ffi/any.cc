@@ -9,6 +9,7 @@
 #include "kiln/error.h"
 #include "kiln/function.h"
 #include "kiln/module.h"
+#include "kiln/sdk/any_cast.hpp"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -35,36 +36,7 @@ TensorObj* tensor_obj_from_dl(DLTensor* dl) {
 }  // namespace
 
 const char* type_code_name(int32_t code) {
-  switch (code) {
-    case KILN_TYPE_NONE:
-      return "none";
-    case KILN_TYPE_BOOL:
-      return "bool";
-    case KILN_TYPE_INT:
-      return "int";
-    case KILN_TYPE_FLOAT:
-      return "float";
-    case KILN_TYPE_STRING:
-      return "string";
-    case KILN_TYPE_BYTES:
-      return "bytes";
-    case KILN_TYPE_DEVICE:
-      return "device";
-    case KILN_TYPE_DTYPE:
-      return "dtype";
-    case KILN_TYPE_SHAPE:
-      return "shape";
-    case KILN_TYPE_TENSOR:
-      return "tensor";
-    case KILN_TYPE_FUNCTION:
-      return "function";
-    case KILN_TYPE_OPAQUE:
-      return "opaque";
-    case kTypeModule:
-      return "module";
-    default:
-      return "unknown";
-  }
+  return code == kTypeModule ? "module" : sdk::type_code_name(code);
 }
 
 Any::Any(const char* s) : Any(std::string_view(s)) {}
