@@ -1,7 +1,7 @@
 /* Kiln plugin ABI: base types shared by every component.
  *
- * This header is C11 (C99 plus _Static_assert) and is the only thing a plugin or kernel module must agree on with the
- * host. Everything here follows the rules of docs/plugin-abi.md:
+ * This header is C11 (C99 plus _Static_assert) and is the only thing a plugin or kernel module must
+ * agree on with the host. Everything here follows the rules of docs/plugin-abi.md:
  *   - every struct that may grow starts with `struct_size` (and, where marked, `next`);
  *   - function tables are append-only, a NULL slot means "not implemented";
  *   - errors are KilnError objects created through the host's factory; NULL means success;
