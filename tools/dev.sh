@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's two Quick start commands:
 #   bash tools/dev.sh demo   install, build (build/), list devices, run vector add on the CPU
-#   bash tools/dev.sh test   install, build and run the whole test suite, then again in a
+#   bash tools/dev.sh test   install, build (Release) and run the whole test suite, then again in a
 #                            Debug + ASan + UBSan build (build-asan/)
 # Environment: KILN_JOBS (parallel build jobs, default: nproc), KILN_SKIP_ASAN=1 (test: skip
 # the sanitizer configuration).
@@ -19,13 +19,13 @@ build() {  # build <dir> <cmake args...>
 case "${1:-}" in
   demo)
     bash tools/install-deps.sh
-    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    build build -DCMAKE_BUILD_TYPE=Release
     ./build/bin/kiln devices
     ./build/bin/kiln_host_app
     ;;
   test)
     bash tools/install-deps.sh
-    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    build build -DCMAKE_BUILD_TYPE=Release
     (cd build && ctest --output-on-failure -j "$jobs")
     if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
       build build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF
