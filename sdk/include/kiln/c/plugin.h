@@ -68,9 +68,10 @@ typedef struct KilnPluginInfo {
  * host's range returns a KILN_ERROR_ABI error naming both versions. */
 typedef KilnError* (*KilnPluginEntryFn)(const KilnNegotiateIn* in, KilnPluginInfo* out);
 
-/* Oldest struct sizes the 1.x host accepts (the 1.0 layouts). */
-#define KILN_PLUGIN_INFO_SIZE_1_0 (sizeof(KilnPluginInfo))
-#define KILN_COMPONENT_SIZE_1_0 (sizeof(KilnComponent))
+/* Oldest struct sizes the 1.x host accepts: the 1.0 layouts, up to their last 1.0 field, so
+ * the values stay fixed when later minors append fields. */
+#define KILN_PLUGIN_INFO_SIZE_1_0 (offsetof(KilnPluginInfo, shutdown) + sizeof(void*))
+#define KILN_COMPONENT_SIZE_1_0 (offsetof(KilnComponent, table) + sizeof(void*))
 
 #ifdef __cplusplus
 }
