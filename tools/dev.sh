@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's two Quick start commands:
-#   bash tools/dev.sh demo   install, build (build/), list devices, run vector add on the CPU
+#   bash tools/dev.sh demo   install, build (build/), list devices, run and time vector add on
+#                            the CPU from configs/runs/vector_add.yaml (kiln run -> local_run)
 #   bash tools/dev.sh test   install, build (Release) and run the whole test suite, then again in a
 #                            Debug + ASan + UBSan build (build-asan/)
 # Environment: KILN_JOBS (parallel build jobs, default: nproc), KILN_SKIP_ASAN=1 (test: skip
@@ -21,7 +22,7 @@ case "${1:-}" in
     bash tools/install-deps.sh
     build build -DCMAKE_BUILD_TYPE=Release
     ./build/bin/kiln devices
-    ./build/bin/kiln_host_app
+    ./build/bin/kiln run configs/runs/vector_add.yaml
     ;;
   test)
     bash tools/install-deps.sh

@@ -1,5 +1,6 @@
 // libcalls.so: trivial functions that measure the cost of a call through Kiln and exercise
 // its error path. No default function.
+#include <chrono>
 #include <cstdint>
 
 #include "kiln/sdk/kernel.hpp"
@@ -28,6 +29,14 @@ void touch3(DLTensor* a, DLTensor* b, DLTensor* c) {
   }
 }
 
+// Busy-waits for `ns` nanoseconds of wall time on one thread, so that CPU time and wall time
+// agree: the calibrated load of the evaluator accuracy benchmark.
+void spin(int64_t ns) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
 // Always throws kiln::sdk::Error(KILN_ERROR_VALUE, "deliberate failure"), for tests of the
 // error path from a kernel to the caller.
 void fail_value() { throw kiln::sdk::Error(KILN_ERROR_VALUE, "deliberate failure"); }
@@ -37,6 +46,7 @@ void fail_value() { throw kiln::sdk::Error(KILN_ERROR_VALUE, "deliberate failure
 KILN_EXPORT_FUNCTION(noop, noop);
 KILN_EXPORT_FUNCTION(add3, add3);
 KILN_EXPORT_FUNCTION(touch3, touch3);
+KILN_EXPORT_FUNCTION(spin, spin);
 KILN_EXPORT_FUNCTION(fail_value, fail_value);
 KILN_KERNEL_LIBRARY("calls", nullptr);
 

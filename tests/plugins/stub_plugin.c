@@ -11,6 +11,7 @@
  *   STUB_NULL_REQUIRED   the required `alloc` slot is NULL
  *   STUB_NULL_OPTIONAL   every optional slot is NULL (no timer, streams or modules)
  *   STUB_WRONG_NAME      answers a name that differs from the manifest's
+ *   STUB_ZERO_TIMER      has timer slots whose every reading is 0 ns
  *
  * Written in plain C against the C headers only, as a third-party plugin would be. */
 #include <stdlib.h>
@@ -124,6 +125,31 @@ __attribute__((unused)) static KilnError* stub_stream_destroy(void* self, int32_
   return NULL;
 }
 
+/* A timer that always reads 0 ns: what a too-coarse device clock looks like to the
+ * evaluator (SPEC.md §1.3, limit_zero_time_iterations). */
+__attribute__((unused)) static KilnError* stub_timer_create(void* self, int32_t id, void** timer) {
+  (void)self;
+  (void)id;
+  *timer = malloc(1);
+  return NULL;
+}
+__attribute__((unused)) static KilnError* stub_timer_mark(void* self, void* timer, void* stream) {
+  (void)self;
+  (void)timer;
+  (void)stream;
+  return NULL;
+}
+__attribute__((unused)) static KilnError* stub_timer_elapsed(void* self, void* timer, int64_t* ns) {
+  (void)self;
+  (void)timer;
+  *ns = 0;
+  return NULL;
+}
+__attribute__((unused)) static void stub_timer_destroy(void* self, void* timer) {
+  (void)self;
+  free(timer);
+}
+
 static KilnDeviceBackend g_backend;
 static KilnComponent g_component;
 static int g_shutdown_calls;
@@ -163,6 +189,13 @@ KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo
   g_backend.copy_to_host = stub_copy_to_host;
   g_backend.copy_on_device = stub_copy_on_device;
   g_backend.synchronize = stub_synchronize;
+#ifdef STUB_ZERO_TIMER
+  g_backend.timer_create = stub_timer_create;
+  g_backend.timer_start = stub_timer_mark;
+  g_backend.timer_stop = stub_timer_mark;
+  g_backend.timer_elapsed_ns = stub_timer_elapsed;
+  g_backend.timer_destroy = stub_timer_destroy;
+#endif
 #ifndef STUB_NULL_OPTIONAL
   g_backend.stream_create = stub_stream_create;
   g_backend.stream_destroy = stub_stream_destroy;

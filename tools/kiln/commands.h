@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kiln/runtime.h"
@@ -18,6 +20,11 @@ enum ExitCode : int {
   kExitRuntime = 3,      // the runtime failed (plugin, device, module)
 };
 
+// A problem with the command line or the configuration it names (exit code 2).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Options every subcommand shares.
 struct GlobalOptions {
   std::optional<std::filesystem::path> plugin_set;
@@ -26,6 +33,17 @@ struct GlobalOptions {
 };
 
 RuntimeOptions runtime_options(const GlobalOptions& options);
+
+// Options of `kiln run`.
+struct RunOptions {
+  std::filesystem::path config;
+  std::optional<std::string> device;  // overrides the config's device
+  bool json = false;
+  std::optional<bool> progress;  // default: when stderr is a terminal
+};
+
+// `kiln run RUN.yaml`: runs the config through local_run; exit 1 when a check fails.
+int run_run(const RunOptions& options);
 
 // `kiln plugins`: every plugin considered, its version, ABI, state and reason.
 int run_plugins(const GlobalOptions& options);

@@ -1,7 +1,9 @@
 // kiln: the command-line tool. Thin: every command calls the core library.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 #include "kiln/config_error.h"
@@ -31,6 +33,16 @@ int main(int argc, char** argv) {
   auto* devices = app.add_subcommand("devices", "List every device of every loaded backend");
   devices->add_flag("--json", options.json, "Print JSON instead of text");
 
+  RunOptions run_options;
+  auto* run = app.add_subcommand(
+      "run", "Run a module's function from a YAML run config and time it (docs/run-config.md)");
+  run->add_option("config", run_options.config, "The run config (YAML)")->required();
+  run->add_option("--device", run_options.device,
+                  "Device to run on, overriding the config's (e.g. cpu, opencl:0)");
+  run->add_flag("--json", run_options.json, "Print one JSON document instead of text");
+  run->add_flag("--progress,!--no-progress", run_options.progress,
+                "Show progress while measuring (default: when stderr is a terminal)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -40,7 +52,22 @@ int main(int argc, char** argv) {
   try {
     if (plugins->parsed()) return run_plugins(options);
     if (devices->parsed()) return run_devices(options);
-  } catch (const kiln::ValueError& e) {
+    if (run->parsed()) {
+      // `run` works through the process-wide runtime: hand it the global options through the
+      // environment it reads on first use.
+      if (options.plugin_set) setenv("KILN_PLUGIN_SET", options.plugin_set->c_str(), 1);
+      if (!options.plugin_paths.empty()) {
+        std::string path;
+        for (const auto& p : options.plugin_paths) path += (path.empty() ? "" : ":") + p.string();
+        if (const char* old = std::getenv("KILN_PLUGIN_PATH")) path += std::string(":") + old;
+        setenv("KILN_PLUGIN_PATH", path.c_str(), 1);
+      }
+      return run_run(run_options);
+    }
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const kiln::ConfigError& e) {
     std::fprintf(stderr, "kiln: error: %s\n", e.what());
     return kExitUsage;
   } catch (const std::exception& e) {

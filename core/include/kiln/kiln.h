@@ -7,6 +7,7 @@
 #include "kiln/device_backend.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/evaluator.h"
 #include "kiln/function.h"
 #include "kiln/logging.h"
 #include "kiln/module.h"
@@ -14,6 +15,7 @@
 #include "kiln/object.h"
 #include "kiln/runtime.h"
 #include "kiln/tensor.h"
+#include "kiln/testing.h"
 #include "kiln/version.h"
 
 #endif  // KILN_KILN_H_

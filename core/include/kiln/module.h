@@ -43,6 +43,7 @@ class ModuleObj : public Object {
   const std::string& kind() const { return kind_; }
   const std::string& entry_name() const { return entry_name_; }
   const std::string& source() const { return source_; }
+  void set_source(std::string source) { source_ = std::move(source); }
 
   std::optional<Function> find_function(const std::string& name);
   std::vector<std::string> function_names() const;
@@ -88,6 +89,12 @@ class Module {
   std::vector<Module> imports() const;
   void import_module(const Module& other) { obj_->imports.push_back(other.obj_); }
   const std::vector<Artifact>& artifacts() const { return obj_->artifacts; }
+  // Writes this module to `path` with the exporter named `exporter` ("tar", "so", "ndk", ...)
+  // of `runtime`. Throws NotFoundError for an unknown exporter, ValueError for a module with
+  // nothing to export, and the exporter's error (no partial file is left behind).
+  void export_library(const std::filesystem::path& path, const std::string& exporter = "tar") const;
+  void export_library(const std::filesystem::path& path, const std::string& exporter,
+                      Runtime& runtime) const;
   bool defined() const { return static_cast<bool>(obj_); }
   ModuleObj* get() const { return obj_.get(); }
 

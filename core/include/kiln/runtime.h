@@ -20,6 +20,10 @@ struct KilnMetricCollector;
 
 namespace kiln {
 
+// The kind a loader reports for a module package: a module made only of artifacts, whose
+// host library the runtime loads with the loader for that library's format.
+inline constexpr const char* kPackageKind = "kiln.package";
+
 // What happened to one plugin the runtime considered.
 struct PluginStatus {
   enum class State { kLoaded, kDisabled, kFailed };
@@ -104,6 +108,7 @@ class Runtime {
   struct Impl;
 
  private:
+  Module load_package(Ref<ModuleObj> package, const std::filesystem::path& path);
   std::unique_ptr<Impl> impl_;
 };
 

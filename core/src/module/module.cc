@@ -81,6 +81,40 @@ Module Module::load(const std::filesystem::path& path, Runtime& runtime) {
   return runtime.load_module(path);
 }
 
+void Module::export_library(const std::filesystem::path& path, const std::string& exporter) const {
+  export_library(path, exporter, Runtime::global());
+}
+
+void Module::export_library(const std::filesystem::path& path, const std::string& exporter,
+                            Runtime& runtime) const {
+  if (!obj_) throw ValueError("export_library on an undefined module");
+  if (obj_->artifacts.empty()) {
+    throw ValueError(
+        fmt::format("module '{}' ({}) has no artifacts to export: it was not "
+                    "loaded from files",
+                    obj_->source(), obj_->kind()));
+  }
+  auto [table, plugin] = runtime.exporter(exporter);
+  std::vector<KilnArtifact> artifacts;
+  for (const Artifact& a : obj_->artifacts) {
+    artifacts.push_back(KilnArtifact{sizeof(KilnArtifact), a.name.c_str(), a.role.c_str(),
+                                     a.data.data(), a.data.size()});
+  }
+  KilnExportRequest request{};
+  request.struct_size = sizeof(request);
+  request.module_kind = obj_->kind().c_str();
+  request.entry_name = obj_->entry_name().empty() ? nullptr : obj_->entry_name().c_str();
+  request.num_artifacts = static_cast<int32_t>(artifacts.size());
+  request.artifacts = artifacts.data();
+  const std::string target = path.string();
+  if (KilnError* err = table->export_module(table->self, &request, target.c_str())) {
+    const int32_t code = err->code;
+    std::string message = err->message;
+    delete err;
+    throw_error(code, fmt::format("exporting to {} with '{}': {}", target, exporter, message));
+  }
+}
+
 Function Module::get_function(const std::string& name) const {
   if (!obj_) throw ValueError("get_function on an undefined module");
   // Depth-first over this module and its imports, each once.

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -628,7 +630,55 @@ Module Runtime::load_module(const fs::path& path) {
     delete err;
     throw_error(code, fmt::format("loading {}: {}", path.string(), message));
   }
-  return Module(ModuleObj::from_loader(loaded, it->second.plugin, path.string()));
+  auto obj = ModuleObj::from_loader(loaded, it->second.plugin, path.string());
+  if (obj->kind() != kPackageKind) return Module(std::move(obj));
+  return load_package(std::move(obj), path);
+}
+
+Module Runtime::load_package(Ref<ModuleObj> package, const fs::path& path) {
+  // A package carries its artifacts; the host library among them is loaded by the loader for
+  // its own format, from a private temporary copy (the library stays mapped after removal).
+  const Artifact* host = nullptr;
+  for (const Artifact& a : package->artifacts) {
+    if (a.role == "host_library") {
+      if (host != nullptr) {
+        throw ValueError(fmt::format("package {} has more than one host_library", path.string()));
+      }
+      host = &a;
+    }
+  }
+  if (host == nullptr) {
+    throw ValueError(fmt::format("package {} has no host_library artifact", path.string()));
+  }
+  if (host->name.empty() || host->name.find('/') != std::string::npos || host->name == "." ||
+      host->name == "..") {
+    throw ValueError(fmt::format("package {}: bad artifact name '{}'", path.string(), host->name));
+  }
+  char pattern[] = "/tmp/kiln_package_XXXXXX";
+  if (mkdtemp(pattern) == nullptr) {
+    throw RuntimeError(
+        fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
+  }
+  const fs::path dir(pattern);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  const fs::path lib = dir / host->name;
+  {
+    std::ofstream out(lib, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(host->data.data()),
+              static_cast<std::streamsize>(host->data.size()));
+    if (!out) throw RuntimeError(fmt::format("cannot write {}", lib.string()));
+  }
+  Module inner = load_module(lib);
+  // The loaded module reports the package's artifacts, so exporting it again is lossless.
+  inner.get()->artifacts = package->artifacts;
+  inner.get()->set_source(path.string());
+  return inner;
 }
 
 namespace {

@@ -1,0 +1,145 @@
+// Run configurations for `kiln run RUN.yaml`: which module and function to run, on which device,
+// how to time it, its arguments (.npy files, generated tensors, scalars) and the checks on its
+// outputs. parse_run_config() reads and validates the YAML, make_inputs() builds the arguments,
+// check_outputs() compares and saves the results. The YAML format is documented in
+// docs/run-config.md.
+#ifndef KILN_RUN_CONFIG_H_
+#define KILN_RUN_CONFIG_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/any.h"
+#include "kiln/dtype.h"
+#include "kiln/evaluator.h"
+#include "kiln/tensor.h"
+
+namespace kiln::run {
+
+// One positional argument of the function run.
+struct InputSpec {
+  // Where the argument comes from.
+  enum class Kind {
+    kNpy,        // a .npy file, read with Tensor::load_npy
+    kGenerated,  // a tensor of `shape` and `dtype` filled as `init` says
+    kScalar,     // an int64, double or bool value (`scalar`)
+  };
+  // How a generated tensor is filled.
+  enum class Init {
+    kZeros,   // all 0 (false)
+    kOnes,    // all 1 (true)
+    kRandom,  // uniform in [low, high), from std::mt19937_64 seeded with `seed`
+    kArange,  // element i (row-major) is start + i * step
+  };
+
+  std::string name;  // label used by outputs and messages; "arg<i>" when the YAML has none
+  Kind kind = Kind::kGenerated;
+  // kNpy: the file, absolute (parse_run_config resolves it against the run file's folder).
+  std::filesystem::path npy;
+  // kGenerated: the tensor's shape and element type. kNpy: filled by parse_run_config from the
+  // file (after checking them against `shape` / `dtype` when the YAML gives them). kScalar:
+  // shape is empty and dtype is int64, float64 or bool.
+  std::vector<int64_t> shape;
+  DataType dtype = DataType::Float(32);
+  Init init = Init::kZeros;  // kGenerated only
+  // kRandom: the generator's seed (parse_run_config defaults it to the input's position, so
+  // that two random inputs differ) and the range. Floats: uniform in [low, high) rounded to
+  // the dtype (never below the first representable value >= low, never reaching high).
+  // Integers and bool: uniform integers in [low, high); low and high must then be whole
+  // numbers within +-2^53. The same seed always gives the same bytes, on every platform.
+  uint64_t seed = 0;
+  double low = 0;
+  double high = 1;
+  // kArange: first value and increment (whole numbers for integer dtypes).
+  double start = 0;
+  double step = 1;
+  Any scalar;    // kScalar: the value (an int64, a double or a bool)
+  int line = 0;  // 1-based line of the input in the run file, 0 when not from a file
+};
+
+// Checks on one argument after the run: compare it with an expected .npy, save it, or both.
+struct OutputSpec {
+  int32_t index = 0;  // position of the argument in RunSpec::inputs
+  std::string name;   // that input's name
+  // Where to write the tensor as .npy (absolute; parent folders are created when missing).
+  std::optional<std::filesystem::path> save;
+  // The .npy to compare with (absolute; must exist when the config is parsed).
+  std::optional<std::filesystem::path> expected;
+  // numpy.allclose semantics: element-wise |got - expected| <= atol + rtol * |expected|, in
+  // double precision, for every dtype (bool and integers included; use rtol = atol = 0 for
+  // exact equality). Equal infinities match; NaN never matches (equal_nan = false, numpy's
+  // default).
+  double rtol = 1e-5;
+  double atol = 1e-8;
+};
+
+// A parsed run configuration.
+struct RunSpec {
+  std::filesystem::path file;    // the run configuration itself, as given to the parser
+  std::filesystem::path module;  // the module file, absolute
+  std::string function;          // the function to run; empty: the module's entry function
+  std::string device = "cpu";    // "cpu", "cpu:0", "opencl:1", ... (Device::parse accepts it)
+  std::string exporter = "tar";  // the YAML key `export`: "tar", "so", "ndk" or another name
+  EvaluatorConfig evaluator;     // number, repeat, min_repeat_ms, enable_cpu_cache_flush
+  // The complete evaluator options: evaluator.to_options() plus the YAML's extra evaluator
+  // keys (limit_zero_time_iterations, cooldown, cache_flush_bytes, keep_raw_samples, noise).
+  TimeEvaluatorOptions extra;
+  std::vector<InputSpec> inputs;
+  std::vector<OutputSpec> outputs;
+};
+
+// Reads and validates the run configuration at `path`. Relative paths in it (module, npy,
+// expected, save) are resolved against the folder of `path`, after expanding
+// ${KILN_EXAMPLES} (see examples_dir()). Throws kiln::NotFoundError when `path` does not
+// exist or cannot be read, and kiln::ConfigError, reading `<file>:<line>:<column>: <key>:
+// <message>`, for everything else: YAML syntax, unknown keys (with a did-you-mean), wrong value
+// types, a missing module / npy / expected file, an .npy whose shape or dtype differs from the
+// ones given, bad device names, dtypes or init names, negative dimensions, out-of-range
+// evaluator values, tolerances < 0, unknown output names or indices out of range.
+RunSpec parse_run_config(const std::filesystem::path& path);
+
+// The folder ${KILN_EXAMPLES} expands to: the environment variable KILN_EXAMPLES when set and
+// not empty, else <folder of libkiln>/../examples/kernels (the build tree's example kernels).
+std::filesystem::path examples_dir();
+
+// Builds the function's arguments in order: host tensors (on cpu:0) for kNpy and kGenerated
+// inputs, the scalar values for kScalar. Throws the errors of Tensor::load_npy for a missing or
+// malformed .npy, ValueError (naming the input and the field) for generation parameters
+// parse_run_config would reject (for hand-made specs), and the allocator's errors.
+std::vector<Any> make_inputs(const RunSpec& spec);
+
+// The outcome of check_outputs.
+struct CheckResult {
+  bool ok = true;       // every comparison passed and every save succeeded
+  std::string summary;  // one line per output entry, "\n"-separated (see check_outputs)
+};
+
+// Compares and saves the arguments after the run. `outputs` holds one value per input, in
+// order (local_run's RunResult::outputs; tensors are copied to the host when on a device).
+// For each OutputSpec, first the comparison with `expected`, then the `save`. Summary lines:
+//   "out: ok (1000 elements match '<expected>' within rtol=1e-05 atol=1e-08; max abs diff 0)"
+//   "out: 3 of 1000 elements differ (max abs diff 0.5 at [12], max rel diff 0.1 at [7]);
+//    first mismatches: [12] got 1.5 expected 1, ...; compared with '<expected>' at rtol=...
+//    atol=..." (on one line)
+//   "out: shape mismatch: got [4, 4], expected [16] (from '<expected>')", "dtype mismatch",
+//   "shape and dtype mismatch: got float32[4], expected float64[5] (...)"
+//   "out: saved float32[1000] to '<save>'" / "out: cannot save to '<save>': <error>"
+// and a line for an output that is not a tensor or an unreadable expected file. Failures set
+// ok = false; they are not thrown. Throws ValueError when outputs.size() differs from the number
+// of inputs.
+CheckResult check_outputs(const RunSpec& spec, const std::vector<Any>& outputs);
+
+// A one-line description of a tensor's values: "float32[1000] min=0 max=999 mean=499.5
+// first=[0, 1, 2, 3, 4, 5, ...]" with at most `max_values` values after "first=". NaNs are left
+// out of min, max and mean and counted (" nan=3"); bool prints false/true; an empty tensor
+// reads "float32[0] (empty)", an undefined one "undefined"; dtypes without element access
+// (e.g. complex) print only "<dtype><shape>". A tensor on a device is copied to the host first.
+std::string summarize(const Tensor& host_tensor, size_t max_values = 6);
+
+}  // namespace kiln::run
+
+#endif  // KILN_RUN_CONFIG_H_

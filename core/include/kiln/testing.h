@@ -1,0 +1,74 @@
+// kiln::testing: run a module on a device and get its outputs and timing (SPEC.md §1.8-1.9).
+#ifndef KILN_TESTING_H_
+#define KILN_TESTING_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kiln/any.h"
+#include "kiln/evaluator.h"
+#include "kiln/module.h"
+
+namespace kiln::testing {
+
+// A custom exporter: writes `module` to `path`.
+using ExportFunction = std::function<void(const Module& module, const std::string& path)>;
+
+// How local_run exports: an exporter name ("tar", "ndk", "so", or any loaded exporter) or a
+// custom callable (which needs an explicit output_format).
+using ExportFunc = std::variant<std::string, ExportFunction>;
+
+struct ExportPlan {
+  ExportFunc exporter;
+  std::string output_format;  // file extension of the artifact
+};
+
+// The reference's normalisation: "tar" -> format "tar"; "ndk" and "so" -> "so"; another name
+// that a loaded exporter has -> its output format; a callable needs `output_format`, else
+// ValueError("output_format must be specified if `export_func` is callable"); an unknown name
+// is ValueError("Unsupported export_func: <name>").
+ExportPlan normalize_export_func(const ExportFunc& export_func,
+                                 const std::optional<std::string>& output_format);
+
+// What local_run returns: the arguments after the final call (tensors as host tensors, other
+// values unchanged) and the timing of the entry function.
+struct RunResult {
+  std::vector<Any> outputs;
+  BenchmarkResult profile;
+};
+
+// Hooks for progress reporting and for tests. All optional.
+struct RunHooks {
+  // Called with a step name ("export", "load", "upload", "time", "call", "download") and its
+  // wall time in seconds once the step is done.
+  std::function<void(const std::string& step, double seconds)> on_step;
+  // Passed to the evaluator (repeats done, total).
+  std::function<void(int32_t, int32_t)> on_repeat;
+  // Keeps the temporary directory's path for tests that check it is removed.
+  std::string* temp_dir_out = nullptr;
+  // The function to time and call (default: the module's entry function).
+  std::string function;
+  // Evaluator options beyond EvaluatorConfig (noise rule, raw samples); number, repeat,
+  // min_repeat_ms and f_preproc still come from the EvaluatorConfig.
+  std::optional<TimeEvaluatorOptions> evaluator;
+};
+
+// Exports `mod` into a fresh temporary directory, loads it back, copies `args` to
+// device_type:0 (host Tensors and Tensors are copied, int64 / double / bool pass through,
+// anything else is ValueError("Unsupported input type: <type>")), times the entry function
+// with `evaluator_config`, calls it once more, copies tensor arguments back to the host, and
+// removes the temporary directory, also when a step throws. `device_type` is a device name
+// such as "cpu" or "opencl", optionally with ":<index>" (ignored: device 0 is used, as in the
+// reference).
+RunResult local_run(const Module& mod, const std::string& device_type, const std::vector<Any>& args,
+                    const std::optional<EvaluatorConfig>& evaluator_config = std::nullopt,
+                    const ExportFunc& export_func = std::string("tar"),
+                    const std::optional<std::string>& output_format = std::nullopt,
+                    const RunHooks& hooks = {});
+
+}  // namespace kiln::testing
+
+#endif  // KILN_TESTING_H_

@@ -1,0 +1,252 @@
+// The measurement loop of SPEC.md §1.3, plus the opt-in noise-based stopping rule.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <thread>
+
+#include "eval/timer.h"
+#include "kiln/error.h"
+#include "kiln/evaluator.h"
+#include "kiln/module.h"
+#include "kiln/runtime.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+namespace {
+
+// The reference's golden-ratio growth factor.
+constexpr double kGrowth = 1.618;
+// `number` never grows past this (a guard against overflow when a batch reads ~0 ns).
+constexpr int64_t kMaxNumber = int64_t{1} << 40;
+
+[[noreturn]] void bad(const char* parameter, const std::string& why) {
+  throw ValueError(fmt::format("time_evaluator: {} {}", parameter, why));
+}
+
+// Relative standard error of the mean of `v` (sample std / sqrt(n) / mean).
+double relative_standard_error(const std::vector<double>& v) {
+  const double n = static_cast<double>(v.size());
+  if (v.size() < 2) return std::numeric_limits<double>::infinity();
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / n;
+  if (mean <= 0) return std::numeric_limits<double>::infinity();
+  double sq = 0;
+  for (double x : v) sq += (x - mean) * (x - mean);
+  return std::sqrt(sq / (n - 1)) / std::sqrt(n) / mean;
+}
+
+}  // namespace
+
+void TimeEvaluatorOptions::validate() const {
+  if (number < 1) bad("number", fmt::format("must be >= 1, got {}", number));
+  if (repeat < 0) bad("repeat", fmt::format("must be >= 0, got {}", repeat));
+  if (min_repeat_ms < 0) bad("min_repeat_ms", fmt::format("must be >= 0, got {}", min_repeat_ms));
+  if (limit_zero_time_iterations < 1) {
+    bad("limit_zero_time_iterations",
+        fmt::format("must be >= 1, got {}", limit_zero_time_iterations));
+  }
+  if (cooldown_interval_ms < 0) {
+    bad("cooldown_interval_ms", fmt::format("must be >= 0, got {}", cooldown_interval_ms));
+  }
+  if (repeats_to_cooldown < 1) {
+    bad("repeats_to_cooldown", fmt::format("must be >= 1, got {}", repeats_to_cooldown));
+  }
+  if (cache_flush_bytes < 0) {
+    bad("cache_flush_bytes", fmt::format("must be >= 0, got {}", cache_flush_bytes));
+  }
+  if (noise.enabled) {
+    if (!(noise.target_rse > 0)) bad("noise.target_rse", "must be > 0");
+    if (noise.min_repeats < 2) bad("noise.min_repeats", "must be >= 2");
+    if (noise.max_repeats < noise.min_repeats) bad("noise.max_repeats", "must be >= min_repeats");
+    if (noise.min_time_s < 0) bad("noise.min_time_s", "must be >= 0");
+    if (!(noise.timeout_s > 0)) bad("noise.timeout_s", "must be > 0");
+    if (noise.plateau_window < 2) bad("noise.plateau_window", "must be >= 2");
+    if (!(noise.plateau_tolerance >= 0)) bad("noise.plateau_tolerance", "must be >= 0");
+  }
+}
+
+struct TimeEvaluator::Impl {
+  Function f;
+  Device device;
+  TimeEvaluatorOptions options;
+  Ref<DeviceBackend> backend;
+  std::optional<Function> preproc;
+  int64_t number;  // grows and stays grown (SPEC.md §1.3)
+
+  // Calls `f` `calls` times with packed `args`: the timed inner loop, kept minimal.
+  void run_batch(const KilnAny* args, int32_t num_args, int64_t calls) const {
+    const KilnCallable& c = f.callable();
+    for (int64_t i = 0; i < calls; ++i) {
+      KilnAny ret;
+      ret.type_code = KILN_TYPE_NONE;
+      ret.flags = kAnyFlagAcceptsHostObjects;
+      if (KilnError* err = c.call(c.self, args, num_args, &ret)) [[unlikely]] {
+        detail::raise_and_free(err);
+      }
+      if (ret.type_code != KILN_TYPE_NONE) [[unlikely]] {
+        Any::from_abi_result(ret);  // drops any reference the result carried
+      }
+    }
+  }
+
+  BenchmarkResult measure(const std::vector<Any>& args);
+};
+
+BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
+  std::vector<KilnAny> packed;
+  packed.reserve(args.size());
+  for (const Any& a : args) packed.push_back(a.to_abi());
+  const auto num_args = static_cast<int32_t>(packed.size());
+
+  // 1. Warm-up: exactly one call.
+  f.call_abi(packed.data(), num_args);
+
+  // 2. Buffers whose copy evicts the device's caches before each timed batch.
+  Tensor flush_a, flush_b;
+  if (options.cache_flush_bytes > 0) {
+    const int64_t n = options.cache_flush_bytes / 4;
+    flush_a = Tensor::empty({n}, DataType::Int(32), device);
+    flush_b = Tensor::empty({n}, DataType::Int(32), device);
+  }
+  // 3.
+  backend->synchronize(device.id);
+
+  eval::Timer timer(backend, device.id);
+  BenchmarkResult::Sample sample{};
+  std::vector<double> results;
+  std::vector<int64_t> numbers;
+  std::vector<BenchmarkResult::Sample> raw;
+  std::vector<double> rse_history;
+  std::string stop_reason;
+  const auto started = std::chrono::steady_clock::now();
+  const NoiseStoppingRule& noise = options.noise;
+  const int32_t total = noise.enabled ? -1 : options.repeat;
+
+  for (int32_t i = 0;; ++i) {
+    if (!noise.enabled && i >= options.repeat) break;
+    if (preproc) preproc->call_abi(packed.data(), num_args);  // once per repeat, not timed
+    double duration_ms = 0;
+    int32_t zero_count = 0;
+    do {
+      if (duration_ms > 0) {
+        const double grown =
+            std::max(options.min_repeat_ms / (duration_ms / static_cast<double>(number)) + 1,
+                     static_cast<double>(number) * kGrowth);
+        number = std::min<int64_t>(static_cast<int64_t>(grown), kMaxNumber);
+      }
+      if (flush_a.defined()) flush_a.copy_from(flush_b);  // not timed
+      backend->synchronize(device.id);
+      timer.start();
+      run_batch(packed.data(), num_args, number);
+      timer.stop();
+      const int64_t ns = timer.elapsed_ns();
+      if (ns == 0) ++zero_count;
+      duration_ms = static_cast<double>(ns) / 1e6;
+      if (options.keep_raw_samples) {
+        sample.calls = number;
+        sample.seconds = duration_ms / 1e3;
+        raw.push_back(sample);
+      }
+    } while (duration_ms < options.min_repeat_ms &&
+             zero_count < options.limit_zero_time_iterations);
+    results.push_back(duration_ms / 1e3 / static_cast<double>(number));
+    numbers.push_back(number);
+    if (options.cooldown_interval_ms > 0 && i % options.repeats_to_cooldown == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.cooldown_interval_ms));
+    }
+    if (options.on_repeat) options.on_repeat(i + 1, total);
+
+    if (noise.enabled) {
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const int32_t done = i + 1;
+      const double rse = relative_standard_error(results);
+      rse_history.push_back(rse);
+      if (done >= noise.min_repeats && elapsed >= noise.min_time_s && rse < noise.target_rse) {
+        stop_reason = "target";
+      } else if (elapsed >= noise.timeout_s) {
+        stop_reason = "timeout";
+      } else if (done >= noise.max_repeats) {
+        stop_reason = "max_repeats";
+      } else if (done >= noise.min_repeats && elapsed >= noise.min_time_s &&
+                 static_cast<int32_t>(rse_history.size()) >= noise.plateau_window) {
+        // The noise has stabilised above the target: more repeats would not help.
+        auto first = rse_history.end() - noise.plateau_window;
+        const auto [lo, hi] = std::minmax_element(first, rse_history.end());
+        if (std::isfinite(*hi) && *hi > 0 && (*hi - *lo) / *hi < noise.plateau_tolerance) {
+          stop_reason = "plateau";
+        }
+      }
+      if (!stop_reason.empty()) break;
+    }
+  }
+
+  BenchmarkResult result(std::move(results));
+  result.numbers = std::move(numbers);
+  result.raw_samples = std::move(raw);
+  result.timer = timer.kind();
+  result.stop_reason = stop_reason;
+  result.name = f.name();
+  result.device = device;
+  return result;
+}
+
+TimeEvaluator::TimeEvaluator(Function f, Device device, TimeEvaluatorOptions options)
+    : TimeEvaluator(std::move(f), device, std::move(options), Runtime::global()) {}
+
+TimeEvaluator::TimeEvaluator(Function f, Device device, TimeEvaluatorOptions options,
+                             Runtime& runtime)
+    : impl_(std::make_unique<Impl>()) {
+  if (!f) throw ValueError("time_evaluator: the function is undefined");
+  options.validate();
+  impl_->f = std::move(f);
+  impl_->device = device;
+  impl_->backend = runtime.backend(device.type);
+  if (!options.f_preproc.empty()) {
+    impl_->preproc = registry::get(options.f_preproc);
+    if (!impl_->preproc) {
+      throw NotFoundError(fmt::format(
+          "time_evaluator: f_preproc '{}' is not a registered global function", options.f_preproc));
+    }
+  }
+  impl_->number = options.number;
+  impl_->options = std::move(options);
+}
+
+TimeEvaluator::~TimeEvaluator() = default;
+TimeEvaluator::TimeEvaluator(TimeEvaluator&&) noexcept = default;
+TimeEvaluator& TimeEvaluator::operator=(TimeEvaluator&&) noexcept = default;
+
+BenchmarkResult TimeEvaluator::operator()(const std::vector<Any>& args) {
+  return impl_->measure(args);
+}
+
+int32_t TimeEvaluator::number() const {
+  return static_cast<int32_t>(std::min<int64_t>(impl_->number, INT32_MAX));
+}
+
+TimeEvaluator time_evaluator(const Module& module, const std::string& func_name, Device device,
+                             int32_t number, int32_t repeat, int32_t min_repeat_ms,
+                             int32_t limit_zero_time_iterations, int32_t cooldown_interval_ms,
+                             int32_t repeats_to_cooldown, int64_t cache_flush_bytes,
+                             const std::string& f_preproc) {
+  TimeEvaluatorOptions o;
+  o.number = number;
+  o.repeat = repeat;
+  o.min_repeat_ms = min_repeat_ms;
+  o.limit_zero_time_iterations = limit_zero_time_iterations;
+  o.cooldown_interval_ms = cooldown_interval_ms;
+  o.repeats_to_cooldown = repeats_to_cooldown;
+  o.cache_flush_bytes = cache_flush_bytes;
+  o.f_preproc = f_preproc;
+  return TimeEvaluator(module.get_function(func_name), device, std::move(o));
+}
+
+TimeEvaluator time_evaluator(Function f, Device device, TimeEvaluatorOptions options) {
+  return TimeEvaluator(std::move(f), device, std::move(options));
+}
+
+}  // namespace kiln

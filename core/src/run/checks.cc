@@ -1,0 +1,248 @@
+// check_outputs and summarize: comparing results with numpy.allclose semantics, saving them,
+// and describing tensors in one line.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kiln/error.h"
+#include "kiln/npy.h"
+#include "kiln/run_config.h"
+#include "run/elements.h"
+
+namespace kiln::run {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Mismatching elements listed in a summary line.
+constexpr size_t kMaxListedMismatches = 5;
+
+// "float32[2, 3]".
+std::string type_and_shape(DataType dtype, std::span<const int64_t> shape) {
+  return dtype.str() + detail::format_shape(shape);
+}
+
+// Numbers in summaries: six significant digits.
+std::string short_number(double value) { return fmt::format("{:.6g}", value); }
+
+// numpy.isclose(got, expected, rtol, atol, equal_nan=False) for one element.
+bool is_close(double got, double expected, double rtol, double atol) {
+  if (std::isnan(got) || std::isnan(expected)) return false;
+  if (std::isinf(got) || std::isinf(expected)) return got == expected;
+  return std::fabs(got - expected) <= atol + rtol * std::fabs(expected);
+}
+
+// Compares `got` with `expected` (same dtype and shape, compact, on the host) and returns the
+// summary line's text after "<name>: ", and whether every element matched.
+std::pair<bool, std::string> compare(const Tensor& got, const NpyArray& expected,
+                                     const OutputSpec& output) {
+  const DataType dtype = got.dtype();
+  const int64_t count = got.numel() * dtype.lanes;
+  const void* got_data = got.data();
+  const void* expected_data = expected.data.data();
+  // Lanes of a vector type are compared one by one; positions then count lanes.
+  std::vector<int64_t> shape(got.shape().begin(), got.shape().end());
+  if (dtype.lanes != 1) shape.push_back(dtype.lanes);
+
+  int64_t mismatches = 0;
+  double max_abs = -1;
+  double max_rel = -1;
+  int64_t max_abs_at = 0;
+  int64_t max_rel_at = 0;
+  double max_abs_all = 0;  // over every element, for the passing line
+  std::vector<int64_t> listed;
+  for (int64_t i = 0; i < count; ++i) {
+    const double g = detail::load_element(got_data, dtype, i);
+    const double e = detail::load_element(expected_data, dtype, i);
+    const double diff = std::fabs(g - e);
+    if (is_close(g, e, output.rtol, output.atol)) {
+      if (diff > max_abs_all) max_abs_all = diff;
+      continue;
+    }
+    ++mismatches;
+    if (listed.size() < kMaxListedMismatches) listed.push_back(i);
+    if (std::isnan(diff)) continue;
+    if (diff > max_abs) {
+      max_abs = diff;
+      max_abs_at = i;
+    }
+    const double rel = e == 0 ? std::numeric_limits<double>::infinity() : diff / std::fabs(e);
+    if (rel > max_rel) {
+      max_rel = rel;
+      max_rel_at = i;
+    }
+  }
+  const std::string from = fmt::format("'{}'", output.expected->string());
+  if (mismatches == 0) {
+    return {true, fmt::format("ok ({} element{} match {} within rtol={} atol={}; max abs diff {})",
+                              count, count == 1 ? "" : "s", from, short_number(output.rtol),
+                              short_number(output.atol), short_number(max_abs_all))};
+  }
+  std::string text =
+      fmt::format("{} of {} element{} differ", mismatches, count, count == 1 ? "" : "s");
+  if (max_abs >= 0) {
+    text += fmt::format(" (max abs diff {} at {}, max rel diff {} at {})", short_number(max_abs),
+                        detail::format_index(shape, max_abs_at), short_number(max_rel),
+                        detail::format_index(shape, max_rel_at));
+  } else {
+    text += " (every mismatch involves NaN)";
+  }
+  text += "; first mismatches: ";
+  for (size_t k = 0; k < listed.size(); ++k) {
+    if (k > 0) text += ", ";
+    text += fmt::format("{} got {} expected {}", detail::format_index(shape, listed[k]),
+                        detail::format_element(got_data, dtype, listed[k]),
+                        detail::format_element(expected_data, dtype, listed[k]));
+  }
+  if (mismatches > static_cast<int64_t>(listed.size())) text += ", ...";
+  text += fmt::format("; compared with {} at rtol={} atol={}", from, short_number(output.rtol),
+                      short_number(output.atol));
+  return {false, text};
+}
+
+// Checks one output; appends its lines to `lines` and returns whether it passed.
+bool check_one(const OutputSpec& output, const Any& value, std::vector<std::string>* lines) {
+  const std::string& name = output.name;
+  if (value.type_code() != KILN_TYPE_TENSOR) {
+    lines->push_back(
+        fmt::format("{}: expected a tensor, got {} {}", name, value.type_name(), value.str()));
+    return false;
+  }
+  Tensor got;
+  try {
+    got = value.cast<Tensor>();
+    if (got.device().type != kDLCPU) got = got.to_host();
+  } catch (const Error& e) {
+    lines->push_back(fmt::format("{}: cannot read the tensor: {}", name, e.what()));
+    return false;
+  }
+  bool ok = true;
+  if (output.expected) {
+    const std::string from = output.expected->string();
+    try {
+      const NpyArray expected = read_npy(*output.expected);
+      const bool same_shape = std::equal(got.shape().begin(), got.shape().end(),
+                                         expected.shape.begin(), expected.shape.end());
+      const bool same_dtype = got.dtype() == expected.dtype;
+      if (!same_shape && !same_dtype) {
+        lines->push_back(
+            fmt::format("{}: shape and dtype mismatch: got {}, expected {} (from "
+                        "'{}')",
+                        name, type_and_shape(got.dtype(), got.shape()),
+                        type_and_shape(expected.dtype, expected.shape), from));
+        ok = false;
+      } else if (!same_shape) {
+        lines->push_back(fmt::format("{}: shape mismatch: got {}, expected {} (from '{}')", name,
+                                     detail::format_shape(got.shape()),
+                                     detail::format_shape(expected.shape), from));
+        ok = false;
+      } else if (!same_dtype) {
+        lines->push_back(fmt::format("{}: dtype mismatch: got {}, expected {} (from '{}')", name,
+                                     got.dtype().str(), expected.dtype.str(), from));
+        ok = false;
+      } else if (!got.is_contiguous()) {
+        lines->push_back(fmt::format("{}: cannot compare a non-contiguous tensor", name));
+        ok = false;
+      } else {
+        auto [passed, text] = compare(got, expected, output);
+        lines->push_back(name + ": " + text);
+        ok = passed;
+      }
+    } catch (const Error& e) {
+      lines->push_back(fmt::format("{}: cannot read the expected values: {}", name, e.what()));
+      ok = false;
+    }
+  }
+  if (output.save) {
+    try {
+      const fs::path parent = output.save->parent_path();
+      if (!parent.empty()) fs::create_directories(parent);
+      got.save_npy(*output.save);
+      lines->push_back(fmt::format("{}: saved {} to '{}'", name,
+                                   type_and_shape(got.dtype(), got.shape()),
+                                   output.save->string()));
+    } catch (const std::exception& e) {  // kiln::Error and std::filesystem::filesystem_error
+      lines->push_back(
+          fmt::format("{}: cannot save to '{}': {}", name, output.save->string(), e.what()));
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+}  // namespace
+
+CheckResult check_outputs(const RunSpec& spec, const std::vector<Any>& outputs) {
+  if (outputs.size() != spec.inputs.size()) {
+    throw ValueError(fmt::format("check_outputs: {} values given for a run with {} inputs",
+                                 outputs.size(), spec.inputs.size()));
+  }
+  CheckResult result;
+  std::vector<std::string> lines;
+  for (const OutputSpec& output : spec.outputs) {
+    if (output.index < 0 || static_cast<size_t>(output.index) >= outputs.size()) {
+      throw ValueError(fmt::format("check_outputs: output '{}' has index {}, outside 0..{}",
+                                   output.name, output.index, outputs.size() - 1));
+    }
+    if (!check_one(output, outputs[static_cast<size_t>(output.index)], &lines)) {
+      result.ok = false;
+    }
+  }
+  result.summary = fmt::format("{}", fmt::join(lines, "\n"));
+  return result;
+}
+
+std::string summarize(const Tensor& host_tensor, size_t max_values) {
+  if (!host_tensor.defined()) return "undefined";
+  const Tensor tensor = host_tensor.device().type == kDLCPU ? host_tensor : host_tensor.to_host();
+  const DataType dtype = tensor.dtype();
+  std::string out = type_and_shape(dtype, tensor.shape());
+  if (!detail::has_element_access(dtype) || !tensor.is_contiguous()) return out;
+  const int64_t count = tensor.numel() * dtype.lanes;
+  if (count == 0) return out + " (empty)";
+  const void* data = tensor.data();
+
+  int64_t nans = 0;
+  int64_t min_at = -1;
+  int64_t max_at = -1;
+  double min_value = 0;
+  double max_value = 0;
+  long double sum = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double v = detail::load_element(data, dtype, i);
+    if (std::isnan(v)) {
+      ++nans;
+      continue;
+    }
+    if (min_at < 0 || v < min_value) {
+      min_value = v;
+      min_at = i;
+    }
+    if (max_at < 0 || v > max_value) {
+      max_value = v;
+      max_at = i;
+    }
+    sum += v;
+  }
+  if (min_at >= 0) {
+    const auto mean = static_cast<double>(sum / static_cast<long double>(count - nans));
+    out += fmt::format(" min={} max={} mean={}", detail::format_element(data, dtype, min_at),
+                       detail::format_element(data, dtype, max_at), short_number(mean));
+  }
+  if (nans > 0) out += fmt::format(" nan={}", nans);
+  out += " first=[";
+  const int64_t shown = std::min<int64_t>(count, static_cast<int64_t>(max_values));
+  for (int64_t i = 0; i < shown; ++i) {
+    if (i > 0) out += ", ";
+    out += detail::format_element(data, dtype, i);
+  }
+  if (shown < count)
+    out += shown > 0 ? ", ...]" : "...]";
+  else
+    out += "]";
+  return out;
+}
+
+}  // namespace kiln::run

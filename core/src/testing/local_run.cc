@@ -1,0 +1,172 @@
+// kiln::testing::local_run (SPEC.md §1.8-1.9).
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "kiln/error.h"
+#include "kiln/runtime.h"
+#include "kiln/tensor.h"
+#include "kiln/testing.h"
+
+namespace kiln::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A private temporary directory, removed with its contents when the scope ends (also when a
+// step throws).
+class ScopedTempDir {
+ public:
+  ScopedTempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(base != nullptr && *base ? base : "/tmp") + "/kiln_local_run_XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) {
+      throw RuntimeError(fmt::format("local_run: cannot create a temporary directory from {}: {}",
+                                     pattern, std::strerror(errno)));
+    }
+    path_ = pattern;
+  }
+  ~ScopedTempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Times one step for the on_step hook.
+template <typename Body>
+auto step(const RunHooks& hooks, const char* name, Body&& body) {
+  const auto start = std::chrono::steady_clock::now();
+  if constexpr (std::is_void_v<decltype(body())>) {
+    body();
+    if (hooks.on_step) {
+      hooks.on_step(
+          name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  } else {
+    auto result = body();
+    if (hooks.on_step) {
+      hooks.on_step(
+          name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return result;
+  }
+}
+
+}  // namespace
+
+ExportPlan normalize_export_func(const ExportFunc& export_func,
+                                 const std::optional<std::string>& output_format) {
+  if (const auto* f = std::get_if<ExportFunction>(&export_func)) {
+    if (!*f) throw ValueError("export_func is an empty callable");
+    if (!output_format || output_format->empty()) {
+      throw ValueError("output_format must be specified if `export_func` is callable");
+    }
+    return {export_func, *output_format};
+  }
+  const std::string& name = std::get<std::string>(export_func);
+  if (name == "tar") return {name, "tar"};
+  if (name == "ndk" || name == "so") return {name, "so"};
+  const auto names = Runtime::global().exporter_names();
+  if (std::find(names.begin(), names.end(), name) != names.end()) {
+    return {name, Runtime::global().exporter(name).first->output_format};
+  }
+  throw ValueError(fmt::format("Unsupported export_func: {}", name));
+}
+
+RunResult local_run(const Module& mod, const std::string& device_type, const std::vector<Any>& args,
+                    const std::optional<EvaluatorConfig>& evaluator_config,
+                    const ExportFunc& export_func, const std::optional<std::string>& output_format,
+                    const RunHooks& hooks) {
+  // 1. Everything that can be checked before any work.
+  const EvaluatorConfig config = EvaluatorConfig::normalized(evaluator_config);
+  const ExportPlan plan = normalize_export_func(export_func, output_format);
+  Device device = Device::parse(device_type);
+  device.id = 0;  // as in the reference: the device's index is not used
+  for (const Any& a : args) {
+    const int32_t code = a.type_code();
+    if (code != KILN_TYPE_TENSOR && code != KILN_TYPE_INT && code != KILN_TYPE_FLOAT &&
+        code != KILN_TYPE_BOOL) {
+      throw ValueError(fmt::format("Unsupported input type: {}", a.type_name()));
+    }
+  }
+  TimeEvaluatorOptions options = hooks.evaluator ? *hooks.evaluator : TimeEvaluatorOptions{};
+  const TimeEvaluatorOptions from_config = config.to_options();
+  options.number = from_config.number;
+  options.repeat = from_config.repeat;
+  options.min_repeat_ms = from_config.min_repeat_ms;
+  options.f_preproc = from_config.f_preproc;
+  if (hooks.on_repeat) options.on_repeat = hooks.on_repeat;
+  options.validate();
+
+  // 2.
+  ScopedTempDir temp;
+  if (hooks.temp_dir_out != nullptr) *hooks.temp_dir_out = temp.path().string();
+  const fs::path artifact = temp.path() / ("kiln_tmp_mod." + plan.output_format);
+
+  // 3.
+  step(hooks, "export", [&] {
+    if (const auto* f = std::get_if<ExportFunction>(&plan.exporter)) {
+      (*f)(mod, artifact.string());
+    } else {
+      mod.export_library(artifact, std::get<std::string>(plan.exporter));
+    }
+  });
+
+  // 4-5. Arguments to the device: always copies.
+  std::vector<Any> device_args = step(hooks, "upload", [&] {
+    std::vector<Any> out;
+    out.reserve(args.size());
+    for (const Any& a : args) {
+      if (a.type_code() == KILN_TYPE_TENSOR) {
+        Tensor src = a.cast<Tensor>();
+        Tensor dst = Tensor::empty(std::vector<int64_t>(src.shape().begin(), src.shape().end()),
+                                   src.dtype(), device);
+        dst.copy_from(src);
+        out.emplace_back(dst);
+      } else {
+        out.push_back(a);
+      }
+    }
+    return out;
+  });
+
+  // 6.
+  Module loaded = step(hooks, "load", [&] { return load_module(artifact); });
+  const std::string function = hooks.function.empty() ? loaded.entry_name() : hooks.function;
+  if (function.empty()) {
+    throw NotFoundError(fmt::format("local_run: the module has no entry function; name one"));
+  }
+  Function f = loaded.get_function(function);
+
+  // 7.
+  BenchmarkResult profile = step(hooks, "time", [&] {
+    TimeEvaluator evaluator(f, device, options);
+    return evaluator(device_args);
+  });
+
+  // 8. One more call: the outputs the caller sees.
+  step(hooks, "call", [&] { f.call_packed(device_args); });
+
+  // 9.
+  std::vector<Any> outputs = step(hooks, "download", [&] {
+    std::vector<Any> out;
+    out.reserve(device_args.size());
+    for (const Any& a : device_args) {
+      out.push_back(a.type_code() == KILN_TYPE_TENSOR ? Any(a.cast<Tensor>().to_host()) : a);
+    }
+    return out;
+  });
+  // 10. The temporary directory goes with `temp`.
+  return RunResult{std::move(outputs), std::move(profile)};
+}
+
+}  // namespace kiln::testing

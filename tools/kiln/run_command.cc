@@ -1,0 +1,125 @@
+// `kiln run RUN.yaml`: run a module's function on a device through local_run, print its
+// outputs and timing, check them against expected values.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "kiln/kiln.h"
+#include "kiln/run_config.h"
+
+namespace kiln::tool {
+int run_run(const RunOptions& options) {
+  // Everything about the config itself is a usage error (exit 2); what happens when it runs
+  // is a runtime error (exit 3).
+  run::RunSpec spec;
+  std::vector<Any> inputs;
+  try {
+    spec = run::parse_run_config(options.config);
+    if (options.device) {
+      Device::parse(*options.device);
+      spec.device = *options.device;
+    }
+    inputs = run::make_inputs(spec);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  Module module = load_module(spec.module);
+  const std::string function = spec.function.empty() ? module.entry_name() : spec.function;
+  if (function.empty()) {
+    throw ValueError(
+        fmt::format("{}: the module {} has no entry function; name one with "
+                    "`function:`",
+                    spec.file.string(), spec.module.string()));
+  }
+
+  const bool progress = options.progress.value_or(isatty(STDERR_FILENO) != 0) && !options.json;
+  testing::RunHooks hooks;
+  hooks.function = function;
+  hooks.evaluator = spec.extra;
+  std::vector<std::pair<std::string, double>> steps;
+  hooks.on_step = [&](const std::string& step, double seconds) {
+    steps.emplace_back(step, seconds);
+    if (progress) std::fprintf(stderr, "\r\033[K");
+  };
+  if (progress) {
+    hooks.on_repeat = [&](int32_t done, int32_t total) {
+      if (total > 0) {
+        std::fprintf(stderr, "\r\033[K[kiln] timing %s: repeat %d/%d", function.c_str(), done,
+                     total);
+      } else {
+        std::fprintf(stderr, "\r\033[K[kiln] timing %s: repeat %d (until the noise target)",
+                     function.c_str(), done);
+      }
+      std::fflush(stderr);
+    };
+  }
+  testing::RunResult result = testing::local_run(module, spec.device, inputs, spec.evaluator,
+                                                 spec.exporter, std::nullopt, hooks);
+  if (progress) std::fprintf(stderr, "\r\033[K");
+  run::CheckResult check = run::check_outputs(spec, result.outputs);
+  const BenchmarkResult& timing = result.profile;
+
+  if (options.json) {
+    nlohmann::json out;
+    out["config"] = spec.file.string();
+    out["module"] = spec.module.string();
+    out["function"] = function;
+    out["device"] = Device::parse(spec.device).str();
+    out["timer"] = timing.timer;
+    out["exporter"] = spec.exporter;
+    out["outputs"] = nlohmann::json::array();
+    for (size_t i = 0; i < result.outputs.size(); ++i) {
+      const Any& v = result.outputs[i];
+      nlohmann::json o{{"name", spec.inputs[i].name}};
+      if (v.type_code() == KILN_TYPE_TENSOR) {
+        Tensor t = v.cast<Tensor>();
+        o["shape"] = std::vector<int64_t>(t.shape().begin(), t.shape().end());
+        o["dtype"] = t.dtype().str();
+        o["summary"] = run::summarize(t);
+      } else {
+        o["value"] = v.str();
+      }
+      out["outputs"].push_back(o);
+    }
+    out["timing"] = {{"results_s", timing.results()}, {"mean_s", timing.mean()},
+                     {"median_s", timing.median()},   {"min_s", timing.min()},
+                     {"max_s", timing.max()},         {"std_s", timing.std()},
+                     {"numbers", timing.numbers},     {"stop_reason", timing.stop_reason}};
+    out["benchmark"] = nlohmann::json::parse(timing.to_json());
+    out["steps_s"] = nlohmann::json::object();
+    for (const auto& [step, seconds] : steps) out["steps_s"][step] = seconds;
+    out["check"] = {{"ok", check.ok}, {"summary", check.summary}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << fmt::format("module:   {}\nfunction: {}\ndevice:   {} (timer: {})\nexport:   {}\n",
+                             spec.module.string(), function, Device::parse(spec.device).str(),
+                             timing.timer, spec.exporter);
+    std::cout << "outputs:\n";
+    for (size_t i = 0; i < result.outputs.size(); ++i) {
+      const Any& v = result.outputs[i];
+      std::cout << fmt::format(
+          "  {:<8} {}\n", spec.inputs[i].name,
+          v.type_code() == KILN_TYPE_TENSOR ? run::summarize(v.cast<Tensor>()) : v.str());
+    }
+    std::cout << fmt::format("timing ({} repeat{} of {} call{}{}):\n", timing.results().size(),
+                             timing.results().size() == 1 ? "" : "s",
+                             timing.numbers.empty() ? 0 : timing.numbers.back(),
+                             timing.numbers.empty() || timing.numbers.back() == 1 ? "" : "s",
+                             timing.stop_reason.empty() ? "" : ", stopped: " + timing.stop_reason);
+    std::cout << timing.to_string() << "\n";
+    std::cout << "steps:";
+    for (const auto& [step, seconds] : steps) {
+      std::cout << fmt::format(" {} {:.1f} ms", step, seconds * 1e3);
+    }
+    std::cout << "\n";
+    if (!check.summary.empty()) std::cout << "checks:\n" << check.summary << "\n";
+  }
+  return check.ok ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace kiln::tool
