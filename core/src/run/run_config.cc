@@ -451,8 +451,16 @@ OutputSpec parse_output(MapReader& reader, const std::vector<InputSpec>& inputs,
 fs::path examples_dir() {
   const char* env = std::getenv("KILN_EXAMPLES");
   if (env != nullptr && *env != '\0') return fs::path(env);
-  return (boost::dll::this_line_location().parent_path() / ".." / "examples" / "kernels")
-      .lexically_normal();
+  // The build tree keeps the examples in <build>/examples/kernels beside <build>/lib; an
+  // installation keeps them in <prefix>/share/kiln/examples/kernels.
+  fs::path prefix = boost::dll::this_line_location().parent_path();
+  const fs::path libdir(KILN_LIB_SUBDIR);
+  for (auto it = libdir.begin(); it != libdir.end(); ++it) prefix = prefix.parent_path();
+  const fs::path build_tree = prefix / "examples" / "kernels";
+  const fs::path installed = prefix / KILN_DATA_SUBDIR / "examples" / "kernels";
+  std::error_code ec;
+  if (!fs::is_directory(build_tree, ec) && fs::is_directory(installed, ec)) return installed;
+  return build_tree.lexically_normal();
 }
 
 RunSpec parse_run_config(const fs::path& path) {
