@@ -58,7 +58,7 @@ std::optional<Function> ModuleObj::find_function(const std::string& name) {
   }
   KilnCallable callable{};
   if (KilnError* err = loaded_.get_function(loaded_.handle, name.c_str(), &callable)) {
-    if (err->code == 6) {  // not found: fall through to the imports
+    if (err->code == KILN_ERROR_NOT_FOUND) {  // fall through to the imports
       delete err;
       return std::nullopt;
     }
@@ -95,6 +95,13 @@ void Module::export_library(const std::filesystem::path& path, const std::string
                     obj_->source(), obj_->kind()));
   }
   auto [table, plugin] = runtime.exporter(exporter);
+  // load_module picks the loader by extension: a mismatch would make an unloadable file.
+  const std::string extension = path.extension().string();
+  if (table->output_format != nullptr && !extension.empty() &&
+      extension != std::string(".") + table->output_format) {
+    throw ValueError(fmt::format("exporter '{}' writes .{} files, but {} ends in {}", exporter,
+                                 table->output_format, path.string(), extension));
+  }
   std::vector<KilnArtifact> artifacts;
   for (const Artifact& a : obj_->artifacts) {
     artifacts.push_back(KilnArtifact{sizeof(KilnArtifact), a.name.c_str(), a.role.c_str(),

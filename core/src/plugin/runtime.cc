@@ -672,9 +672,17 @@ Module Runtime::load_package(Ref<ModuleObj> package, const fs::path& path) {
     std::ofstream out(lib, std::ios::binary);
     out.write(reinterpret_cast<const char*>(host->data.data()),
               static_cast<std::streamsize>(host->data.size()));
+    out.close();
     if (!out) throw RuntimeError(fmt::format("cannot write {}", lib.string()));
   }
-  Module inner = load_module(lib);
+  Module inner;
+  try {
+    inner = load_module(lib);
+  } catch (const Error& e) {
+    // Name the package, not the temporary copy the message mentions.
+    throw_error(e.code(), fmt::format("{} (host library '{}' of package {})", e.what(), host->name,
+                                      path.string()));
+  }
   // The loaded module reports the package's artifacts, so exporting it again is lossless.
   inner.get()->artifacts = package->artifacts;
   inner.get()->set_source(path.string());
@@ -707,8 +715,10 @@ std::pair<const KilnMetricCollector*, Ref<Object>> Runtime::collector(
     const std::string& name) const {
   auto it = impl_->collectors.find(name);
   if (it == impl_->collectors.end()) {
-    throw NotFoundError(fmt::format("no metric collector '{}'; available: {}", name,
-                                    fmt::join(collector_names(), ", ")));
+    const auto names = collector_names();
+    throw NotFoundError(
+        fmt::format("no metric collector '{}'; available: {}", name,
+                    names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
   }
   return {static_cast<const KilnMetricCollector*>(it->second.table), it->second.plugin};
 }
