@@ -35,6 +35,15 @@ struct Counter {
   }
 };
 
+// Options for a runtime that sees only the stub plugin `name` (tests/plugins).
+RuntimeOptions stub_only(const std::string& name) {
+  RuntimeOptions ro;
+  ro.search_paths = {std::string(KILN_STUB_PLUGIN_DIR) + "/" + name};
+  ro.read_environment = false;
+  ro.search_install_prefix = false;
+  return ro;
+}
+
 TimeEvaluatorOptions opts(int32_t number, int32_t repeat, int32_t min_repeat_ms = 0) {
   TimeEvaluatorOptions o;
   o.number = number;
@@ -130,11 +139,7 @@ TEST(Evaluator, CooldownSleepsAfterEveryNthRepeat) {
 }
 
 TEST(Evaluator, ZeroTimeReadingsStopAfterTheLimit) {
-  RuntimeOptions ro;
-  ro.search_paths = {std::string(KILN_STUB_PLUGIN_DIR) + "/stub_zero_timer"};
-  ro.read_environment = false;
-  ro.search_install_prefix = false;
-  Runtime rt(ro);
+  Runtime rt(stub_only("stub_zero_timer"));
   Counter c;
   TimeEvaluatorOptions o = opts(3, 1, 10);
   o.limit_zero_time_iterations = 7;
@@ -156,11 +161,7 @@ TEST(Evaluator, CacheFlushBytesRunsAndDoesNotCountInTheTime) {
 }
 
 TEST(Evaluator, DeviceWithoutTimerFallsBackToWallClock) {
-  RuntimeOptions ro;
-  ro.search_paths = {std::string(KILN_STUB_PLUGIN_DIR) + "/stub_ok"};
-  ro.read_environment = false;
-  ro.search_install_prefix = false;
-  Runtime rt(ro);
+  Runtime rt(stub_only("stub_ok"));
   Counter c;
   TimeEvaluator e(c.f(std::chrono::microseconds(50)), Device{100, 0}, opts(4, 2), rt);
   BenchmarkResult r = e({});
@@ -208,11 +209,7 @@ TEST(Evaluator, NoiseRuleStopsAtTheTarget) {
 
 TEST(Evaluator, NoiseRuleStopsOnTheCapsAndTheTimeout) {
   // Every reading 0 ns: the RSE is undefined, so only the repeat cap ends the loop.
-  RuntimeOptions ro;
-  ro.search_paths = {std::string(KILN_STUB_PLUGIN_DIR) + "/stub_zero_timer"};
-  ro.read_environment = false;
-  ro.search_install_prefix = false;
-  Runtime rt(ro);
+  Runtime rt(stub_only("stub_zero_timer"));
   Counter c;
   TimeEvaluatorOptions o = opts(1, 1);
   o.noise.enabled = true;

@@ -40,8 +40,11 @@ int main(int argc, char** argv) {
   run->add_option("--device", run_options.device,
                   "Device to run on, overriding the config's (e.g. cpu, opencl:0)");
   run->add_flag("--json", run_options.json, "Print one JSON document instead of text");
-  run->add_flag("--progress,!--no-progress", run_options.progress,
+  // Two plain flags: CLI11 2.1 gives an optional<bool> flag a value even when it is absent.
+  bool progress_on = false, progress_off = false;
+  run->add_flag("--progress", progress_on,
                 "Show progress while measuring (default: when stderr is a terminal)");
+  run->add_flag("--no-progress", progress_off, "Never show progress")->excludes("--progress");
 
   try {
     app.parse(argc, argv);
@@ -62,6 +65,8 @@ int main(int argc, char** argv) {
         if (const char* old = std::getenv("KILN_PLUGIN_PATH")) path += std::string(":") + old;
         setenv("KILN_PLUGIN_PATH", path.c_str(), 1);
       }
+      if (progress_on) run_options.progress = true;
+      if (progress_off) run_options.progress = false;
       return run_run(run_options);
     }
   } catch (const UsageError& e) {
