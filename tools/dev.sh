@@ -2,7 +2,7 @@
 # The README's two Quick start commands:
 #   bash tools/dev.sh demo   install, build (build/), list devices, run and time vector add on
 #                            the CPU from configs/runs/vector_add.yaml (kiln run -> local_run)
-#   bash tools/dev.sh test   install, build (Release) and run the whole test suite, then again in a
+#   bash tools/dev.sh test   install, build and run the whole test suite, then again in a
 #                            Debug + ASan + UBSan build (build-asan/)
 # Environment: KILN_JOBS (parallel build jobs, default: nproc), KILN_SKIP_ASAN=1 (test: skip
 # the sanitizer configuration).
@@ -20,13 +20,13 @@ build() {  # build <dir> <cmake args...>
 case "${1:-}" in
   demo)
     bash tools/install-deps.sh
-    build build -DCMAKE_BUILD_TYPE=Release
+    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
     ./build/bin/kiln devices
     ./build/bin/kiln run configs/runs/vector_add.yaml
     ;;
   test)
     bash tools/install-deps.sh
-    build build -DCMAKE_BUILD_TYPE=Release
+    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
     (cd build && ctest --output-on-failure -j "$jobs")
     if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
       build build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF
