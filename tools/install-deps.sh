@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost1.81-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libtbb-dev
   nlohmann-json3-dev libcli11-dev libarchive-dev libdlpack-dev
-  python3-numpy
+  python3-numpy libpapi-dev
 )
 
 missing=()

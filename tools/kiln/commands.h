@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/profiling/report.h"
+#include "kiln/run_config.h"
 #include "kiln/runtime.h"
 
 namespace kiln::tool {
@@ -44,6 +46,22 @@ struct RunOptions {
 
 // `kiln run RUN.yaml`: runs the config through local_run; exit 1 when a check fails.
 int run_run(const RunOptions& options);
+
+// Options of `kiln profile`.
+struct ProfileOptions {
+  std::filesystem::path config;
+  std::optional<std::string> device;
+  std::vector<std::string> collectors;  // added to the config's profile.collectors
+  std::optional<int32_t> calls;         // overrides profile.calls
+  bool json = false;
+};
+
+// `kiln profile RUN.yaml`: profiles the run's function and prints the report table.
+int run_profile(const ProfileOptions& options);
+
+// Profiles `profile.calls` calls of the function `spec` names with `profile.collectors` and
+// writes the report files `profile` asks for.
+profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile);
 
 // `kiln plugins`: every plugin considered, its version, ABI, state and reason.
 int run_plugins(const GlobalOptions& options);

@@ -46,6 +46,22 @@ int main(int argc, char** argv) {
                 "Show progress while measuring (default: when stderr is a terminal)");
   run->add_flag("--no-progress", progress_off, "Never show progress")->excludes("--progress");
 
+  ProfileOptions profile_options;
+  auto* profile =
+      app.add_subcommand("profile",
+                         "Profile calls of a run config's function and print the report table "
+                         "(docs/profiling.md)");
+  profile->add_option("config", profile_options.config, "The run config (YAML)")->required();
+  profile->add_option("--device", profile_options.device,
+                      "Device to run on, overriding the config's");
+  profile->add_option("--collector", profile_options.collectors,
+                      "Metric collector to use, e.g. perf (repeatable; added to the config's)");
+  profile
+      ->add_option("--calls", profile_options.calls,
+                   "Calls to profile (default: the config's, else 1)")
+      ->check(CLI::PositiveNumber);
+  profile->add_flag("--json", profile_options.json, "Print the report as JSON instead of a table");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -55,6 +71,7 @@ int main(int argc, char** argv) {
   try {
     if (plugins->parsed()) return run_plugins(options);
     if (devices->parsed()) return run_devices(options);
+    if (profile->parsed()) return run_profile(profile_options);
     if (run->parsed()) {
       // `run` works through the process-wide runtime: hand it the global options through the
       // environment it reads on first use.

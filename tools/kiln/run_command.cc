@@ -63,6 +63,8 @@ int run_run(const RunOptions& options) {
   if (progress) std::fprintf(stderr, "\r\033[K");
   run::CheckResult check = run::check_outputs(spec, result.outputs);
   const BenchmarkResult& timing = result.profile;
+  std::optional<profiling::Report> profile;
+  if (spec.profile) profile = profile_run(spec, *spec.profile);
 
   if (options.json) {
     nlohmann::json out;
@@ -94,6 +96,7 @@ int run_run(const RunOptions& options) {
     out["steps_s"] = nlohmann::json::object();
     for (const auto& [step, seconds] : steps) out["steps_s"][step] = seconds;
     out["check"] = {{"ok", check.ok}, {"summary", check.summary}};
+    if (profile) out["profile"] = nlohmann::json::parse(profile->json());
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << fmt::format("module:   {}\nfunction: {}\ndevice:   {} (timer: {})\nexport:   {}\n",
@@ -119,6 +122,7 @@ int run_run(const RunOptions& options) {
     std::cout << "\n";
     if (!check.summary.empty()) std::cout << "checks:\n" << check.summary << "\n";
   }
+  if (profile && !options.json) std::cout << "profile:\n" << profile->table() << "\n";
   return check.ok ? kExitOk : kExitCheckFailed;
 }
 

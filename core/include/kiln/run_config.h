@@ -77,6 +77,15 @@ struct OutputSpec {
   double atol = 1e-8;
 };
 
+// The `profile:` section: profile calls of the function with metric collectors.
+struct ProfileSpec {
+  std::vector<std::string> collectors;  // collector names from loaded plugins (e.g. "perf")
+  int32_t calls = 1;                    // profiled calls after the timing
+  // Report files to write (absolute; parent folders are created): the table, CSV, JSON and
+  // Chrome-trace forms of kiln::profiling::Report.
+  std::optional<std::filesystem::path> table, csv, json, trace;
+};
+
 // A parsed run configuration.
 struct RunSpec {
   std::filesystem::path file;    // the run configuration itself, as given to the parser
@@ -90,6 +99,7 @@ struct RunSpec {
   TimeEvaluatorOptions extra;
   std::vector<InputSpec> inputs;
   std::vector<OutputSpec> outputs;
+  std::optional<ProfileSpec> profile;  // the `profile:` section, when present
 };
 
 // Reads and validates the run configuration at `path`. Relative paths in it (module, npy,

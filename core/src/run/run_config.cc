@@ -27,8 +27,8 @@ using config::MapReader;
 
 constexpr std::string_view kExamplesVariable = "${KILN_EXAMPLES}";
 
-const std::vector<std::string> kTopKeys = {"module",    "function", "device", "export",
-                                           "evaluator", "inputs",   "outputs"};
+const std::vector<std::string> kTopKeys = {"module",    "function", "device",  "export",
+                                           "evaluator", "inputs",   "outputs", "profile"};
 const std::vector<std::string> kEvaluatorKeys = {"number",
                                                  "repeat",
                                                  "min_repeat_ms",
@@ -538,6 +538,21 @@ RunSpec parse_run_config(const fs::path& path) {
       }
       spec.outputs.push_back(std::move(output));
     }
+  }
+
+  if (std::optional<MapReader> profile = top.optional_map("profile")) {
+    ProfileSpec p;
+    profile->allow_keys({"collectors", "calls", "table", "csv", "json", "trace"});
+    profile->reject_unknown_keys();
+    p.collectors = profile->optional<std::vector<std::string>>("collectors", {});
+    p.calls = at_least<int32_t>(*profile, "calls", 1, 1);
+    for (auto [key, field] : {std::pair{"table", &p.table}, std::pair{"csv", &p.csv},
+                              std::pair{"json", &p.json}, std::pair{"trace", &p.trace}}) {
+      if (profile->contains(key)) {
+        *field = resolve_path(*profile, key, profile->required<std::string>(key), base_dir);
+      }
+    }
+    spec.profile = std::move(p);
   }
   return spec;
 }

@@ -3,15 +3,16 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/profiling/profiler.h"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: consumer_app PLUGIN_DIR KERNEL_MODULE\n");
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: consumer_app PLUGIN_DIR KERNEL_MODULE COLLECTOR_PLUGIN_DIR\n");
     return 2;
   }
   try {
     kiln::RuntimeOptions options;
-    options.search_paths = {argv[1]};
+    options.search_paths = {argv[1], argv[3]};
     options.read_environment = false;
     options.plugin_set = std::filesystem::path();  // no plugin set: load all found
     kiln::Runtime runtime(options);
@@ -38,6 +39,12 @@ int main(int argc, char** argv) {
     for (float x : host.host_span<float>()) {
       if (x != 1.25f) return 1;
     }
+    // The out-of-tree collector, through its manifest, used like any collector.
+    auto rusage = kiln::profiling::plugin_collector("rusage", runtime);
+    auto prof = kiln::profiling::profile_function(m, kiln::Device::cpu(), {rusage}, "triple", 2);
+    kiln::profiling::MetricMap metrics = prof({kiln::Any(5)});
+    for (const auto& [name, value] : metrics) std::printf("collector metric %s\n", name.c_str());
+    if (!metrics.count("rusage::user (us)") || !metrics.count("rusage::minor faults")) return 1;
     std::printf("consumer OK\n");
     return 0;
   } catch (const std::exception& e) {

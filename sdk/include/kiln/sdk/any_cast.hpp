@@ -4,6 +4,7 @@
 #define KILN_SDK_ANY_CAST_HPP_
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -12,6 +13,15 @@
 #include "kiln/sdk/error.hpp"
 
 namespace kiln::sdk {
+
+// The device type code of `device`. Vendor codes (>= 64) lie outside DLDeviceType's
+// enumerators, so the code is copied bit for bit instead of being read as the enum.
+inline int32_t device_type_code(const DLDevice& device) {
+  int32_t code;
+  static_assert(sizeof(code) == sizeof(device.device_type), "DLDeviceType is 32 bits");
+  std::memcpy(&code, &device.device_type, sizeof(code));
+  return code;
+}
 
 // Name of a KilnTypeCode, for messages.
 inline const char* type_code_name(int32_t code) {

@@ -1,0 +1,41 @@
+// MetricCollector: what a profiler asks of a metric source (SPEC.md §3.6). Implemented in C++
+// in-process, or by a collector plugin through the ABI (plugin_collector()); both are used the
+// same way.
+#ifndef KILN_PROFILING_COLLECTOR_H_
+#define KILN_PROFILING_COLLECTOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/device.h"
+#include "kiln/profiling/metrics.h"
+
+namespace kiln {
+class Runtime;
+}
+
+namespace kiln::profiling {
+
+class MetricCollector {
+ public:
+  virtual ~MetricCollector() = default;
+  // A name for messages and reports.
+  virtual std::string name() const = 0;
+  // Called once per profiler (or per profile_function call) before measuring; expensive
+  // setup goes here.
+  virtual void init(const std::vector<Device>& devices) = 0;
+  // Starts counting for one call on `device`. Null: this collector does not handle `device`.
+  virtual std::shared_ptr<void> start(Device device) = 0;
+  // Stops what start() began and returns the metrics of the call.
+  virtual MetricMap stop(std::shared_ptr<void> state) = 0;
+};
+
+// The collector component `name` of a loaded plugin (NotFoundError listing the available
+// ones). The plugin stays loaded while the collector lives.
+std::shared_ptr<MetricCollector> plugin_collector(const std::string& name);
+std::shared_ptr<MetricCollector> plugin_collector(const std::string& name, Runtime& runtime);
+
+}  // namespace kiln::profiling
+
+#endif  // KILN_PROFILING_COLLECTOR_H_

@@ -1,0 +1,100 @@
+// A MetricCollector backed by a plugin's KilnMetricCollector component.
+#include <fmt/format.h>
+
+#include "ffi/error_object.h"
+#include "kiln/c/collector.h"
+#include "kiln/error.h"
+#include "kiln/profiling/collector.h"
+#include "kiln/runtime.h"
+
+namespace kiln::profiling {
+namespace {
+
+void check(KilnError* err, const std::string& collector, const char* slot) {
+  if (err == nullptr) return;
+  const int32_t code = err->code;
+  std::string message = fmt::format("collector '{}' ({}): {}", collector, slot, err->message);
+  delete err;
+  throw_error(code, message);
+}
+
+class PluginCollector : public MetricCollector {
+ public:
+  PluginCollector(std::string name, const KilnMetricCollector* table, Ref<Object> plugin)
+      : name_(std::move(name)), table_(table), plugin_(std::move(plugin)) {}
+  ~PluginCollector() override { teardown(); }
+
+  std::string name() const override { return name_; }
+
+  void init(const std::vector<Device>& devices) override {
+    teardown();
+    std::vector<DLDevice> dl;
+    for (const Device& d : devices) dl.push_back(d.to_dlpack());
+    check(table_->init(table_->self, dl.data(), static_cast<int32_t>(dl.size()), &state_), name_,
+          "init");
+    initialized_ = true;
+  }
+
+  std::shared_ptr<void> start(Device device) override {
+    if (!initialized_) throw RuntimeError(fmt::format("collector '{}' started before init", name_));
+    void* handle = nullptr;
+    check(table_->start(table_->self, state_, device.to_dlpack(), &handle), name_, "start");
+    if (handle == nullptr) return nullptr;
+    // The plugin frees the handle in stop(); a handle never stopped is the plugin's to reclaim
+    // at teardown.
+    return std::shared_ptr<void>(handle, [](void*) {});
+  }
+
+  MetricMap stop(std::shared_ptr<void> state) override {
+    MetricMap metrics;
+    auto sink = [](void* ctx, const KilnMetric* m) {
+      auto* out = static_cast<MetricMap*>(ctx);
+      if (m == nullptr || m->name == nullptr) return;
+      switch (m->kind) {
+        case KILN_METRIC_COUNT:
+          (*out)[m->name] = Count{m->count};
+          break;
+        case KILN_METRIC_DURATION:
+          (*out)[m->name] = Duration{m->value};
+          break;
+        case KILN_METRIC_PERCENT:
+          (*out)[m->name] = Percent{m->value};
+          break;
+        case KILN_METRIC_RATIO:
+          (*out)[m->name] = Ratio{m->value};
+          break;
+        default:
+          (*out)[m->name] = std::string(m->str != nullptr ? m->str : "");
+          break;
+      }
+    };
+    check(table_->stop(table_->self, state_, state.get(), sink, &metrics), name_, "stop");
+    return metrics;
+  }
+
+ private:
+  void teardown() {
+    if (initialized_) table_->teardown(table_->self, state_);
+    initialized_ = false;
+    state_ = nullptr;
+  }
+
+  std::string name_;
+  const KilnMetricCollector* table_;
+  Ref<Object> plugin_;
+  void* state_ = nullptr;
+  bool initialized_ = false;
+};
+
+}  // namespace
+
+std::shared_ptr<MetricCollector> plugin_collector(const std::string& name) {
+  return plugin_collector(name, Runtime::global());
+}
+
+std::shared_ptr<MetricCollector> plugin_collector(const std::string& name, Runtime& runtime) {
+  auto [table, plugin] = runtime.collector(name);
+  return std::make_shared<PluginCollector>(name, table, std::move(plugin));
+}
+
+}  // namespace kiln::profiling

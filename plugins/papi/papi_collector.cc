@@ -1,0 +1,193 @@
+// The `papi` collector: counts PAPI events for calls on the CPU. Event names (from the plugin
+// options, {"events": [...]}) are used verbatim as metric names, as in the reference
+// (SPEC.md §3.7). Counters start at init and run continuously; start/stop only read them, so
+// nested calls work. An event PAPI cannot count is reported once, with PAPI's reason, and left
+// out of the metrics rather than reported as zero.
+#include <papi.h>
+
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kiln/sdk/plugin.hpp"
+
+namespace {
+
+// The reference's defaults for CPUs.
+const std::vector<std::string> kDefaultEvents = {"perf::CYCLES", "perf::STALLED-CYCLES-FRONTEND",
+                                                 "perf::STALLED-CYCLES-BACKEND",
+                                                 "perf::INSTRUCTIONS", "perf::CACHE-MISSES"};
+
+struct PluginState {
+  std::vector<std::string> requested;
+};
+PluginState* g_plugin = nullptr;
+
+// One profiler's counters: an event set over the events PAPI accepted.
+struct Collection {
+  int event_set = PAPI_NULL;
+  bool running = false;
+  std::vector<std::string> events;  // the accepted ones, in event-set order
+};
+
+struct Reading {
+  std::vector<long long> values;
+};
+
+std::string papi_error(int code) { return PAPI_strerror(code); }
+
+void warn_once(const std::string& message) {
+  static std::mutex mu;
+  static std::vector<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& s : seen) {
+    if (s == message) return;
+  }
+  seen.push_back(message);
+  kiln::sdk::log(KILN_LOG_WARN, "%s", message.c_str());
+}
+
+KilnError* init(void*, const DLDevice* devices, int32_t num_devices, void** state) {
+  *state = nullptr;
+  return kiln::sdk::guard("papi init", [&] {
+    bool has_cpu = false;
+    for (int32_t i = 0; i < num_devices; ++i) {
+      has_cpu |= kiln::sdk::device_type_code(devices[i]) == kDLCPU;
+    }
+    auto c = std::make_unique<Collection>();
+    if (!has_cpu) {
+      *state = c.release();  // PAPI's CPU component only: nothing to count
+      return;
+    }
+    if (!PAPI_is_initialized()) {
+      const int version = PAPI_library_init(PAPI_VER_CURRENT);
+      if (version != PAPI_VER_CURRENT) {
+        throw kiln::sdk::Error(KILN_ERROR_UNAVAILABLE,
+                               "PAPI_library_init failed: " + papi_error(version));
+      }
+    }
+    if (int rc = PAPI_create_eventset(&c->event_set); rc != PAPI_OK) {
+      throw kiln::sdk::Error(KILN_ERROR_RUNTIME, "PAPI_create_eventset: " + papi_error(rc));
+    }
+    for (const std::string& event : g_plugin->requested) {
+      const int rc = PAPI_add_named_event(c->event_set, event.c_str());
+      if (rc != PAPI_OK) {
+        warn_once("papi: event '" + event + "' unavailable: " + papi_error(rc) +
+                  " (on a VM without a PMU no hardware event can be counted)");
+        continue;
+      }
+      c->events.push_back(event);
+    }
+    if (!c->events.empty()) {
+      if (int rc = PAPI_start(c->event_set); rc != PAPI_OK) {
+        warn_once("papi: cannot start counting: " + papi_error(rc));
+        c->events.clear();
+      } else {
+        c->running = true;
+      }
+    } else {
+      warn_once("papi: none of the requested events can be counted here");
+    }
+    *state = c.release();
+  });
+}
+
+KilnError* start(void*, void* state, DLDevice device, void** handle) {
+  *handle = nullptr;
+  auto* c = static_cast<Collection*>(state);
+  if (c == nullptr || !c->running || kiln::sdk::device_type_code(device) != kDLCPU) {
+    return nullptr;
+  }
+  return kiln::sdk::guard("papi start", [&] {
+    auto r = std::make_unique<Reading>();
+    r->values.resize(c->events.size());
+    if (int rc = PAPI_read(c->event_set, r->values.data()); rc != PAPI_OK) {
+      throw kiln::sdk::Error(KILN_ERROR_RUNTIME, "PAPI_read: " + papi_error(rc));
+    }
+    *handle = r.release();
+  });
+}
+
+KilnError* stop(void*, void* state, void* handle, KilnMetricSink sink, void* sink_ctx) {
+  std::unique_ptr<Reading> begin(static_cast<Reading*>(handle));
+  auto* c = static_cast<Collection*>(state);
+  return kiln::sdk::guard("papi stop", [&] {
+    std::vector<long long> end(c->events.size());
+    if (int rc = PAPI_read(c->event_set, end.data()); rc != PAPI_OK) {
+      throw kiln::sdk::Error(KILN_ERROR_RUNTIME, "PAPI_read: " + papi_error(rc));
+    }
+    for (size_t i = 0; i < c->events.size(); ++i) {
+      long long delta = end[i] - begin->values[i];
+      if (delta < 0) {
+        warn_once("Detected overflow when reading performance counter, setting value to -1.");
+        delta = -1;
+      }
+      KilnMetric m{};
+      m.struct_size = sizeof(m);
+      m.name = c->events[i].c_str();
+      m.kind = KILN_METRIC_COUNT;
+      m.count = delta;
+      sink(sink_ctx, &m);
+    }
+  });
+}
+
+void teardown(void*, void* state) {
+  std::unique_ptr<Collection> c(static_cast<Collection*>(state));
+  if (c == nullptr || c->event_set == PAPI_NULL) return;
+  long long ignored[64];
+  if (c->running) PAPI_stop(c->event_set, c->events.size() <= 64 ? ignored : nullptr);
+  PAPI_cleanup_eventset(c->event_set);
+  PAPI_destroy_eventset(&c->event_set);
+}
+
+void shutdown(void* state) {
+  delete static_cast<PluginState*>(state);
+  g_plugin = nullptr;
+}
+
+}  // namespace
+
+extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* in,
+                                                        KilnPluginInfo* out) {
+  static KilnMetricCollector collector = [] {
+    auto c = kiln::sdk::make_table<KilnMetricCollector>();
+    c.init = init;
+    c.start = start;
+    c.stop = stop;
+    c.teardown = teardown;
+    return c;
+  }();
+  static const KilnComponent components[] = {
+      kiln::sdk::component(KILN_COMPONENT_COLLECTOR, "papi", &collector)};
+  auto state = std::make_unique<PluginState>();
+  state->requested = kDefaultEvents;
+  if (KilnError* err =
+          kiln::sdk::negotiate(in, out, {"papi", KILN_PAPI_PLUGIN_VERSION, components})) {
+    return err;
+  }
+  KilnError* err = kiln::sdk::guard("papi options", [&] {
+    const auto options = nlohmann::json::parse(in->options_json ? in->options_json : "{}");
+    if (options.contains("events")) {
+      if (!options["events"].is_array() || options["events"].empty()) {
+        throw kiln::sdk::Error(KILN_ERROR_VALUE,
+                               "option 'events' must be a non-empty list of "
+                               "PAPI event names");
+      }
+      state->requested.clear();
+      for (const auto& e : options["events"]) {
+        if (!e.is_string()) {
+          throw kiln::sdk::Error(KILN_ERROR_VALUE, "option 'events' holds a non-string");
+        }
+        state->requested.push_back(e.get<std::string>());
+      }
+    }
+  });
+  if (err != nullptr) return err;
+  g_plugin = state.get();
+  out->plugin_state = state.release();
+  out->shutdown = shutdown;
+  return nullptr;
+}

@@ -1,0 +1,132 @@
+// Profiler lifecycle (SPEC.md §3.2), collectors (§3.6) and profile_function (§3.9).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "kiln/kiln.h"
+#include "kiln/profiling/profiler.h"
+
+namespace kiln::profiling {
+namespace {
+
+using ::testing::ElementsAre;
+
+// Counts what the profiler asks of it, and reports the number of calls it saw stop.
+class TestCollector : public MetricCollector {
+ public:
+  std::string name() const override { return "test"; }
+  void init(const std::vector<Device>& devices) override {
+    ++inits;
+    devices_seen = devices.size();
+  }
+  std::shared_ptr<void> start(Device device) override {
+    if (device.type != kDLCPU) return nullptr;  // handles the cpu only
+    ++starts;
+    return std::make_shared<int>(starts);
+  }
+  MetricMap stop(std::shared_ptr<void> state) override {
+    ++stops;
+    return {{"Test Calls", Count{*static_cast<int*>(state.get())}},
+            {"Test Label", std::string("from the test collector")},
+            {"Test Ratio", Ratio{0.5}}};
+  }
+  int inits = 0, starts = 0, stops = 0;
+  size_t devices_seen = 0;
+};
+
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+TEST(Profiler, LifecycleNestedCallsTotalsAndPercent) {
+  auto collector = std::make_shared<TestCollector>();
+  Profiler p({Device::cpu()}, {collector}, {{"Executor", std::string("VM")}});
+  EXPECT_EQ(collector->inits, 1);
+  EXPECT_EQ(collector->devices_seen, 1u);
+  p.start();
+  p.start_call("outer", Device::cpu());
+  sleep_ms(5);
+  p.start_call("inner", Device::cpu(), {{"Hash", std::string("abc")}});
+  sleep_ms(10);
+  p.stop_call({{"Argument Shapes", std::string("float32[4]")}});
+  p.stop_call();
+  p.stop();
+  EXPECT_EQ(collector->starts, 3) << "Total + outer + inner";
+  EXPECT_EQ(collector->stops, 3);
+  Report r = p.report();
+  ASSERT_EQ(r.calls.size(), 2u);
+  // Calls are in the order they ended: inner first.
+  EXPECT_EQ(std::get<std::string>(r.calls[0].at("Name")), "inner");
+  EXPECT_EQ(std::get<std::string>(r.calls[1].at("Name")), "outer");
+  EXPECT_EQ(std::get<std::string>(r.calls[0].at("Hash")), "abc");
+  EXPECT_EQ(std::get<std::string>(r.calls[0].at("Argument Shapes")), "float32[4]");
+  EXPECT_EQ(std::get<std::string>(r.calls[0].at("Device")), "cpu0");
+  EXPECT_EQ(std::get<Count>(r.calls[0].at("Count")).value, 1);
+  EXPECT_EQ(std::get<std::string>(r.calls[0].at("Test Label")), "from the test collector");
+  const double inner = std::get<Duration>(r.calls[0].at("Duration (us)")).microseconds;
+  const double outer = std::get<Duration>(r.calls[1].at("Duration (us)")).microseconds;
+  EXPECT_GE(inner, 9000);
+  EXPECT_GE(outer, inner + 4000);
+  ASSERT_EQ(r.device_metrics.count("cpu0"), 1u);
+  const double total =
+      std::get<Duration>(r.device_metrics.at("cpu0").at("Duration (us)")).microseconds;
+  EXPECT_GE(total, outer);
+  EXPECT_EQ(r.device_metrics.at("cpu0").count("Percent"), 0u) << "device rows get no Percent";
+  EXPECT_NEAR(std::get<Percent>(r.calls[1].at("Percent")).percent, outer / total * 100, 1e-9);
+  EXPECT_GE(std::get<Duration>(r.calls[0].at("Start (us)")).microseconds,
+            std::get<Duration>(r.calls[1].at("Start (us)")).microseconds);
+  EXPECT_EQ(std::get<std::string>(r.configuration.at("Executor")), "VM");
+  EXPECT_GE(std::get<Count>(r.configuration.at("Number of threads")).value, 1);
+  // The formats read the same rows.
+  EXPECT_NE(r.table().find("inner"), std::string::npos);
+  EXPECT_NE(r.table().find("Total"), std::string::npos);
+  EXPECT_NE(r.csv().find("Test Calls"), std::string::npos);
+}
+
+TEST(Profiler, MisuseIsAnError) {
+  Profiler p({Device::cpu()}, {});
+  EXPECT_THROW(p.stop_call(), RuntimeError);
+  EXPECT_THROW(p.stop(), RuntimeError);
+  p.start();
+  EXPECT_THROW(p.start(), RuntimeError);
+  EXPECT_THROW(p.report(), RuntimeError);
+  p.stop();
+  EXPECT_TRUE(p.report().calls.empty());
+  EXPECT_THROW(Profiler({Device{kDLVulkan, 0}}, {}), NotFoundError);
+}
+
+TEST(Profiler, CollectorSkipsDevicesItDoesNotHandle) {
+  auto collector = std::make_shared<TestCollector>();
+  RuntimeOptions ro;
+  ro.search_paths = {std::string(KILN_STUB_PLUGIN_DIR) + "/stub_ok"};
+  ro.read_environment = false;
+  ro.search_install_prefix = false;
+  Runtime rt(ro);  // registers the stub's device type; the profiler uses the global runtime
+  Profiler p({Device::cpu()}, {collector});
+  p.start();
+  p.stop();
+  EXPECT_EQ(collector->starts, 1);
+  EXPECT_EQ(p.report().device_metrics.at("cpu0").count("Test Calls"), 1u);
+}
+
+TEST(ProfileFunction, ReturnsTheCollectorsMetrics) {
+  Module m = load_module(std::string(KILN_EXAMPLE_KERNEL_DIR) + "/libcalls.so");
+  auto collector = std::make_shared<TestCollector>();
+  auto prof = profile_function(m, Device::cpu(), {collector}, "add3", 4);
+  MetricMap metrics = prof({Any(1), Any(2), Any(3)});
+  EXPECT_EQ(collector->inits, 1) << "init on every invocation";
+  EXPECT_EQ(std::get<Count>(metrics.at("Test Calls")).value, 1);
+  EXPECT_DOUBLE_EQ(std::get<Ratio>(metrics.at("Test Ratio")).ratio, 0.5);
+  EXPECT_EQ(metrics.count("Duration (us)"), 0u) << "profile_function adds no timing";
+  prof({Any(1), Any(2), Any(3)});
+  EXPECT_EQ(collector->inits, 2);
+  try {
+    profile_function(m, Device::cpu(), {collector}, "nope");
+    FAIL();
+  } catch (const NotFoundError& e) {
+    EXPECT_STREQ(e.what(), "There is no function called \"nope\" in the module");
+  }
+}
+
+}  // namespace
+}  // namespace kiln::profiling

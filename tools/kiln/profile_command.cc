@@ -1,0 +1,112 @@
+// `kiln profile RUN.yaml` and the `profile:` section of `kiln run`: profile calls of the run's
+// function with metric collectors into a kiln::profiling::Report.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "commands.h"
+#include "kiln/kiln.h"
+#include "kiln/profiling/profiler.h"
+#include "kiln/run_config.h"
+
+namespace kiln::tool {
+namespace {
+
+// "float32[4, 4], float32[4]" for the tensor arguments (SPEC.md §3.1's ShapeString).
+std::string argument_shapes(const std::vector<Any>& args) {
+  std::vector<std::string> parts;
+  for (const Any& a : args) {
+    if (a.type_code() != KILN_TYPE_TENSOR) continue;
+    Tensor t = a.cast<Tensor>();
+    parts.push_back(fmt::format("{}[{}]", t.dtype().str(), fmt::join(t.shape(), ", ")));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) throw RuntimeError(fmt::format("cannot write {}", tmp.string()));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile) {
+  Module module = load_module(spec.module);
+  const std::string function = spec.function.empty() ? module.entry_name() : spec.function;
+  Function f = module.get_function(function);
+  const Device device = Device::parse(spec.device);
+
+  std::vector<Any> args;
+  for (const Any& a : run::make_inputs(spec)) {
+    if (a.type_code() != KILN_TYPE_TENSOR) {
+      args.push_back(a);
+      continue;
+    }
+    Tensor src = a.cast<Tensor>();
+    Tensor dst = Tensor::empty(std::vector<int64_t>(src.shape().begin(), src.shape().end()),
+                               src.dtype(), device);
+    dst.copy_from(src);
+    args.emplace_back(dst);
+  }
+
+  std::vector<std::shared_ptr<profiling::MetricCollector>> collectors;
+  for (const std::string& name : profile.collectors) {
+    collectors.push_back(profiling::plugin_collector(name));
+  }
+  profiling::MetricMap configuration{
+      {"Executor", std::string("kiln run")},
+      {"Module", spec.module.string()},
+      {"Device", profiling::device_report_name(device)},
+      {"Timer",
+       std::string(Runtime::global().backend(device.type)->has_timer() ? "device" : "wall")}};
+  for (const auto& s : Runtime::global().plugins()) {
+    if (s.state == PluginStatus::State::kLoaded) {
+      configuration["Plugin " + s.name] = s.version;
+    }
+  }
+  profiling::Profiler profiler({device}, collectors, configuration);
+  const std::string shapes = argument_shapes(args);
+  profiler.start();
+  for (int32_t i = 0; i < profile.calls; ++i) {
+    profiler.start_call(function, device, {{"Argument Shapes", shapes}});
+    f.call_packed(args);
+    profiler.stop_call();
+  }
+  profiler.stop();
+  profiling::Report report = profiler.report();
+
+  if (profile.table) write_file(*profile.table, report.table());
+  if (profile.csv) write_file(*profile.csv, report.csv());
+  if (profile.json) write_file(*profile.json, report.json());
+  if (profile.trace) write_file(*profile.trace, report.chrome_trace());
+  return report;
+}
+
+int run_profile(const ProfileOptions& options) {
+  run::RunSpec spec;
+  try {
+    spec = run::parse_run_config(options.config);
+    if (options.device) {
+      Device::parse(*options.device);
+      spec.device = *options.device;
+    }
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  run::ProfileSpec profile = spec.profile.value_or(run::ProfileSpec{});
+  for (const auto& c : options.collectors) profile.collectors.push_back(c);
+  if (options.calls) profile.calls = *options.calls;
+  profiling::Report report = profile_run(spec, profile);
+  std::cout << (options.json ? report.json() : report.table()) << "\n";
+  return kExitOk;
+}
+
+}  // namespace kiln::tool
