@@ -37,7 +37,8 @@ double process_cpu_seconds() {
     KilnAny ret;
     ret.type_code = KILN_TYPE_NONE;
     ret.flags = 0;
-    if (c.call(c.self, nullptr, 0, &ret) != nullptr) [[unlikely]] std::abort();
+    if (c.call(c.self, nullptr, 0, &ret) != nullptr) [[unlikely]]
+      std::abort();
   }
 }
 
