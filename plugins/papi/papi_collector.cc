@@ -164,30 +164,25 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
       kiln::sdk::component(KILN_COMPONENT_COLLECTOR, "papi", &collector)};
   auto state = std::make_unique<PluginState>();
   state->requested = kDefaultEvents;
-  if (KilnError* err =
-          kiln::sdk::negotiate(in, out, {"papi", KILN_PAPI_PLUGIN_VERSION, components})) {
-    return err;
-  }
-  KilnError* err = kiln::sdk::guard("papi options", [&] {
-    const auto options = nlohmann::json::parse(in->options_json ? in->options_json : "{}");
-    if (options.contains("events")) {
-      if (!options["events"].is_array() || options["events"].empty()) {
-        throw kiln::sdk::Error(KILN_ERROR_VALUE,
-                               "option 'events' must be a non-empty list of "
-                               "PAPI event names");
-      }
-      state->requested.clear();
-      for (const auto& e : options["events"]) {
-        if (!e.is_string()) {
-          throw kiln::sdk::Error(KILN_ERROR_VALUE, "option 'events' holds a non-string");
-        }
-        state->requested.push_back(e.get<std::string>());
-      }
+  kiln::sdk::PluginDescription description{"papi", KILN_PAPI_PLUGIN_VERSION, components,
+                                           state.get(), &shutdown};
+  description.configure = [&](const KilnNegotiateIn& negotiate_in) {
+    const auto options =
+        nlohmann::json::parse(negotiate_in.options_json ? negotiate_in.options_json : "{}");
+    if (!options.contains("events")) return;
+    if (!options["events"].is_array() || options["events"].empty()) {
+      throw kiln::sdk::Error(KILN_ERROR_VALUE,
+                             "option 'events' must be a non-empty list of PAPI event names");
     }
-  });
-  if (err != nullptr) return err;
-  g_plugin = state.get();
-  out->plugin_state = state.release();
-  out->shutdown = shutdown;
+    state->requested.clear();
+    for (const auto& e : options["events"]) {
+      if (!e.is_string())
+        throw kiln::sdk::Error(KILN_ERROR_VALUE, "option 'events' holds a non-string");
+      state->requested.push_back(e.get<std::string>());
+    }
+  };
+  if (KilnError* err = kiln::sdk::negotiate(in, out, description)) return err;
+  if (out == nullptr || out->plugin_state != state.get()) return nullptr;  // no host services
+  g_plugin = state.release();
   return nullptr;
 }

@@ -16,15 +16,6 @@ namespace {
 // plugin (every collector reference, hence every collector state) is gone.
 void shutdown(void* state) { delete static_cast<kiln::perf::PluginState*>(state); }
 
-// Undoes what negotiate() wrote into `out`, so that a refused negotiation leaves the host
-// nothing to call or free.
-void clear(KilnPluginInfo* out) {
-  out->num_components = 0;
-  out->components = nullptr;
-  out->plugin_state = nullptr;
-  out->shutdown = nullptr;
-}
-
 }  // namespace
 
 // Negotiates the ABI with the host and selects the events from `in->options_json`
@@ -43,14 +34,13 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
     // Before negotiate() there is no error factory; an unfilled `out` tells the host.
     return nullptr;
   }
-  KilnError* error = kiln::sdk::negotiate(
-      in, out, {"perf", KILN_PERF_PLUGIN_VERSION, state->components(), state.get(), &shutdown});
-  if (error != nullptr || out == nullptr || out->plugin_state != state.get()) return error;
-  error = kiln::sdk::guard("perf", [&] { state->configure(in->options_json); });
-  if (error != nullptr) {
-    clear(out);
-    return error;
-  }
+  kiln::sdk::PluginDescription description{"perf", KILN_PERF_PLUGIN_VERSION, state->components(),
+                                           state.get(), &shutdown};
+  description.configure = [&](const KilnNegotiateIn& offer) {
+    state->configure(offer.options_json);
+  };
+  if (KilnError* error = kiln::sdk::negotiate(in, out, description)) return error;
+  if (out == nullptr || out->plugin_state != state.get()) return nullptr;  // no host services
   state.release();  // owned by the host's call of shutdown from now on
   return nullptr;
 }

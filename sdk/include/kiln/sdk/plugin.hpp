@@ -12,6 +12,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -71,6 +72,10 @@ struct PluginDescription {
   std::span<const KilnComponent> components;
   void* state = nullptr;
   void (*shutdown)(void* state) = nullptr;
+  // Called after the version checks, with the host's offer, before `out` is filled: reads
+  // the options and sets the plugin up. An exception it throws becomes the returned error and
+  // leaves `out` untouched, so the host has nothing to call or free.
+  std::function<void(const KilnNegotiateIn& in)> configure = nullptr;
 };
 
 // Checks the host's offer against the ABI this plugin was built with and fills `out`.
@@ -106,6 +111,11 @@ inline KilnError* negotiate(const KilnNegotiateIn* in, KilnPluginInfo* out,
   if (out == nullptr || out->struct_size < KILN_PLUGIN_INFO_SIZE_1_0) {
     return make_error(KILN_ERROR_ABI,
                       "KilnPluginInfo from the host is smaller than its 1.0 layout");
+  }
+  if (description.configure) {
+    if (KilnError* err = guard(description.name, [&] { description.configure(*in); })) {
+      return err;
+    }
   }
   out->abi_major = KILN_ABI_VERSION_MAJOR;
   out->abi_minor = KILN_ABI_VERSION_MINOR;
