@@ -20,10 +20,13 @@ const std::vector<std::string> kDefaultEvents = {"perf::CYCLES", "perf::STALLED-
                                                  "perf::STALLED-CYCLES-BACKEND",
                                                  "perf::INSTRUCTIONS", "perf::CACHE-MISSES"};
 
+// One negotiation's state: its options and its own component table, whose `self` is this
+// state, so that several runtimes can load the plugin with different options.
 struct PluginState {
   std::vector<std::string> requested;
+  KilnMetricCollector collector{};
+  KilnComponent component{};
 };
-PluginState* g_plugin = nullptr;
 
 // One profiler's counters: an event set over the events PAPI accepted.
 struct Collection {
@@ -49,7 +52,7 @@ void warn_once(const std::string& message) {
   kiln::sdk::log(KILN_LOG_WARN, "%s", message.c_str());
 }
 
-KilnError* init(void*, const DLDevice* devices, int32_t num_devices, void** state) {
+KilnError* init(void* self, const DLDevice* devices, int32_t num_devices, void** state) {
   *state = nullptr;
   return kiln::sdk::guard("papi init", [&] {
     bool has_cpu = false;
@@ -71,7 +74,7 @@ KilnError* init(void*, const DLDevice* devices, int32_t num_devices, void** stat
     if (int rc = PAPI_create_eventset(&c->event_set); rc != PAPI_OK) {
       throw kiln::sdk::Error(KILN_ERROR_RUNTIME, "PAPI_create_eventset: " + papi_error(rc));
     }
-    for (const std::string& event : g_plugin->requested) {
+    for (const std::string& event : static_cast<PluginState*>(self)->requested) {
       const int rc = PAPI_add_named_event(c->event_set, event.c_str());
       if (rc != PAPI_OK) {
         warn_once("papi: event '" + event + "' unavailable: " + papi_error(rc) +
@@ -143,29 +146,23 @@ void teardown(void*, void* state) {
   PAPI_destroy_eventset(&c->event_set);
 }
 
-void shutdown(void* state) {
-  delete static_cast<PluginState*>(state);
-  g_plugin = nullptr;
-}
+void shutdown(void* state) { delete static_cast<PluginState*>(state); }
 
 }  // namespace
 
 extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* in,
                                                         KilnPluginInfo* out) {
-  static KilnMetricCollector collector = [] {
-    auto c = kiln::sdk::make_table<KilnMetricCollector>();
-    c.init = init;
-    c.start = start;
-    c.stop = stop;
-    c.teardown = teardown;
-    return c;
-  }();
-  static const KilnComponent components[] = {
-      kiln::sdk::component(KILN_COMPONENT_COLLECTOR, "papi", &collector)};
   auto state = std::make_unique<PluginState>();
   state->requested = kDefaultEvents;
-  kiln::sdk::PluginDescription description{"papi", KILN_PAPI_PLUGIN_VERSION, components,
-                                           state.get(), &shutdown};
+  state->collector = kiln::sdk::make_table<KilnMetricCollector>();
+  state->collector.self = state.get();
+  state->collector.init = init;
+  state->collector.start = start;
+  state->collector.stop = stop;
+  state->collector.teardown = teardown;
+  state->component = kiln::sdk::component(KILN_COMPONENT_COLLECTOR, "papi", &state->collector);
+  kiln::sdk::PluginDescription description{"papi", KILN_PAPI_PLUGIN_VERSION,
+                                           std::span(&state->component, 1), state.get(), &shutdown};
   description.configure = [&](const KilnNegotiateIn& negotiate_in) {
     const auto options =
         nlohmann::json::parse(negotiate_in.options_json ? negotiate_in.options_json : "{}");
@@ -183,6 +180,6 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
   };
   if (KilnError* err = kiln::sdk::negotiate(in, out, description)) return err;
   if (out == nullptr || out->plugin_state != state.get()) return nullptr;  // no host services
-  g_plugin = state.release();
+  state.release();                                                         // freed by shutdown
   return nullptr;
 }

@@ -128,5 +128,15 @@ TEST(ProfileFunction, ReturnsTheCollectorsMetrics) {
   }
 }
 
+TEST(ProfileFunction, RefusesRemoteModules) {
+  Module remote(make_object<ModuleObj>("rpc", "main"));
+  try {
+    profile_function(remote, Device::cpu(), {});
+    FAIL();
+  } catch (const RuntimeError& e) {
+    EXPECT_STREQ(e.what(), "Profiling a module over RPC is not yet supported");
+  }
+}
+
 }  // namespace
 }  // namespace kiln::profiling

@@ -2,6 +2,8 @@
 // function with metric collectors into a kiln::profiling::Report.
 #include <fmt/format.h>
 
+#include <stdlib.h>
+
 #include <fstream>
 #include <iostream>
 
@@ -36,6 +38,46 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   std::filesystem::rename(tmp, path);
 }
 
+// The collector `c.name` from its plugin loaded afresh with `c.options_json`: a private
+// runtime over the default runtime's search paths whose plugin set lists only that plugin.
+// The plugin (and so the collector) stays loaded after the runtime goes.
+std::shared_ptr<profiling::MetricCollector> collector_with_options(
+    const run::ProfileSpec::Collector& c) {
+  Runtime& global = Runtime::global();
+  std::string plugin;
+  for (const auto& s : global.plugins()) {
+    for (const auto& p : s.provides) {
+      if (p == "collector:" + c.name) plugin = s.name;
+    }
+  }
+  if (plugin.empty()) {
+    throw NotFoundError(fmt::format("no plugin provides the metric collector '{}'", c.name));
+  }
+  char dir_pattern[] = "/tmp/kiln_collector_XXXXXX";
+  if (mkdtemp(dir_pattern) == nullptr) throw RuntimeError("cannot create a temporary directory");
+  const std::filesystem::path set = std::filesystem::path(dir_pattern) / "plugins.yaml";
+  write_file(set, fmt::format("plugins:\n  - name: {}\n    options: {}\n", plugin, c.options_json));
+  RuntimeOptions options;
+  options.plugin_set = set;
+  options.search_paths = global.search_paths();
+  options.read_environment = false;
+  options.search_install_prefix = false;
+  std::shared_ptr<profiling::MetricCollector> collector;
+  {
+    Runtime runtime(options);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_pattern, ec);
+    for (const auto& s : runtime.plugins()) {
+      if (s.name == plugin && s.state != PluginStatus::State::kLoaded) {
+        throw UsageError(fmt::format("collector '{}' with options {}: plugin '{}' {}: {}", c.name,
+                                     c.options_json, plugin, to_string(s.state), s.reason));
+      }
+    }
+    collector = profiling::plugin_collector(c.name, runtime);
+  }
+  return collector;
+}
+
 }  // namespace
 
 profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile) {
@@ -58,8 +100,9 @@ profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& 
   }
 
   std::vector<std::shared_ptr<profiling::MetricCollector>> collectors;
-  for (const std::string& name : profile.collectors) {
-    collectors.push_back(profiling::plugin_collector(name));
+  for (const run::ProfileSpec::Collector& c : profile.collectors) {
+    collectors.push_back(c.options_json.empty() ? profiling::plugin_collector(c.name)
+                                                : collector_with_options(c));
   }
   profiling::MetricMap configuration{
       {"Executor", std::string("kiln run")},
@@ -102,7 +145,7 @@ int run_profile(const ProfileOptions& options) {
     throw UsageError(e.what());
   }
   run::ProfileSpec profile = spec.profile.value_or(run::ProfileSpec{});
-  for (const auto& c : options.collectors) profile.collectors.push_back(c);
+  for (const auto& c : options.collectors) profile.collectors.push_back({c, ""});
   if (options.calls) profile.calls = *options.calls;
   profiling::Report report = profile_run(spec, profile);
   std::cout << (options.json ? report.json() : report.table()) << "\n";

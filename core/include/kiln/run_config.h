@@ -79,8 +79,13 @@ struct OutputSpec {
 
 // The `profile:` section: profile calls of the function with metric collectors.
 struct ProfileSpec {
-  std::vector<std::string> collectors;  // collector names from loaded plugins (e.g. "perf")
-  int32_t calls = 1;                    // profiled calls after the timing
+  // A collector by name, with options for its plugin (JSON text; empty: the plugin set's).
+  struct Collector {
+    std::string name;
+    std::string options_json;
+  };
+  std::vector<Collector> collectors;  // e.g. "perf", or {name: perf, options: {events: [...]}}
+  int32_t calls = 1;                  // profiled calls after the timing
   // Report files to write (absolute; parent folders are created): the table, CSV, JSON and
   // Chrome-trace forms of kiln::profiling::Report.
   std::optional<std::filesystem::path> table, csv, json, trace;

@@ -157,6 +157,9 @@ Report Profiler::report() const {
 std::function<MetricMap(const std::vector<Any>& args)> profile_function(
     const Module& module, Device device, std::vector<std::shared_ptr<MetricCollector>> collectors,
     const std::string& func_name, int32_t warmup_iters) {
+  if (module.kind() == "rpc") {
+    throw RuntimeError("Profiling a module over RPC is not yet supported");  // SPEC.md §3.9
+  }
   const std::string name = func_name.empty() ? module.entry_name() : func_name;
   if (warmup_iters < 0) throw ValueError("profile_function: warmup_iters must be >= 0");
   if (name.empty() || !module.has_function(name)) {

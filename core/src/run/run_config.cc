@@ -544,7 +544,33 @@ RunSpec parse_run_config(const fs::path& path) {
     ProfileSpec p;
     profile->allow_keys({"collectors", "calls", "table", "csv", "json", "trace"});
     profile->reject_unknown_keys();
-    p.collectors = profile->optional<std::vector<std::string>>("collectors", {});
+    if (std::optional<YAML::Node> list = profile->node("collectors"); list && !list->IsNull()) {
+      if (!list->IsSequence()) {
+        throw profile->error("collectors",
+                             "expected a list of collectors, got " + config::describe_node(*list));
+      }
+      for (size_t i = 0; i < list->size(); ++i) {
+        const YAML::Node item = (*list)[i];
+        ProfileSpec::Collector c;
+        if (item.IsScalar()) {
+          c.name = item.Scalar();
+        } else {
+          MapReader entry(item, file, config::index_key_path("profile.collectors", i));
+          entry.allow_keys({"name", "options"});
+          entry.reject_unknown_keys();
+          c.name = entry.required<std::string>("name");
+          if (std::optional<YAML::Node> options = entry.node("options")) {
+            if (!options->IsMap()) {
+              throw entry.error("options", "expected a mapping of the plugin's options, got " +
+                                               config::describe_node(*options));
+            }
+            c.options_json = config::yaml_to_json(*options);
+          }
+        }
+        if (c.name.empty()) throw profile->error("collectors", "a collector name is empty");
+        p.collectors.push_back(std::move(c));
+      }
+    }
     p.calls = at_least<int32_t>(*profile, "calls", 1, 1);
     for (auto [key, field] : {std::pair{"table", &p.table}, std::pair{"csv", &p.csv},
                               std::pair{"json", &p.json}, std::pair{"trace", &p.trace}}) {
