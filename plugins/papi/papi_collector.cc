@@ -5,6 +5,7 @@
 // out of the metrics rather than reported as zero.
 #include <papi.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -146,7 +147,14 @@ void teardown(void*, void* state) {
   PAPI_destroy_eventset(&c->event_set);
 }
 
-void shutdown(void* state) { delete static_cast<PluginState*>(state); }
+// Negotiations alive in this process; PAPI is shut down with the last one so that libpapi's
+// own allocations are returned before the plugin (and libpapi) is unloaded.
+std::atomic<int> g_live_states{0};
+
+void shutdown(void* state) {
+  delete static_cast<PluginState*>(state);
+  if (g_live_states.fetch_sub(1) == 1 && PAPI_is_initialized()) PAPI_shutdown();
+}
 
 }  // namespace
 
