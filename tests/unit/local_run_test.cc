@@ -104,6 +104,22 @@ TEST(LocalRun, TempDirIsRemovedAfterSuccessAndAfterFailure) {
   EXPECT_FALSE(fs::exists(dir));
 }
 
+TEST(LocalRun, TempDirHonoursTmpdir) {
+  TempDir base;
+  ScopedEnv tmpdir("TMPDIR", base.path().string());
+  Module m = load_module(kKernels + "/libvector_add.so");
+  std::string dir;
+  RunHooks hooks;
+  hooks.temp_dir_out = &dir;
+  ExportFunction copy_library = [](const Module& mod, const std::string& path) {
+    fs::copy_file(mod.get()->source(), path);
+  };
+  local_run(m, "cpu", vector_add_args(4), EvaluatorConfig{1, 1, 0, false}, copy_library,
+            std::string("so"), hooks);
+  EXPECT_EQ(fs::path(dir).parent_path(), base.path());
+  EXPECT_FALSE(fs::exists(dir));
+}
+
 TEST(LocalRun, RejectsBadArgumentsBeforeAnyWork) {
   Module m = load_module(kKernels + "/libvector_add.so");
   std::string dir;

@@ -2,8 +2,6 @@
 // function with metric collectors into a kiln::profiling::Report.
 #include <fmt/format.h>
 
-#include <stdlib.h>
-
 #include <fstream>
 #include <iostream>
 
@@ -11,6 +9,7 @@
 #include "kiln/kiln.h"
 #include "kiln/profiling/profiler.h"
 #include "kiln/run_config.h"
+#include "kiln/temp_dir.h"
 
 namespace kiln::tool {
 namespace {
@@ -53,9 +52,8 @@ std::shared_ptr<profiling::MetricCollector> collector_with_options(
   if (plugin.empty()) {
     throw NotFoundError(fmt::format("no plugin provides the metric collector '{}'", c.name));
   }
-  char dir_pattern[] = "/tmp/kiln_collector_XXXXXX";
-  if (mkdtemp(dir_pattern) == nullptr) throw RuntimeError("cannot create a temporary directory");
-  const std::filesystem::path set = std::filesystem::path(dir_pattern) / "plugins.yaml";
+  const TemporaryDirectory dir("kiln_collector_");
+  const std::filesystem::path set = dir.path() / "plugins.yaml";
   write_file(set, fmt::format("plugins:\n  - name: {}\n    options: {}\n", plugin, c.options_json));
   RuntimeOptions options;
   options.plugin_set = set;
@@ -65,8 +63,6 @@ std::shared_ptr<profiling::MetricCollector> collector_with_options(
   std::shared_ptr<profiling::MetricCollector> collector;
   {
     Runtime runtime(options);
-    std::error_code ec;
-    std::filesystem::remove_all(dir_pattern, ec);
     for (const auto& s : runtime.plugins()) {
       if (s.name == plugin && s.state != PluginStatus::State::kLoaded) {
         throw UsageError(fmt::format("collector '{}' with options {}: plugin '{}' {}: {}", c.name,

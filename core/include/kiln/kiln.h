@@ -14,6 +14,7 @@
 #include "kiln/npy.h"
 #include "kiln/object.h"
 #include "kiln/runtime.h"
+#include "kiln/temp_dir.h"
 #include "kiln/tensor.h"
 #include "kiln/testing.h"
 #include "kiln/version.h"

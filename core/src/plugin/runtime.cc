@@ -18,6 +18,7 @@
 #include "kiln/config_error.h"
 #include "kiln/error.h"
 #include "kiln/logging.h"
+#include "kiln/temp_dir.h"
 #include "kiln/version.h"
 #include "plugin/loaded_plugin.h"
 #include "plugin/manifest.h"
@@ -654,20 +655,8 @@ Module Runtime::load_package(Ref<ModuleObj> package, const fs::path& path) {
       host->name == "..") {
     throw ValueError(fmt::format("package {}: bad artifact name '{}'", path.string(), host->name));
   }
-  char pattern[] = "/tmp/kiln_package_XXXXXX";
-  if (mkdtemp(pattern) == nullptr) {
-    throw RuntimeError(
-        fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
-  }
-  const fs::path dir(pattern);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{dir};
-  const fs::path lib = dir / host->name;
+  const TemporaryDirectory dir("kiln_package_");
+  const fs::path lib = dir.path() / host->name;
   {
     std::ofstream out(lib, std::ios::binary);
     out.write(reinterpret_cast<const char*>(host->data.data()),

@@ -9,6 +9,7 @@
 
 #include "kiln/error.h"
 #include "kiln/runtime.h"
+#include "kiln/temp_dir.h"
 #include "kiln/tensor.h"
 #include "kiln/testing.h"
 
@@ -16,30 +17,6 @@ namespace kiln::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A private temporary directory, removed with its contents when the scope ends (also when a
-// step throws).
-class ScopedTempDir {
- public:
-  ScopedTempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(base != nullptr && *base ? base : "/tmp") + "/kiln_local_run_XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) {
-      throw RuntimeError(fmt::format("local_run: cannot create a temporary directory from {}: {}",
-                                     pattern, std::strerror(errno)));
-    }
-    path_ = pattern;
-  }
-  ~ScopedTempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // Times one step for the on_step hook.
 template <typename Body>
@@ -108,7 +85,7 @@ RunResult local_run(const Module& mod, const std::string& device_type, const std
   options.validate();
 
   // 2.
-  ScopedTempDir temp;
+  const TemporaryDirectory temp("kiln_local_run_");
   if (hooks.temp_dir_out != nullptr) *hooks.temp_dir_out = temp.path().string();
   const fs::path artifact = temp.path() / ("kiln_tmp_mod." + plan.output_format);
 
