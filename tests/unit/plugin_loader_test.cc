@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -224,16 +226,23 @@ TEST(PluginLoader, EnvironmentSelectsAndDisablesWithGlobs) {
 }
 
 TEST(PluginLoader, ObjectsKeepTheirPluginLoadedAfterTheRuntimeIsGone) {
+  const std::string library = (stub_dir("stub_ok") / "libkiln_stub_ok.so").string();
   Tensor t;
   {
     auto rt = isolated_runtime({stub_dir("stub_ok")});
     t = Tensor::empty({16}, DataType::Float(32), Device{100, 0}, *rt);
   }
-  // The runtime is gone; the tensor's memory is freed through the still-loaded plugin.
+  // The runtime is gone, the tensor is not: the plugin must still be loaded and not shut down.
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(handle, nullptr) << "the plugin was unloaded while a tensor it allocated lives";
+  auto shutdown_calls = reinterpret_cast<int (*)()>(dlsym(handle, "stub_shutdown_calls"));
+  ASSERT_NE(shutdown_calls, nullptr);
+  const int before = shutdown_calls();
   std::vector<float> v(16, 1.0f);
   t.copy_from(v.data(), 64);
-  t = Tensor();
-  SUCCEED();
+  t = Tensor();  // the last object made through the plugin: now it shuts down
+  EXPECT_EQ(shutdown_calls(), before + 1);
+  dlclose(handle);
 }
 
 TEST(PluginLoader, MalformedPluginSetIsAConfigError) {
