@@ -156,8 +156,10 @@ TEST(Evaluator, CacheFlushBytesRunsAndDoesNotCountInTheTime) {
   TimeEvaluator e(c.f(), Device::cpu(), o);
   BenchmarkResult r = e({});
   EXPECT_EQ(c.calls->load(), 1 + 6);
-  // Copying 8 MiB takes far longer than two empty calls; it is outside the timed region.
-  EXPECT_LT(r.max(), 1e-4);
+  // Copying 8 MiB takes milliseconds, far longer than two empty calls: were it timed, every
+  // repeat would read >= ~0.5 ms per call. The fastest repeat shows it is not (the slowest
+  // may be preempted on a loaded machine).
+  EXPECT_LT(r.min(), 2.5e-4);
 }
 
 TEST(Evaluator, DeviceWithoutTimerFallsBackToWallClock) {
@@ -237,8 +239,10 @@ TEST(Evaluator, ModuleTimeEvaluatorOnAKernel) {
   TimeEvaluator e = time_evaluator(m, "add3", Device::cpu(), 100, 3);
   BenchmarkResult r = e.call(1, 2, 3);
   EXPECT_EQ(r.results().size(), 3u);
-  EXPECT_GT(r.mean(), 0);
-  EXPECT_LT(r.mean(), 1e-5);
+  // No upper bound on the time: speed belongs in bench/, and a loaded CI machine (or a
+  // sanitizer build) can be arbitrarily slow.
+  for (double t : r.results()) EXPECT_GT(t, 0);
+  EXPECT_EQ(r.numbers, std::vector<int64_t>(3, 100)) << "no growth without min_repeat_ms";
   EXPECT_THROW(time_evaluator(m, "missing", Device::cpu()), NotFoundError);
 }
 
