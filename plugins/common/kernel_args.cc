@@ -1,0 +1,141 @@
+#include "kernel_args.h"
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "kiln/sdk/error.hpp"
+
+namespace kiln::plugin_common {
+namespace {
+
+const char* type_name(int32_t code) {
+  switch (code) {
+    case KILN_TYPE_NONE:
+      return "none";
+    case KILN_TYPE_BOOL:
+      return "bool";
+    case KILN_TYPE_INT:
+      return "int";
+    case KILN_TYPE_FLOAT:
+      return "float";
+    case KILN_TYPE_STRING:
+      return "string";
+    case KILN_TYPE_BYTES:
+      return "bytes";
+    case KILN_TYPE_DEVICE:
+      return "device";
+    case KILN_TYPE_DTYPE:
+      return "dtype";
+    case KILN_TYPE_SHAPE:
+      return "shape";
+    case KILN_TYPE_TENSOR:
+      return "tensor";
+    case KILN_TYPE_FUNCTION:
+      return "function";
+    case KILN_TYPE_OPAQUE:
+      return "opaque pointer";
+    default:
+      return "unknown";
+  }
+}
+
+template <typename T>
+std::array<uint8_t, 8> bytes_of(T value) {
+  std::array<uint8_t, 8> out{};
+  std::memcpy(out.data(), &value, sizeof(T));
+  return out;
+}
+
+template <typename T>
+std::array<uint8_t, 8> checked_int(int64_t v, const std::string& where, ArgKind kind) {
+  const bool fits = std::numeric_limits<T>::is_signed
+                        ? v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                              v <= static_cast<int64_t>(std::numeric_limits<T>::max())
+                        : v >= 0 && static_cast<uint64_t>(v) <= std::numeric_limits<T>::max();
+  if (!fits) {
+    throw sdk::Error(KILN_ERROR_VALUE,
+                     where + ": " + std::to_string(v) + " does not fit in " + to_string(kind));
+  }
+  return bytes_of(static_cast<T>(v));
+}
+
+}  // namespace
+
+PackedArgs pack_kernel_args(const KernelInfo& kernel, const KilnAny* args, int32_t num_args,
+                            const TensorToHandle& to_handle) {
+  const size_t expected = kernel.args.size();
+  if (num_args < 0 || static_cast<size_t>(num_args) != expected) {
+    throw sdk::Error(KILN_ERROR_VALUE, "kernel '" + kernel.name + "' takes " +
+                                           std::to_string(expected) + " arguments, got " +
+                                           std::to_string(num_args));
+  }
+  PackedArgs out;
+  out.values.resize(expected);
+  out.sizes.resize(expected);
+  out.pointers.resize(expected);
+  for (size_t i = 0; i < expected; ++i) {
+    const ArgKind kind = kernel.args[i];
+    const KilnAny& a = args[i];
+    const std::string where = "kernel '" + kernel.name + "' argument " + std::to_string(i);
+    auto wrong = [&]() {
+      return sdk::Error(KILN_ERROR_TYPE,
+                        where + " expects " + to_string(kind) + ", got " + type_name(a.type_code));
+    };
+    const bool is_int = a.type_code == KILN_TYPE_INT || a.type_code == KILN_TYPE_BOOL;
+    switch (kind) {
+      case ArgKind::kTensor:
+        if (a.type_code != KILN_TYPE_TENSOR || a.value.v_tensor == nullptr) throw wrong();
+        out.values[i] = bytes_of(to_handle(*a.value.v_tensor, i));
+        break;
+      case ArgKind::kFloat32:
+      case ArgKind::kFloat64: {
+        double v;
+        if (a.type_code == KILN_TYPE_FLOAT) {
+          v = a.value.v_float64;
+        } else if (is_int) {
+          v = static_cast<double>(a.value.v_int64);
+        } else {
+          throw wrong();
+        }
+        out.values[i] = kind == ArgKind::kFloat32 ? bytes_of(static_cast<float>(v)) : bytes_of(v);
+        break;
+      }
+      default: {
+        if (!is_int) throw wrong();
+        const int64_t v = a.value.v_int64;
+        switch (kind) {
+          case ArgKind::kInt8:
+            out.values[i] = checked_int<int8_t>(v, where, kind);
+            break;
+          case ArgKind::kInt16:
+            out.values[i] = checked_int<int16_t>(v, where, kind);
+            break;
+          case ArgKind::kInt32:
+            out.values[i] = checked_int<int32_t>(v, where, kind);
+            break;
+          case ArgKind::kUInt8:
+            out.values[i] = checked_int<uint8_t>(v, where, kind);
+            break;
+          case ArgKind::kUInt16:
+            out.values[i] = checked_int<uint16_t>(v, where, kind);
+            break;
+          case ArgKind::kUInt32:
+            out.values[i] = checked_int<uint32_t>(v, where, kind);
+            break;
+          case ArgKind::kUInt64:
+            out.values[i] = checked_int<uint64_t>(v, where, kind);
+            break;
+          default:
+            out.values[i] = bytes_of(v);
+            break;  // int64
+        }
+      }
+    }
+    out.sizes[i] = arg_size(kind);
+  }
+  for (size_t i = 0; i < expected; ++i) out.pointers[i] = out.values[i].data();
+  return out;
+}
+
+}  // namespace kiln::plugin_common
