@@ -5,6 +5,7 @@
 #include "kiln/any.h"
 #include "kiln/device.h"
 #include "kiln/device_backend.h"
+#include "kiln/device_code.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/evaluator.h"

@@ -1,12 +1,19 @@
-// cache_flush_cpu_non_first_arg (SPEC.md §1.4): flushes from every cache level the memory of
-// every tensor argument except the first, approximating cold weights while the activation
-// (first argument) stays warm. Registered as a global function for f_preproc.
+// Cache flushing preprocessors for the time evaluator's f_preproc, registered as global
+// functions:
+// - cache_flush_cpu_non_first_arg (SPEC.md §1.4): flushes from every cache level the memory of
+//   every tensor argument except the first, approximating cold weights while the activation
+//   (first argument) stays warm.
+// - cache_flush_device_l2: writes a buffer the size of the device's L2 cache (its
+//   "l2_cache_bytes" attribute) on the device of the first tensor argument, so that the timed
+//   batch starts with an L2 holding none of the arguments (as nvbench does on GPUs).
 #include <fmt/format.h>
 
 #include <cstdint>
 
+#include "kiln/device_backend.h"
 #include "kiln/error.h"
 #include "kiln/function.h"
+#include "kiln/runtime.h"
 #include "kiln/tensor.h"
 
 #if defined(__x86_64__)
@@ -54,10 +61,40 @@ Any cache_flush_cpu_non_first_arg(const Any* args, int32_t num_args) {
   return Any();
 }
 
+// The "l2_cache_bytes" attribute of `device`; 0 when the backend does not report it.
+int64_t l2_cache_bytes(Device device) {
+  Ref<DeviceBackend> backend = Runtime::global().backend(device.type);
+  for (const auto& [key, value] : backend->attributes(device.id)) {
+    if (key == "l2_cache_bytes" && value.type_code() == KILN_TYPE_INT) return value.cast<int64_t>();
+  }
+  return 0;
+}
+
+Any cache_flush_device_l2(const Any* args, int32_t num_args) {
+  for (int32_t i = 0; i < num_args; ++i) {
+    if (args[i].type_code() != KILN_TYPE_TENSOR) continue;
+    const Device device = args[i].cast<Tensor>().device();
+    const int64_t bytes = l2_cache_bytes(device);
+    if (bytes <= 0) {
+      throw ValueError(fmt::format(
+          "cache_flush_device_l2: device {} reports no l2_cache_bytes attribute", device.str()));
+    }
+    // Copying one L2-sized buffer onto another writes every line of the cache with data no
+    // argument shares. The buffers are made per call: allocation is not timed.
+    const Tensor from = Tensor::empty({bytes}, DataType::UInt(8), device);
+    Tensor to = Tensor::empty({bytes}, DataType::UInt(8), device);
+    to.copy_from(from);
+    return Any();
+  }
+  throw ValueError("cache_flush_device_l2: no tensor argument tells which device to flush");
+}
+
 const bool registered = [] {
   registry::set(
       "cache_flush_cpu_non_first_arg",
       Function::from_packed("cache_flush_cpu_non_first_arg", &cache_flush_cpu_non_first_arg), true);
+  registry::set("cache_flush_device_l2",
+                Function::from_packed("cache_flush_device_l2", &cache_flush_device_l2), true);
   return true;
 }();
 

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "ffi/error_object.h"
 #include "kiln/config_error.h"
+#include "kiln/device_code.h"
 #include "kiln/error.h"
 #include "kiln/logging.h"
 #include "kiln/temp_dir.h"
@@ -615,6 +617,16 @@ Module Runtime::load_module(const fs::path& path) {
   std::string format = name.substr(dot + 1);
   if (format == "dll" || format == "dylib" || format == "dso") format = "so";
   auto it = impl_->loaders.find(format);
+  if (it == impl_->loaders.end() &&
+      (device_code_format_of(format) || fs::is_regular_file(path.string() + ".json", ec))) {
+    // Device code with its sidecar metadata (docs/plugin-abi.md §10.4): a loader plugin that
+    // claims the extension wins; otherwise the host makes the kernels functions itself.
+    std::vector<DeviceCode> code;
+    code.push_back(read_device_code(path));
+    Module m = make_device_code_module(std::move(code), *this);
+    m.get()->set_source(path.string());
+    return m;
+  }
   if (it == impl_->loaders.end()) {
     auto formats = loader_formats();
     throw NotFoundError(
@@ -637,23 +649,70 @@ Module Runtime::load_module(const fs::path& path) {
 }
 
 Module Runtime::load_package(Ref<ModuleObj> package, const fs::path& path) {
-  // A package carries its artifacts; the host library among them is loaded by the loader for
-  // its own format, from a private temporary copy (the library stays mapped after removal).
+  // A package carries its artifacts: at most one host library, loaded by the loader for its
+  // own format from a private temporary copy (the library stays mapped after removal), and
+  // device code blobs, each with its metadata artifact "<name>.json".
   const Artifact* host = nullptr;
+  std::map<std::string, const Artifact*> metadata;
+  std::vector<const Artifact*> device_blobs;
   for (const Artifact& a : package->artifacts) {
+    if (a.name.empty() || a.name.find('/') != std::string::npos || a.name == "." ||
+        a.name == "..") {
+      throw ValueError(fmt::format("package {}: bad artifact name '{}'", path.string(), a.name));
+    }
     if (a.role == "host_library") {
       if (host != nullptr) {
         throw ValueError(fmt::format("package {} has more than one host_library", path.string()));
       }
       host = &a;
+    } else if (a.role == "device_blob") {
+      device_blobs.push_back(&a);
+    } else if (a.role == "metadata") {
+      metadata[a.name] = &a;
+    }
+  }
+  if (host == nullptr && device_blobs.empty()) {
+    throw ValueError(
+        fmt::format("package {} has no host_library and no device_blob artifact", path.string()));
+  }
+  Module device_code;
+  if (!device_blobs.empty()) {
+    std::vector<DeviceCode> blobs;
+    for (const Artifact* blob : device_blobs) {
+      auto meta = metadata.find(blob->name + ".json");
+      if (meta == metadata.end()) {
+        throw ValueError(
+            fmt::format("package {}: device_blob '{}' has no metadata artifact '{}.json'",
+                        path.string(), blob->name, blob->name));
+      }
+      const std::string json(meta->second->data.begin(), meta->second->data.end());
+      DeviceCode code;
+      code.name = blob->name;
+      code.data = blob->data;
+      code.metadata_json = json;
+      // The metadata written with the blob names its format and target.
+      const auto doc = nlohmann::json::parse(json, nullptr, false);
+      if (doc.is_object()) {
+        code.format = doc.value("format", "");
+        code.target = doc.value("target", "");
+      }
+      if (code.format.empty() || code.target.empty()) {
+        throw ValueError(
+            fmt::format("package {}: metadata '{}' must name \"format\" and \"target\"",
+                        path.string(), meta->first));
+      }
+      blobs.push_back(std::move(code));
+    }
+    try {
+      device_code = make_device_code_module(std::move(blobs), *this);
+    } catch (const Error& e) {
+      throw_error(e.code(), fmt::format("package {}: {}", path.string(), e.what()));
     }
   }
   if (host == nullptr) {
-    throw ValueError(fmt::format("package {} has no host_library artifact", path.string()));
-  }
-  if (host->name.empty() || host->name.find('/') != std::string::npos || host->name == "." ||
-      host->name == "..") {
-    throw ValueError(fmt::format("package {}: bad artifact name '{}'", path.string(), host->name));
+    device_code.get()->artifacts = package->artifacts;
+    device_code.get()->set_source(path.string());
+    return device_code;
   }
   const TemporaryDirectory dir("kiln_package_");
   const fs::path lib = dir.path() / host->name;
@@ -672,6 +731,8 @@ Module Runtime::load_package(Ref<ModuleObj> package, const fs::path& path) {
     throw_error(e.code(), fmt::format("{} (host library '{}' of package {})", e.what(), host->name,
                                       path.string()));
   }
+  // The host library calls into the device code as an import (its kernels resolve through it).
+  if (device_code.defined()) inner.import_module(device_code);
   // The loaded module reports the package's artifacts, so exporting it again is lossless.
   inner.get()->artifacts = package->artifacts;
   inner.get()->set_source(path.string());

@@ -1,0 +1,303 @@
+#include "kiln/device_code.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kernel_metadata.h"
+#include "kiln/device_backend.h"
+#include "kiln/error.h"
+#include "kiln/runtime.h"
+#include "kiln/sdk/error.hpp"
+#include "kiln/tensor.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using plugin_common::LaunchTag;
+
+// Parses `json` as kernel metadata, naming `where` (a file or artifact) in errors.
+plugin_common::ModuleMetadata parse_metadata(const std::string& json, const std::string& where) {
+  try {
+    return plugin_common::parse_module_metadata(json);
+  } catch (const sdk::Error& e) {
+    throw ValueError(fmt::format("{}: {}", where, e.what()));
+  }
+}
+
+// One blob and the places it has been loaded into: per device, the backend's module handle
+// and the kernels looked up in it. Shared by the blob's kernel functions; unloads everything
+// when the last of them goes.
+class LoadedCode : public Object {
+ public:
+  LoadedCode(DeviceCode code, Runtime& runtime) : code_(std::move(code)), runtime_(runtime) {}
+  ~LoadedCode() override {
+    for (auto& [device, loaded] : per_device_) loaded.backend->module_unload(loaded.module);
+  }
+
+  const DeviceCode& code() const { return code_; }
+
+  // The backend serving `device` and kernel `name` loaded on it (loading the code on first use).
+  std::pair<Ref<DeviceBackend>, void*> kernel(Device device, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto key = std::make_pair(device.type, device.id);
+    auto it = per_device_.find(key);
+    if (it == per_device_.end()) {
+      Ref<DeviceBackend> backend = runtime_.backend(device.type);
+      void* module = backend->module_load(device.id, code_.data.data(), code_.data.size(),
+                                          code_.format, code_.metadata_json);
+      it = per_device_.emplace(key, PerDevice{std::move(backend), module, {}}).first;
+    }
+    PerDevice& loaded = it->second;
+    auto k = loaded.kernels.find(name);
+    if (k == loaded.kernels.end()) {
+      k = loaded.kernels.emplace(name, loaded.backend->module_get_kernel(loaded.module, name))
+              .first;
+    }
+    return {loaded.backend, k->second};
+  }
+
+ private:
+  struct PerDevice {
+    Ref<DeviceBackend> backend;
+    void* module;
+    std::map<std::string, void*> kernels;
+  };
+  DeviceCode code_;
+  Runtime& runtime_;
+  std::mutex mu_;
+  std::map<std::pair<int32_t, int32_t>, PerDevice> per_device_;
+};
+
+// The device every tensor argument of a call of `kernel` lives on; checks that it is of the
+// blob's target type.
+Device device_of_call(const LoadedCode& blob, const plugin_common::KernelInfo& kernel,
+                      const Any* args, size_t num_kernel_args) {
+  std::optional<Device> device;
+  size_t first = 0;
+  for (size_t i = 0; i < num_kernel_args; ++i) {
+    if (args[i].type_code() != KILN_TYPE_TENSOR) continue;
+    const Device d = args[i].cast<Tensor>().device();
+    if (!device) {
+      device = d;
+      first = i;
+    } else if (d != *device) {
+      throw ValueError(fmt::format(
+          "kernel '{}': argument {} is on {} but argument {} is on {}; every tensor of a launch "
+          "must be on one device",
+          kernel.name, i, d.str(), first, device->str()));
+    }
+  }
+  if (!device) {
+    throw ValueError(
+        fmt::format("kernel '{}' got no tensor argument, so the device to launch it on is unknown",
+                    kernel.name));
+  }
+  const auto type_name = device_types::name_of(device->type);
+  if (!type_name || *type_name != blob.code().target) {
+    throw ValueError(
+        fmt::format("kernel '{}' is {} code for '{}' devices, but its tensors are on {}",
+                    kernel.name, blob.code().format, blob.code().target, device->str()));
+  }
+  return *device;
+}
+
+// The launch extent `tag` given as argument `index`.
+uint32_t launch_extent(const plugin_common::KernelInfo& kernel, LaunchTag tag, const Any& value,
+                       size_t index) {
+  if (value.type_code() != KILN_TYPE_INT) {
+    throw TypeError(
+        fmt::format("kernel '{}' argument {} is the launch extent {} and expects int, "
+                    "got {}",
+                    kernel.name, index, plugin_common::to_string(tag), value.type_name()));
+  }
+  const int64_t v = value.cast<int64_t>();
+  const int64_t low = tag == LaunchTag::kDynamicSharedBytes ? 0 : 1;
+  if (v < low || v > std::numeric_limits<uint32_t>::max()) {
+    throw ValueError(
+        fmt::format("kernel '{}': launch extent {} (argument {}) must be in [{}, {}], "
+                    "got {}",
+                    kernel.name, plugin_common::to_string(tag), index, low,
+                    std::numeric_limits<uint32_t>::max(), v));
+  }
+  return static_cast<uint32_t>(v);
+}
+
+// The function that launches `kernel` of `blob`: the kernel's arguments, then its extents.
+Function kernel_function(Ref<LoadedCode> blob, plugin_common::KernelInfo kernel) {
+  std::string name = kernel.name;
+  return Function::from_packed(
+      std::move(name),
+      [blob = std::move(blob), kernel = std::move(kernel)](const Any* args,
+                                                           int32_t num_args) -> Any {
+        const size_t n_args = kernel.args.size();
+        const size_t n_launch = kernel.launch.size();
+        if (num_args < 0 || static_cast<size_t>(num_args) != n_args + n_launch) {
+          std::string tags;
+          for (LaunchTag t : kernel.launch) {
+            tags += tags.empty() ? "" : ", ";
+            tags += plugin_common::to_string(t);
+          }
+          throw TypeError(fmt::format(
+              "kernel '{}' takes {} arguments and then {} launch extents ({}), {} in all; got {}",
+              kernel.name, n_args, n_launch, tags.empty() ? "none" : tags, n_args + n_launch,
+              num_args));
+        }
+        const Device device = device_of_call(*blob, kernel, args, n_args);
+        uint32_t grid[3] = {1, 1, 1};
+        uint32_t block[3] = {1, 1, 1};
+        uint32_t dynamic_shared = 0;
+        for (size_t i = 0; i < n_launch; ++i) {
+          const LaunchTag tag = kernel.launch[i];
+          const uint32_t v = launch_extent(kernel, tag, args[n_args + i], n_args + i);
+          switch (tag) {
+            case LaunchTag::kGridX:
+              grid[0] = v;
+              break;
+            case LaunchTag::kGridY:
+              grid[1] = v;
+              break;
+            case LaunchTag::kGridZ:
+              grid[2] = v;
+              break;
+            case LaunchTag::kBlockX:
+              block[0] = v;
+              break;
+            case LaunchTag::kBlockY:
+              block[1] = v;
+              break;
+            case LaunchTag::kBlockZ:
+              block[2] = v;
+              break;
+            case LaunchTag::kDynamicSharedBytes:
+              dynamic_shared = v;
+              break;
+          }
+        }
+        auto [backend, handle] = blob->kernel(device, kernel.name);
+        constexpr size_t kInline = 16;
+        KilnAny inline_args[kInline];
+        std::vector<KilnAny> heap_args;
+        KilnAny* abi = inline_args;
+        if (n_args > kInline) {
+          heap_args.resize(n_args);
+          abi = heap_args.data();
+        }
+        for (size_t i = 0; i < n_args; ++i) abi[i] = args[i].to_abi();
+        backend->launch(handle, abi, static_cast<int32_t>(n_args), grid, block, dynamic_shared);
+        return Any();
+      });
+}
+
+// The metadata of `code` with "format" and "target" filled in, as a sidecar would carry it.
+std::string complete_metadata(const std::string& json, const DeviceCode& code,
+                              const std::string& where) {
+  Json doc = json.empty() ? Json::object() : Json::parse(json, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    throw ValueError(fmt::format("{}: kernel metadata: not a JSON object", where));
+  }
+  doc["format"] = code.format;
+  doc["target"] = code.target;
+  return doc.dump(2) + "\n";
+}
+
+std::vector<uint8_t> read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw NotFoundError(fmt::format("cannot open {}", path.string()));
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+std::optional<std::pair<std::string, std::string>> device_code_format_of(
+    const std::string& extension) {
+  static const std::map<std::string, std::pair<std::string, std::string>> kFormats = {
+      {"cl", {"opencl_c", "opencl"}},  {"clbin", {"opencl_binary", "opencl"}},
+      {"spv", {"spirv", "opencl"}},    {"ptx", {"ptx", "cuda"}},
+      {"cubin", {"cubin", "cuda"}},    {"fatbin", {"fatbin", "cuda"}},
+      {"cu", {"cuda_source", "cuda"}}, {"hsaco", {"hsaco", "rocm"}},
+      {"hip", {"hip_source", "rocm"}},
+  };
+  auto it = kFormats.find(extension);
+  if (it == kFormats.end()) return std::nullopt;
+  return it->second;
+}
+
+DeviceCode read_device_code(const fs::path& path) {
+  const fs::path sidecar = fs::path(path.string() + ".json");
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    throw NotFoundError(fmt::format("cannot find device code file {}", path.string()));
+  }
+  if (!fs::is_regular_file(sidecar, ec)) {
+    throw NotFoundError(fmt::format(
+        "device code {} has no metadata: expected the sidecar file {} (docs/plugin-abi.md §10.4)",
+        path.string(), sidecar.string()));
+  }
+  DeviceCode code;
+  code.name = path.filename().string();
+  code.data = read_bytes(path);
+  const std::vector<uint8_t> meta = read_bytes(sidecar);
+  const std::string text(meta.begin(), meta.end());
+  Json doc = Json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    throw ValueError(fmt::format("{}: kernel metadata: not a JSON object", sidecar.string()));
+  }
+  std::string ext = path.extension().string();
+  if (!ext.empty()) ext.erase(0, 1);
+  if (auto known = device_code_format_of(ext)) std::tie(code.format, code.target) = *known;
+  for (const char* key : {"format", "target"}) {
+    auto it = doc.find(key);
+    if (it == doc.end()) continue;
+    if (!it->is_string() || it->get<std::string>().empty()) {
+      throw ValueError(fmt::format("{}: '{}' must be a non-empty string", sidecar.string(), key));
+    }
+    (std::string_view(key) == "format" ? code.format : code.target) = it->get<std::string>();
+  }
+  if (code.format.empty() || code.target.empty()) {
+    throw ValueError(fmt::format(
+        "{}: the extension '.{}' names no device code format; give \"format\" and \"target\"",
+        sidecar.string(), ext));
+  }
+  parse_metadata(text, sidecar.string());  // validated before any backend sees it
+  code.metadata_json = complete_metadata(text, code, sidecar.string());
+  return code;
+}
+
+Module make_device_code_module(std::vector<DeviceCode> blobs, Runtime& runtime) {
+  auto obj = make_object<ModuleObj>(kDeviceCodeKind, "");
+  std::set<std::string> names;
+  for (DeviceCode& code : blobs) {
+    if (code.name.empty() || code.name.find('/') != std::string::npos) {
+      throw ValueError(fmt::format("device code needs a base file name, got '{}'", code.name));
+    }
+    const plugin_common::ModuleMetadata meta = parse_metadata(code.metadata_json, code.name);
+    if (meta.kernels.empty()) {
+      throw ValueError(fmt::format("{}: the metadata describes no kernels", code.name));
+    }
+    code.metadata_json = complete_metadata(code.metadata_json, code, code.name);
+    obj->artifacts.push_back(Artifact{code.name, "device_blob", code.data});
+    obj->artifacts.push_back(
+        Artifact{code.name + ".json", "metadata",
+                 std::vector<uint8_t>(code.metadata_json.begin(), code.metadata_json.end())});
+    auto blob = make_object<LoadedCode>(std::move(code), runtime);
+    for (const auto& [name, kernel] : meta.kernels) {
+      if (!names.insert(name).second) {
+        throw ValueError(fmt::format("kernel '{}' is defined by two device code blobs ({})", name,
+                                     blob->code().name));
+      }
+      obj->add_function(name, kernel_function(blob, kernel));
+    }
+  }
+  return Module(std::move(obj));
+}
+
+}  // namespace kiln
