@@ -18,17 +18,24 @@ namespace {
 
 // A module each backend can load from bytes, and a kernel in it computing
 // out[i] = a[i] + alpha * b[i] for float32 vectors (launch extents: one thread per element).
+// Device kernels also take the length `n` (int32) after alpha; their metadata is read from
+// the sidecar file `<path>.json` when `metadata_json` is empty.
 struct ConformanceModule {
   std::string device_type;
   std::string path;
   std::string format;
   std::string kernel;
   std::string metadata_json;
+  bool takes_length = false;
 };
 
 const std::vector<ConformanceModule>& modules() {
+  static const std::string dir = KILN_EXAMPLE_KERNEL_DIR;
   static const std::vector<ConformanceModule> m = {
-      {"cpu", std::string(KILN_EXAMPLE_KERNEL_DIR) + "/libvector_add.so", "so", "vector_add", "{}"},
+      {"cpu", dir + "/libvector_add.so", "so", "vector_add", "{}", false},
+      {"opencl", dir + "/opencl/vector_add.cl", "opencl_c", "vector_add", "", true},
+      {"cuda", dir + "/cuda/vector_add.ptx", "ptx", "vector_add", "", true},
+      {"rocm", dir + "/rocm/vector_add.hsaco", "hsaco", "vector_add", "", true},
   };
   return m;
 }
@@ -49,7 +56,7 @@ std::vector<std::string> device_types_under_test() {
   // Default: every device type Kiln ships a backend for; one whose plugin is absent or has no
   // device skips with the reason. (Parameters are generated during static initialisation,
   // too early to ask the runtime which backends loaded.)
-  return {"cpu"};
+  return {"cpu", "opencl", "cuda", "rocm"};
 }
 
 std::vector<uint8_t> read_file(const std::string& path) {
@@ -181,8 +188,13 @@ TEST_P(DeviceConformance, LoadsModuleAndLaunchesKernel) {
   if (!backend_->has_modules()) GTEST_SKIP() << "the backend has no module slots";
   std::vector<uint8_t> bytes = read_file(m->path);
   ASSERT_FALSE(bytes.empty()) << "cannot read " << m->path;
-  void* mod =
-      backend_->module_load(device_.id, bytes.data(), bytes.size(), m->format, m->metadata_json);
+  std::string metadata = m->metadata_json;
+  if (metadata.empty()) {
+    const std::vector<uint8_t> sidecar = read_file(m->path + ".json");
+    ASSERT_FALSE(sidecar.empty()) << "cannot read " << m->path << ".json";
+    metadata.assign(sidecar.begin(), sidecar.end());
+  }
+  void* mod = backend_->module_load(device_.id, bytes.data(), bytes.size(), m->format, metadata);
   void* kernel = backend_->module_get_kernel(mod, m->kernel);
 
   constexpr int64_t n = 10000;
@@ -196,10 +208,12 @@ TEST_P(DeviceConformance, LoadsModuleAndLaunchesKernel) {
   }
   a.copy_from(ha.data(), n * 4);
   b.copy_from(hb.data(), n * 4);
-  KilnAny args[4] = {Any(a).to_abi(), Any(b).to_abi(), Any(out).to_abi(), Any(2.0).to_abi()};
+  const Any length(n);
+  KilnAny args[5] = {Any(a).to_abi(), Any(b).to_abi(), Any(out).to_abi(), Any(2.0).to_abi(),
+                     length.to_abi()};
   const uint32_t block[3] = {256, 1, 1};
   const uint32_t grid[3] = {static_cast<uint32_t>((n + 255) / 256), 1, 1};
-  backend_->launch(kernel, args, 4, grid, block, 0);
+  backend_->launch(kernel, args, m->takes_length ? 5 : 4, grid, block, 0);
   backend_->synchronize(device_.id);
   out.copy_to(hout.data(), n * 4);
   for (int64_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(hout[i], ha[i] + 2.0f * hb[i]) << "at " << i;

@@ -1,5 +1,5 @@
 // Device code (OpenCL C, PTX, cubin, HIP code objects, ...) as a module whose functions are
-// its kernels (docs/plugin-abi.md §10.2 and §10.4).
+// its kernels (docs/plugin-abi.md §10.2).
 //
 // A kernel function takes the kernel's arguments in the order of its metadata "args", then one
 // integer per launch tag of its metadata "launch" (blockIdx.* = grid extents, threadIdx.* =

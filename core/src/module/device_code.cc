@@ -239,7 +239,7 @@ DeviceCode read_device_code(const fs::path& path) {
   }
   if (!fs::is_regular_file(sidecar, ec)) {
     throw NotFoundError(fmt::format(
-        "device code {} has no metadata: expected the sidecar file {} (docs/plugin-abi.md §10.4)",
+        "device code {} has no metadata: expected the sidecar file {} (docs/plugin-abi.md §10.2)",
         path.string(), sidecar.string()));
   }
   DeviceCode code;
