@@ -30,7 +30,8 @@ case "${1:-}" in
     (cd build && ctest --output-on-failure -j "$jobs")
     if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
       build build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF
-      (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs")
+      (cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/../tools/lsan.supp" \
+        ctest --output-on-failure -j "$jobs")
     fi
     ;;
   *)

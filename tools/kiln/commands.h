@@ -63,6 +63,18 @@ int run_profile(const ProfileOptions& options);
 // writes the report files `profile` asks for.
 profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile);
 
+// Options of `kiln vm asm|disasm|stats` (docs/vm.md).
+struct VmOptions {
+  std::string command;  // "asm", "disasm" or "stats"
+  std::filesystem::path input;
+  std::filesystem::path output;  // asm: required; disasm: empty prints to stdout
+};
+
+// `kiln vm ...`: assembles a text VM program, prints an executable as text, or prints its
+// statistics. A malformed text program is a usage error (2), a malformed executable a
+// runtime error (3).
+int run_vm(const VmOptions& options);
+
 // `kiln plugins`: every plugin considered, its version, ABI, state and reason.
 int run_plugins(const GlobalOptions& options);
 // `kiln devices`: every device of every loaded backend, or why a backend has none.

@@ -62,6 +62,25 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   profile->add_flag("--json", profile_options.json, "Print the report as JSON instead of a table");
 
+  VmOptions vm_options;
+  auto* vm = app.add_subcommand("vm",
+                                "Assemble, disassemble and inspect VM executables "
+                                "(docs/vm.md)");
+  vm->require_subcommand(1);
+  auto* vm_asm = vm->add_subcommand("asm",
+                                    "Assemble a text VM program (.kvmt) into a binary "
+                                    "executable (.kvm)");
+  vm_asm->add_option("input", vm_options.input, "The text program (.kvmt)")->required();
+  vm_asm
+      ->add_option("-o,--output", vm_options.output, "The executable to write (.kvm; - for stdout)")
+      ->required();
+  auto* vm_disasm = vm->add_subcommand("disasm", "Print a binary executable (.kvm) as text");
+  vm_disasm->add_option("input", vm_options.input, "The executable (.kvm)")->required();
+  vm_disasm->add_option("-o,--output", vm_options.output,
+                        "Write the text to this file instead of stdout");
+  auto* vm_stats = vm->add_subcommand("stats", "Print the statistics of a binary executable");
+  vm_stats->add_option("input", vm_options.input, "The executable (.kvm)")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -72,6 +91,10 @@ int main(int argc, char** argv) {
     if (plugins->parsed()) return run_plugins(options);
     if (devices->parsed()) return run_devices(options);
     if (profile->parsed()) return run_profile(profile_options);
+    if (vm->parsed()) {
+      vm_options.command = vm_asm->parsed() ? "asm" : vm_disasm->parsed() ? "disasm" : "stats";
+      return run_vm(vm_options);
+    }
     if (run->parsed()) {
       // `run` works through the process-wide runtime: hand it the global options through the
       // environment it reads on first use.

@@ -24,6 +24,8 @@ class Module;
 
 // Type codes of Any beyond the ABI's (host-private, never seen by plugins).
 inline constexpr int32_t kTypeModule = 128;
+// Any other host object (a VM tuple, closure or storage, ...): see Any::object().
+inline constexpr int32_t kTypeObject = 129;
 
 // Flag bit of KilnAny::flags set only by the host: the pointer belongs to a host object
 // (a TensorObj's DLTensor, a FunctionObj's callable), so a host callee may take a reference.
@@ -61,6 +63,9 @@ class Any {
   static Any bytes(std::string_view data);
   // A shape value (type SHAPE).
   static Any shape(std::vector<int64_t> dims);
+  // A host object of any other kind (type kTypeObject); null gives none. Such values never
+  // reach a plugin: passing one across the ABI is a TypeError in the callee.
+  static Any object(Ref<Object> obj);
 
   Any(const Any& other) : code_(other.code_), v_(other.v_) {
     if (holds_object()) v_.obj->retain();
@@ -99,13 +104,19 @@ class Any {
 
   // Raw access for the core.
   Object* object() const { return holds_object() ? v_.obj : nullptr; }
+  // The held kTypeObject as a T, or null when this holds something else.
+  template <typename T>
+  Ref<T> as_object() const {
+    return code_ == kTypeObject ? Ref<T>(dynamic_cast<T*>(v_.obj)) : Ref<T>();
+  }
   int64_t raw_int() const { return v_.i; }
   double raw_float() const { return v_.d; }
   bool holds_object() const { return is_object_code(code_); }
   // True for the kinds held by reference (string, bytes, shape, tensor, function, module).
   static constexpr bool is_object_code(int32_t code) {
     return code == KILN_TYPE_STRING || code == KILN_TYPE_BYTES || code == KILN_TYPE_SHAPE ||
-           code == KILN_TYPE_TENSOR || code == KILN_TYPE_FUNCTION || code == kTypeModule;
+           code == KILN_TYPE_TENSOR || code == KILN_TYPE_FUNCTION || code == kTypeModule ||
+           code == kTypeObject;
   }
   std::string str() const;  // a short human-readable form, for messages and logs
 

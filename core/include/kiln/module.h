@@ -50,6 +50,7 @@ class ModuleObj : public Object {
   std::vector<Ref<ModuleObj>> imports;
   std::vector<Artifact> artifacts;
   std::vector<KilnDeviceBlob> blobs;  // borrowed from the loader's module
+  Ref<Object> payload;                // kind-specific data (e.g. a VM executable), or null
 
  private:
   std::string kind_;

@@ -22,6 +22,8 @@ class Object {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
   int32_t use_count() const { return refs_.load(std::memory_order_relaxed); }
+  // A short name of the object's kind for messages ("vm.Array", "vm.Closure", ...).
+  virtual const char* type_key() const { return "object"; }
 
  private:
   mutable std::atomic<int32_t> refs_{0};

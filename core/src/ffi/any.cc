@@ -36,7 +36,9 @@ TensorObj* tensor_obj_from_dl(DLTensor* dl) {
 }  // namespace
 
 const char* type_code_name(int32_t code) {
-  return code == kTypeModule ? "module" : sdk::type_code_name(code);
+  if (code == kTypeModule) return "module";
+  if (code == kTypeObject) return "object";
+  return sdk::type_code_name(code);
 }
 
 Any::Any(const char* s) : Any(std::string_view(s)) {}
@@ -68,6 +70,13 @@ Any Any::bytes(std::string_view data) {
   a.code_ = KILN_TYPE_BYTES;
   a.v_.obj = new BytesObj(std::string(data));
   a.v_.obj->retain();
+  return a;
+}
+Any Any::object(Ref<Object> obj) {
+  Any a;
+  if (!obj) return a;
+  a.code_ = kTypeObject;
+  a.v_.obj = obj.detach();  // the reference moves into the Any
   return a;
 }
 Any Any::shape(std::vector<int64_t> dims) {
@@ -116,6 +125,7 @@ KilnAny Any::to_abi() const {
       a.flags = kAnyFlagHostObject;
       break;
     case kTypeModule:
+    case kTypeObject:
       a.value.v_ptr = v_.obj;
       a.flags = kAnyFlagHostObject;
       break;
@@ -164,6 +174,12 @@ Any Any::from_abi(const KilnAny& v) {
       return Any(Function::from_abi(*v.value.v_callable, {}, "<callback>"));
     case kTypeModule:
       return Any(Module(Ref<ModuleObj>(static_cast<ModuleObj*>(v.value.v_ptr))));
+    case kTypeObject:
+      // Host-private: only the host produces it, always flagged as a host object.
+      if (!(v.flags & kAnyFlagHostObject) || v.value.v_ptr == nullptr) {
+        throw TypeError("a host object value arrived without its host flag");
+      }
+      return Any::object(Ref<Object>(static_cast<Object*>(v.value.v_ptr)));
     case KILN_TYPE_OPAQUE:
       a.code_ = KILN_TYPE_OPAQUE;
       a.v_.i = v.value.v_int64;
@@ -254,6 +270,8 @@ std::string Any::str() const {
       return fmt::format("Function({})", static_cast<FunctionObj*>(v_.obj)->name());
     case kTypeModule:
       return fmt::format("Module({})", static_cast<ModuleObj*>(v_.obj)->kind());
+    case kTypeObject:
+      return v_.obj->type_key();
     default:
       return type_name();
   }

@@ -25,6 +25,7 @@
 #include "plugin/loaded_plugin.h"
 #include "plugin/manifest.h"
 #include "plugin/plugin_set.h"
+#include "vm/vm_module.h"
 
 namespace kiln {
 
@@ -603,6 +604,47 @@ std::vector<BackendInfo> Runtime::backends() const {
   return out;
 }
 
+namespace {
+
+// Loads the host library artifact `host` of `package` through `runtime`.
+Module load_package_library(Runtime& runtime, const Artifact& host, const fs::path& dir,
+                            const fs::path& package) {
+  // Loaded from a private temporary copy: the library stays mapped after the copy is removed.
+  const fs::path lib = dir / host.name;
+  {
+    std::ofstream out(lib, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(host.data.data()),
+              static_cast<std::streamsize>(host.data.size()));
+    out.close();
+    if (!out) throw RuntimeError(fmt::format("cannot write {}", lib.string()));
+  }
+  try {
+    return runtime.load_module(lib);
+  } catch (const Error& e) {
+    // Name the package, not the temporary copy the message mentions.
+    throw_error(e.code(), fmt::format("{} (host library '{}' of package {})", e.what(), host.name,
+                                      package.string()));
+  }
+}
+
+// A package with a VM executable: every host library is loaded, and the executable's imports
+// resolve against them by name.
+Module load_vm_package(Runtime& runtime, const Artifact& bytecode,
+                       const std::vector<const Artifact*>& hosts, const fs::path& path,
+                       const std::vector<Artifact>& artifacts) {
+  const TemporaryDirectory dir("kiln_package_");
+  std::map<std::string, Module> libraries;
+  for (const Artifact* host : hosts) {
+    libraries[host->name] = load_package_library(runtime, *host, dir.path(), path);
+  }
+  Module m = vm::load_executable_package(bytecode, std::move(libraries), path.string());
+  m.get()->artifacts = artifacts;
+  m.get()->set_source(path.string());
+  return m;
+}
+
+}  // namespace
+
 Module Runtime::load_module(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
@@ -617,6 +659,9 @@ Module Runtime::load_module(const fs::path& path) {
   std::string format = name.substr(dot + 1);
   if (format == "dll" || format == "dylib" || format == "dso") format = "so";
   auto it = impl_->loaders.find(format);
+  if (it == impl_->loaders.end() && vm::is_executable_format(format)) {
+    return vm::load_executable_file(path, *this);
+  }
   if (it == impl_->loaders.end() &&
       (device_code_format_of(format) || fs::is_regular_file(path.string() + ".json", ec))) {
     // Device code with its sidecar metadata (docs/plugin-abi.md §10.4): a loader plugin that
@@ -653,6 +698,8 @@ Module Runtime::load_package(Ref<ModuleObj> package, const fs::path& path) {
   // own format from a private temporary copy (the library stays mapped after removal), and
   // device code blobs, each with its metadata artifact "<name>.json".
   const Artifact* host = nullptr;
+  const Artifact* bytecode = nullptr;
+  std::vector<const Artifact*> hosts;
   std::map<std::string, const Artifact*> metadata;
   std::vector<const Artifact*> device_blobs;
   for (const Artifact& a : package->artifacts) {
@@ -661,15 +708,24 @@ Module Runtime::load_package(Ref<ModuleObj> package, const fs::path& path) {
       throw ValueError(fmt::format("package {}: bad artifact name '{}'", path.string(), a.name));
     }
     if (a.role == "host_library") {
-      if (host != nullptr) {
-        throw ValueError(fmt::format("package {} has more than one host_library", path.string()));
-      }
+      hosts.push_back(&a);
       host = &a;
+    } else if (a.role == "bytecode") {
+      if (bytecode != nullptr) {
+        throw ValueError(
+            fmt::format("package {} has more than one bytecode artifact", path.string()));
+      }
+      bytecode = &a;
     } else if (a.role == "device_blob") {
       device_blobs.push_back(&a);
     } else if (a.role == "metadata") {
       metadata[a.name] = &a;
     }
+  }
+  if (bytecode != nullptr)
+    return load_vm_package(*this, *bytecode, hosts, path, package->artifacts);
+  if (hosts.size() > 1) {
+    throw ValueError(fmt::format("package {} has more than one host_library", path.string()));
   }
   if (host == nullptr && device_blobs.empty()) {
     throw ValueError(
@@ -715,22 +771,7 @@ Module Runtime::load_package(Ref<ModuleObj> package, const fs::path& path) {
     return device_code;
   }
   const TemporaryDirectory dir("kiln_package_");
-  const fs::path lib = dir.path() / host->name;
-  {
-    std::ofstream out(lib, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(host->data.data()),
-              static_cast<std::streamsize>(host->data.size()));
-    out.close();
-    if (!out) throw RuntimeError(fmt::format("cannot write {}", lib.string()));
-  }
-  Module inner;
-  try {
-    inner = load_module(lib);
-  } catch (const Error& e) {
-    // Name the package, not the temporary copy the message mentions.
-    throw_error(e.code(), fmt::format("{} (host library '{}' of package {})", e.what(), host->name,
-                                      path.string()));
-  }
+  Module inner = load_package_library(*this, *host, dir.path(), path);
   // The host library calls into the device code as an import (its kernels resolve through it).
   if (device_code.defined()) inner.import_module(device_code);
   // The loaded module reports the package's artifacts, so exporting it again is lossless.

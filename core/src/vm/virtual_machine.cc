@@ -1,0 +1,625 @@
+// The VM: initialisation (§2.8, §2.5), the dispatch loop (§2.3, §2.4), the stateful API
+// (§2.10, §2.11), instrumentation (§2.12), timing (§2.13) and profiling (§2.14).
+#include "kiln/vm/virtual_machine.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "kiln/error.h"
+#include "kiln/runtime.h"
+#include "vm/vm_impl.h"
+
+namespace kiln::vm {
+
+Any make_array(std::vector<Any> items) {
+  return Any::object(make_object<ArrayObj>(std::move(items)));
+}
+
+// ---- MemoryConfig ----
+
+namespace {
+MemoryConfig::Kind parse_kind(const std::string& kind) {
+  if (kind == "naive") return MemoryConfig::Kind::kNaive;
+  if (kind == "pooled") return MemoryConfig::Kind::kPooled;
+  throw ValueError(fmt::format("memory_cfg: '{}' is not an allocator (naive, pooled)", kind));
+}
+}  // namespace
+
+MemoryConfig::MemoryConfig(const char* kind) : all_(parse_kind(kind)) {}
+MemoryConfig::MemoryConfig(const std::string& kind) : all_(parse_kind(kind)) {}
+MemoryConfig::MemoryConfig(std::vector<std::pair<Device, std::string>> per_device) {
+  for (const auto& [device, kind] : per_device) per_device_.emplace_back(device, parse_kind(kind));
+}
+MemoryConfig::Kind MemoryConfig::kind_for(Device device) const {
+  for (const auto& [d, kind] : per_device_) {
+    if (d == device) return kind;
+  }
+  return all_;
+}
+
+// ---- frames ----
+
+struct VirtualMachineImpl::Frame {
+  int64_t fidx = 0;
+  std::vector<Any> registers;
+  std::vector<KilnAny> call_args;  // scratch for decoded Call arguments; slot 0: the context
+};
+
+std::unique_ptr<VirtualMachineImpl::Frame> VirtualMachineImpl::acquire_frame(int64_t fidx) {
+  std::unique_ptr<Frame> frame;
+  if (!free_frames_.empty()) {
+    frame = std::move(free_frames_.back());
+    free_frames_.pop_back();
+  } else {
+    frame = std::make_unique<Frame>();
+  }
+  frame->fidx = fidx;
+  frame->registers.resize(static_cast<size_t>(exec->func_table[fidx].register_file_size));
+  return frame;
+}
+
+void VirtualMachineImpl::release_frame(std::unique_ptr<Frame> frame) {
+  // Dropping the values releases what the frame held, also when the call failed.
+  frame->registers.clear();
+  if (free_frames_.size() < 64) free_frames_.push_back(std::move(frame));
+}
+
+// ---- initialisation ----
+
+VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in,
+                                       std::vector<Module> libraries_in,
+                                       std::vector<Device> devices_in,
+                                       const MemoryConfig& memory_cfg, bool profile)
+    : exec(std::move(exec_in)),
+      libraries(std::move(libraries_in)),
+      devices(std::move(devices_in)),
+      profiling_enabled(profile) {
+  if (devices.empty()) throw ValueError("VirtualMachine: the device list is empty");
+  // The host is always the last device (§2.8).
+  if (devices.back().type != kDLCPU) devices.push_back(Device::cpu());
+  for (const Device& d : devices) {
+    allocators_.push_back(
+        make_allocator(memory_cfg.kind_for(d), Runtime::global().backend(d.type), d));
+  }
+  // Constants: tensors go to devices[0].
+  for (const Constant& c : exec->constants) {
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, Tensor>) {
+            if (v.device() == devices[0]) {
+              constants_.emplace_back(v);
+            } else {
+              Tensor t =
+                  empty_tensor(*allocators_[0], {v.shape().begin(), v.shape().end()}, v.dtype());
+              t.copy_from(v);
+              constants_.emplace_back(t);
+            }
+          } else if constexpr (std::is_same_v<T, ShapeConstant>) {
+            constants_.push_back(Any::shape(v.dims));
+          } else {
+            constants_.emplace_back(v);
+          }
+        },
+        c);
+  }
+  // The function pool (§2.5): packed functions from the kernel libraries, then the registry.
+  for (size_t i = 0; i < exec->func_table.size(); ++i) {
+    const FuncInfo& info = exec->func_table[i];
+    if (info.kind == FuncKind::kVMFunc) {
+      const auto fidx = static_cast<int64_t>(i);
+      Function impl = Function::from_packed(info.name, [fidx](const Any* args, int32_t n) -> Any {
+        VirtualMachineImpl* vm = from_context(n > 0 ? args[0] : Any(), "VM closure");
+        return vm->invoke_bytecode(fidx, args + 1, n - 1);
+      });
+      func_pool_.push_back(Any::object(make_object<ClosureObj>(info.name, std::move(impl))));
+      continue;
+    }
+    std::optional<Function> f;
+    for (const Module& lib : libraries) {
+      if (lib.has_function(info.name)) {
+        f = lib.get_function(info.name);
+        break;
+      }
+    }
+    if (!f) f = registry::get(info.name);
+    if (!f) {
+      throw NotFoundError(fmt::format(
+          "Cannot find function '{}' in the VM's kernel libraries ({}) or the global function "
+          "registry",
+          info.name,
+          libraries.empty() ? "none" : fmt::format("{}", fmt::join(exec->imports, ", "))));
+    }
+    func_pool_.emplace_back(*f);
+  }
+}
+
+VirtualMachineImpl::~VirtualMachineImpl() {
+  // Values may hold storages of our allocators: drop them before the allocators.
+  saved.clear();
+  inputs.clear();
+  outputs.clear();
+  constants_.clear();
+  func_pool_.clear();
+  free_frames_.clear();
+}
+
+VirtualMachineImpl* VirtualMachineImpl::from_context(const Any& ctx, const char* who) {
+  if (ctx.type_code() == KILN_TYPE_OPAQUE) {
+    auto* vm = reinterpret_cast<VirtualMachineImpl*>(ctx.raw_int());
+    if (vm != nullptr && vm->magic_ == kMagic) return vm;
+  }
+  throw TypeError(
+      fmt::format("{}: argument 0 must be the VM context (%vm), got {}", who, ctx.type_name()));
+}
+
+KilnAny VirtualMachineImpl::context() const {
+  KilnAny a{KILN_TYPE_OPAQUE, 0, {}};
+  a.value.v_ptr = const_cast<VirtualMachineImpl*>(this);
+  return a;
+}
+
+Ref<StorageObj> VirtualMachineImpl::alloc_storage(int64_t index, size_t nbytes, size_t alignment) {
+  const auto n = static_cast<int64_t>(devices.size());
+  if (index == -1) index = n - 1;
+  if (index < 0 || index >= n) {
+    throw IndexError(fmt::format(
+        "alloc_storage: device index {} out of range: the VM has {} devices", index, n));
+  }
+  return allocators_[static_cast<size_t>(index)]->alloc(nbytes, alignment);
+}
+
+void VirtualMachineImpl::clear_allocators() {
+  for (auto& a : allocators_) a->clear();
+}
+
+// ---- the interpreter ----
+
+const Any& VirtualMachineImpl::read_register(const Frame& frame, Word reg) const {
+  if (reg < 0 || static_cast<size_t>(reg) >= frame.registers.size()) {
+    throw RuntimeError(fmt::format("VM function '{}' reads register {} out of its {} registers",
+                                   exec->func_table[frame.fidx].name, reg, frame.registers.size()));
+  }
+  return frame.registers[static_cast<size_t>(reg)];
+}
+
+Any VirtualMachineImpl::invoke_bytecode(int64_t fidx, const Any* args, int32_t num_args) {
+  if (fidx < 0 || static_cast<size_t>(fidx) >= exec->func_table.size()) {
+    throw IndexError(fmt::format("VM function index {} out of range", fidx));
+  }
+  const FuncInfo& info = exec->func_table[fidx];
+  if (info.kind != FuncKind::kVMFunc) {
+    throw RuntimeError(fmt::format("'{}' is not a VM function", info.name));
+  }
+  if (num_args != info.num_args) {
+    std::string params;
+    if (!info.param_names.empty()) params = fmt::format(" ({})", fmt::join(info.param_names, ", "));
+    throw RuntimeError(
+        fmt::format("Invoking function {} expects {} arguments{}, but {} arguments were provided.",
+                    info.name, info.num_args, params, num_args));
+  }
+  if (depth_ >= 4096)
+    throw RuntimeError(fmt::format("VM call depth above 4096 in '{}'", info.name));
+  // The frame goes back to the free list however the call ends, so the VM stays usable after
+  // an exception (§2.3).
+  struct FrameGuard {
+    VirtualMachineImpl* vm;
+    std::unique_ptr<Frame> frame;
+    ~FrameGuard() {
+      --vm->depth_;
+      vm->release_frame(std::move(frame));
+    }
+  } guard{this, acquire_frame(fidx)};
+  ++depth_;
+  Frame& frame = *guard.frame;
+  for (int32_t i = 0; i < num_args; ++i) frame.registers[static_cast<size_t>(i)] = args[i];
+
+  int64_t pc = info.start_instr;
+  while (true) {
+    if (pc < info.start_instr || pc >= info.end_instr) {
+      throw RuntimeError(
+          fmt::format("VM function '{}' ran into an invalid section (pc {})", info.name, pc));
+    }
+    const Instruction in = exec->instruction(pc);
+    switch (in.op) {
+      case Opcode::kCall:
+        run_call(in, frame);
+        ++pc;
+        break;
+      case Opcode::kRet:
+        if (in.reg == kVoidRegister) return Any();
+        return read_register(frame, in.reg);
+      case Opcode::kGoto:
+        pc += in.offset;
+        break;
+      case Opcode::kIf: {
+        const Any& cond = read_register(frame, in.reg);
+        if (cond.type_code() != KILN_TYPE_INT && cond.type_code() != KILN_TYPE_BOOL) {
+          throw TypeError(
+              fmt::format("VM function '{}': If expects an int condition in %{}, got {}", info.name,
+                          in.reg, cond.type_name()));
+        }
+        pc += cond.raw_int() != 0 ? 1 : in.offset;
+        break;
+      }
+      default:
+        throw RuntimeError(fmt::format("VM function '{}': unknown opcode {} at pc {}", info.name,
+                                       static_cast<int64_t>(in.op), pc));
+    }
+  }
+}
+
+void VirtualMachineImpl::run_call(const Instruction& in, Frame& frame) {
+  const size_t n = in.args.size();
+  // Decoded arguments are borrowed views (no reference counting): the registers, constants
+  // and pool entries they point into outlive the call.
+  if (frame.call_args.size() < n + 1) frame.call_args.resize(n + 1);
+  KilnAny* decoded = frame.call_args.data() + 1;
+  for (size_t i = 0; i < n; ++i) {
+    const Word word = in.args[i];
+    const Word value = arg_value(word);
+    switch (arg_kind(word)) {
+      case ArgKind::kRegister:
+        if (value == kVMRegister) {
+          decoded[i] = context();
+        } else if (value == kVoidRegister) {
+          decoded[i] = KilnAny{KILN_TYPE_NONE, 0, {}};
+        } else {
+          decoded[i] = read_register(frame, value).to_abi();
+        }
+        break;
+      case ArgKind::kImmediate:
+        decoded[i] = KilnAny{KILN_TYPE_INT, 0, {}};
+        decoded[i].value.v_int64 = value;
+        break;
+      case ArgKind::kConstIdx:
+        decoded[i] = constants_[static_cast<size_t>(value)].to_abi();
+        break;
+      case ArgKind::kFuncIdx:
+        decoded[i] = func_pool_[static_cast<size_t>(value)].to_abi();
+        break;
+    }
+  }
+  const Any& target = func_pool_[static_cast<size_t>(in.func_idx)];
+  const bool closure = target.type_code() == kTypeObject;
+  if (instrument || profiler != nullptr) [[unlikely]] {
+    run_call_hooked(in, frame, decoded, static_cast<int32_t>(n), closure);
+    return;
+  }
+  Any result;
+  if (!closure) [[likely]] {
+    result = Function(Ref<FunctionObj>(static_cast<FunctionObj*>(target.object())))
+                 .call_abi(decoded, static_cast<int32_t>(n));
+  } else {
+    frame.call_args[0] = context();
+    result = static_cast<ClosureObj*>(target.object())
+                 ->impl.call_abi(frame.call_args.data(), static_cast<int32_t>(n + 1));
+  }
+  if (in.dst < kBeginSpecialReg) {
+    if (in.dst < 0 || static_cast<size_t>(in.dst) >= frame.registers.size()) {
+      throw RuntimeError(fmt::format("VM function '{}' writes register {} out of its {} registers",
+                                     exec->func_table[frame.fidx].name, in.dst,
+                                     frame.registers.size()));
+    }
+    frame.registers[static_cast<size_t>(in.dst)] = std::move(result);
+  }
+}
+
+namespace {
+
+// "float32[1, 64], float32[64, 64]" (SPEC §3.1).
+std::string shape_string(const std::vector<Tensor>& tensors) {
+  std::vector<std::string> parts;
+  for (const Tensor& t : tensors) {
+    parts.push_back(fmt::format("{}[{}]", t.dtype().str(), fmt::join(t.shape(), ", ")));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+}  // namespace
+
+void VirtualMachineImpl::run_call_hooked(const Instruction& in, Frame& frame, const KilnAny* args,
+                                         int32_t n, bool closure) {
+  const Any& target = func_pool_[static_cast<size_t>(in.func_idx)];
+  const std::string& symbol = exec->func_table[static_cast<size_t>(in.func_idx)].name;
+  std::vector<Any> values;
+  values.reserve(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) values.push_back(Any::from_abi(args[i]));
+  Any result;
+  auto call = [&]() {
+    if (!closure) {
+      return Function(Ref<FunctionObj>(static_cast<FunctionObj*>(target.object())))
+          .call_abi(args, n);
+    }
+    frame.call_args[0] = context();
+    return static_cast<ClosureObj*>(target.object())->impl.call_abi(frame.call_args.data(), n + 1);
+  };
+  bool skipped = false;
+  if (instrument) {
+    // Before the call: (func, symbol, true, none, args...) with dtypes as strings (§2.12).
+    std::vector<Any> hook = {target, Any(symbol), Any(true), Any()};
+    for (const Any& v : values) {
+      hook.push_back(v.type_code() == KILN_TYPE_DTYPE ? Any(v.cast<DataType>().str()) : v);
+    }
+    const Any rv = instrument.call_packed(hook);
+    skipped = (rv.type_code() == KILN_TYPE_INT || rv.type_code() == KILN_TYPE_BOOL) &&
+              rv.raw_int() == static_cast<int64_t>(InstrumentReturn::kSkipRun) &&
+              rv.type_code() == KILN_TYPE_INT;
+  }
+  if (!skipped) {
+    // The profiler records calls with tensor arguments (registers and constants only) on the
+    // device of the last one (§2.14).
+    std::vector<Tensor> tensors;
+    if (profiler != nullptr) {
+      for (int32_t i = 0; i < n; ++i) {
+        const ArgKind kind = arg_kind(in.args[static_cast<size_t>(i)]);
+        if ((kind == ArgKind::kRegister || kind == ArgKind::kConstIdx) &&
+            values[static_cast<size_t>(i)].type_code() == KILN_TYPE_TENSOR) {
+          tensors.push_back(values[static_cast<size_t>(i)].cast<Tensor>());
+        }
+      }
+    }
+    const bool record = !tensors.empty();
+    if (record) {
+      profiler->start_call(
+          symbol, tensors.back().device(),
+          {{std::string(profiling::kArgumentShapesMetric), shape_string(tensors)}});
+    }
+    try {
+      result = call();
+    } catch (...) {
+      if (record) profiler->stop_call();
+      throw;
+    }
+    if (record) profiler->stop_call();
+    if (instrument) {
+      std::vector<Any> hook = {target, Any(symbol), Any(false), result};
+      for (const Any& v : values) {
+        hook.push_back(v.type_code() == KILN_TYPE_DTYPE ? Any(v.cast<DataType>().str()) : v);
+      }
+      instrument.call_packed(hook);
+    }
+  }
+  if (in.dst < kBeginSpecialReg) {
+    if (in.dst < 0 || static_cast<size_t>(in.dst) >= frame.registers.size()) {
+      throw RuntimeError(fmt::format("VM function '{}' writes register {} out of its {} registers",
+                                     exec->func_table[frame.fidx].name, in.dst,
+                                     frame.registers.size()));
+    }
+    frame.registers[static_cast<size_t>(in.dst)] = std::move(result);
+  }
+}
+
+Any VirtualMachineImpl::invoke_closure(const Any& closure, const Any* args, int32_t num_args) {
+  if (auto c = closure.as_object<ClosureObj>()) {
+    std::vector<KilnAny> packed;
+    packed.reserve(static_cast<size_t>(num_args) + 1);
+    packed.push_back(context());
+    for (int32_t i = 0; i < num_args; ++i) packed.push_back(args[i].to_abi());
+    return c->impl.call_abi(packed.data(), static_cast<int32_t>(packed.size()));
+  }
+  if (closure.type_code() == KILN_TYPE_FUNCTION) {
+    return closure.cast<Function>().call_packed(std::vector<Any>(args, args + num_args));
+  }
+  throw TypeError(
+      fmt::format("invoke_closure: expects a closure or a function, got {}", closure.type_name()));
+}
+
+Any VirtualMachineImpl::get_closure(const std::string& name) const {
+  if (auto it = saved.find(name); it != saved.end()) return it->second;
+  return vm_function(name);
+}
+
+Any VirtualMachineImpl::vm_function(const std::string& name) const {
+  auto it = exec->func_map.find(name);
+  if (it == exec->func_map.end()) throw ValueError(fmt::format("Unknown function: {}", name));
+  const FuncInfo& info = exec->func_table[static_cast<size_t>(it->second)];
+  if (info.kind != FuncKind::kVMFunc) {
+    throw ValueError(fmt::format(
+        "Cannot support closure with function kind {}: '{}' is a packed function of the executable",
+        static_cast<int32_t>(info.kind), name));
+  }
+  return func_pool_[static_cast<size_t>(it->second)];
+}
+
+Any VirtualMachineImpl::convert_to_device(const Any& value) {
+  if (value.type_code() == KILN_TYPE_TENSOR) {
+    Tensor t = value.cast<Tensor>();
+    if (t.device() == devices[0] && t.get()->storage) return value;
+    // Other devices, and views of memory the VM does not own (DLTensor*), are copied.
+    Tensor copy = empty_tensor(*allocators_[0], {t.shape().begin(), t.shape().end()}, t.dtype());
+    copy.copy_from(t);
+    return Any(copy);
+  }
+  if (auto array = value.as_object<ArrayObj>()) {
+    std::vector<Any> items;
+    for (const Any& item : array->items) items.push_back(convert_to_device(item));
+    return make_array(std::move(items));
+  }
+  return value;
+}
+
+// ---- the public class ----
+
+VirtualMachine::VirtualMachine(const Module& exec, std::vector<Device> devices,
+                               MemoryConfig memory_cfg, bool profile) {
+  const Executable* e = executable_of(exec);
+  if (e == nullptr) {
+    throw TypeError(
+        fmt::format("VirtualMachine: expects a VM executable module ({}), got a {} module",
+                    kExecutableModuleKind, exec.defined() ? exec.kind() : "null"));
+  }
+  impl_ =
+      std::make_shared<VirtualMachineImpl>(std::make_shared<const Executable>(*e), exec.imports(),
+                                           std::move(devices), memory_cfg, profile);
+}
+
+VirtualMachine::VirtualMachine(Executable exec, std::vector<Module> kernel_libraries,
+                               std::vector<Device> devices, MemoryConfig memory_cfg, bool profile) {
+  exec.validate();
+  impl_ = std::make_shared<VirtualMachineImpl>(std::make_shared<const Executable>(std::move(exec)),
+                                               std::move(kernel_libraries), std::move(devices),
+                                               memory_cfg, profile);
+}
+
+VirtualMachine::~VirtualMachine() = default;
+
+const std::vector<Device>& VirtualMachine::devices() const { return impl_->devices; }
+const Executable& VirtualMachine::executable() const { return *impl_->exec; }
+
+bool VirtualMachine::has_function(const std::string& name) const {
+  if (impl_->saved.count(name) != 0) return true;
+  auto it = impl_->exec->func_map.find(name);
+  return it != impl_->exec->func_map.end() &&
+         impl_->exec->func_table[static_cast<size_t>(it->second)].kind == FuncKind::kVMFunc;
+}
+
+Function VirtualMachine::get_function(const std::string& name) const {
+  if (!has_function(name)) throw NotFoundError(fmt::format("Unknown function: {}", name));
+  std::shared_ptr<VirtualMachineImpl> impl = impl_;
+  // Resolved per call, so that a later save_function under this name takes effect.
+  return Function::from_packed(name, [impl, name](const Any* args, int32_t n) -> Any {
+    return impl->invoke_closure(impl->get_closure(name), args, n);
+  });
+}
+
+Any VirtualMachine::invoke_closure(const Any& closure, const std::vector<Any>& args) const {
+  return impl_->invoke_closure(closure, args.data(), static_cast<int32_t>(args.size()));
+}
+
+void VirtualMachine::save_function(const std::string& func, const std::string& saved_name,
+                                   const std::vector<Any>& args, bool include_return) {
+  Any closure = impl_->get_closure(func);
+  std::vector<Any> bound;
+  for (const Any& a : args) bound.push_back(impl_->convert_to_device(a));
+  VirtualMachineImpl* raw = impl_.get();
+  // Captured arguments go after the call's own (§2.4 BindLastArgs); the saved closure is a
+  // plain function over the VM context like any other closure.
+  Function impl = Function::from_packed(
+      saved_name, [closure, bound, include_return](const Any* call, int32_t n) -> Any {
+        VirtualMachineImpl* vm =
+            VirtualMachineImpl::from_context(n > 0 ? call[0] : Any(), "saved function");
+        std::vector<Any> all(call + 1, call + n);
+        all.insert(all.end(), bound.begin(), bound.end());
+        Any result = vm->invoke_closure(closure, all.data(), static_cast<int32_t>(all.size()));
+        return include_return ? result : Any();
+      });
+  (void)raw;
+  impl_->saved[saved_name] = Any::object(make_object<ClosureObj>(saved_name, std::move(impl)));
+}
+
+void VirtualMachine::set_input(const std::string& func, const std::vector<Any>& args) {
+  auto it = impl_->exec->func_map.find(func);
+  if (it == impl_->exec->func_map.end())
+    throw ValueError(fmt::format("Unknown function: {}", func));
+  const FuncInfo& info = impl_->exec->func_table[static_cast<size_t>(it->second)];
+  if (static_cast<int64_t>(args.size()) != info.num_args) {
+    throw TypeError(fmt::format(
+        "The number of provided parameters doesn't match the number of arguments for {}: "
+        "expected {}, got {}",
+        func, info.num_args, args.size()));
+  }
+  std::vector<Any> converted;
+  for (const Any& a : args) converted.push_back(impl_->convert_to_device(a));
+  impl_->inputs[func] = std::move(converted);
+}
+
+void VirtualMachine::invoke_stateful(const std::string& func) {
+  if (impl_->exec->func_map.count(func) == 0) {
+    throw ValueError(fmt::format("Unknown function: {}", func));
+  }
+  auto it = impl_->inputs.find(func);
+  if (it == impl_->inputs.end()) {
+    throw ValueError(
+        fmt::format("No inputs set for stateful call of {}; use `set_input` first.", func));
+  }
+  const std::vector<Any> args = it->second;
+  Any closure = impl_->vm_function(func);
+  impl_->outputs[func] =
+      impl_->invoke_closure(closure, args.data(), static_cast<int32_t>(args.size()));
+}
+
+namespace {
+
+// The value of `func`'s saved output at `index` (nested tuples), with the errors of §2.11.
+Any indexed_output(const VirtualMachineImpl& impl, const std::string& func,
+                   const std::vector<int64_t>& index) {
+  auto it = impl.outputs.find(func);
+  if (it == impl.outputs.end()) {
+    throw ValueError(fmt::format(
+        "No output saved for call of \"{}\"; use `invoke_stateful` to call it first.", func));
+  }
+  Any value = it->second;
+  for (int64_t i : index) {
+    auto array = value.as_object<ArrayObj>();
+    if (!array) throw ValueError("Attempted to index into an object that is not an Array.");
+    if (i < 0 || static_cast<size_t>(i) >= array->items.size()) {
+      throw IndexError(fmt::format("Invalid index ({} >= {}).", i, array->items.size()));
+    }
+    value = array->items[static_cast<size_t>(i)];
+  }
+  return value;
+}
+
+}  // namespace
+
+Any VirtualMachine::get_outputs(const std::string& func) const {
+  return indexed_output(*impl_, func, {});
+}
+
+int64_t VirtualMachine::get_output_arity(const std::string& func,
+                                         const std::vector<int64_t>& index) const {
+  const Any value = indexed_output(*impl_, func, index);
+  auto array = value.as_object<ArrayObj>();
+  return array ? static_cast<int64_t>(array->items.size()) : -1;
+}
+
+Any VirtualMachine::get_output(const std::string& func, const std::vector<int64_t>& index) const {
+  Any value = indexed_output(*impl_, func, index);
+  if (value.as_object<ArrayObj>()) {
+    throw ValueError(
+        "`get_output` cannot return a tuple for RPC compatibility. Please specify another index "
+        "argument.");
+  }
+  return value;
+}
+
+void VirtualMachine::set_instrument(Function f) { impl_->instrument = std::move(f); }
+
+TimeEvaluator VirtualMachine::time_evaluator(const std::string& name, Device device,
+                                             TimeEvaluatorOptions options) const {
+  return TimeEvaluator(module().get_function(name), device, std::move(options));
+}
+
+profiling::Report VirtualMachine::profile(const std::string& func, const std::vector<Any>& args) {
+  if (!impl_->profiling_enabled) {
+    throw RuntimeError("profile() needs a VirtualMachine made with profile = true");
+  }
+  Any closure = impl_->get_closure(func);
+  std::vector<Any> inputs;
+  auto set = impl_->inputs.find(func);
+  if (set != impl_->inputs.end()) {
+    if (!args.empty())
+      throw ValueError(fmt::format("Inputs are already provided by set_input for {}.", func));
+    inputs = set->second;
+  } else {
+    for (const Any& a : args) inputs.push_back(impl_->convert_to_device(a));
+  }
+  auto call = [&]() {
+    impl_->invoke_closure(closure, inputs.data(), static_cast<int32_t>(inputs.size()));
+  };
+  call();  // warm-up, not recorded
+  profiling::Profiler profiler(impl_->devices, {}, {{"Executor", std::string("VM")}});
+  struct Attach {
+    VirtualMachineImpl* vm;
+    ~Attach() { vm->profiler = nullptr; }
+  } attach{impl_.get()};
+  profiler.start();
+  impl_->profiler = &profiler;
+  call();
+  impl_->profiler = nullptr;
+  profiler.stop();
+  return profiler.report();
+}
+
+}  // namespace kiln::vm

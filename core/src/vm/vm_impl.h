@@ -1,0 +1,75 @@
+// The VM's state and interpreter, shared by virtual_machine.cc (the public class and the
+// dispatch loop) and builtins.cc (the builtins that take the VM context).
+#ifndef KILN_CORE_VM_VM_IMPL_H_
+#define KILN_CORE_VM_VM_IMPL_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/profiling/profiler.h"
+#include "kiln/vm/virtual_machine.h"
+#include "vm/allocator.h"
+
+namespace kiln::vm {
+
+class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImpl> {
+ public:
+  VirtualMachineImpl(std::shared_ptr<const Executable> exec, std::vector<Module> libraries,
+                     std::vector<Device> devices, const MemoryConfig& memory_cfg, bool profile);
+  ~VirtualMachineImpl();
+
+  // The VM behind a context value (the %vm register); TypeError when `ctx` is not one.
+  static VirtualMachineImpl* from_context(const Any& ctx, const char* who);
+  // The context value passed to closures and builtins.
+  KilnAny context() const;
+
+  // Runs VM function `fidx` with `num_args` arguments (SPEC §2.3).
+  Any invoke_bytecode(int64_t fidx, const Any* args, int32_t num_args);
+  // Calls a closure (context prepended) or a plain function.
+  Any invoke_closure(const Any& closure, const Any* args, int32_t num_args);
+  // The closure for `name`: saved ones first, then VM functions (§2.5).
+  Any get_closure(const std::string& name) const;
+  // The closure of VM function `name` only (what invoke_stateful runs). ValueError
+  // "Unknown function: <name>" or for a packed-function entry.
+  Any vm_function(const std::string& name) const;
+  // Argument conversion to devices[0] (§2.9).
+  Any convert_to_device(const Any& value);
+  // Allocates on device `index` of this VM (-1: the host, the last device).
+  Ref<StorageObj> alloc_storage(int64_t index, size_t nbytes, size_t alignment);
+  Allocator& allocator(size_t index) { return *allocators_[index]; }
+  void clear_allocators();
+
+  std::shared_ptr<const Executable> exec;
+  std::vector<Module> libraries;
+  std::vector<Device> devices;
+  bool profiling_enabled;
+  std::map<std::string, Any> saved;                // save_function
+  std::map<std::string, std::vector<Any>> inputs;  // set_input
+  std::map<std::string, Any> outputs;              // invoke_stateful
+  Function instrument;
+  profiling::Profiler* profiler = nullptr;  // set while profile() runs
+
+ private:
+  struct Frame;
+  // Executes the Call instruction `in` in `frame`.
+  void run_call(const Instruction& in, Frame& frame);
+  void run_call_hooked(const Instruction& in, Frame& frame, const KilnAny* args, int32_t n,
+                       bool closure);
+  const Any& read_register(const Frame& frame, Word reg) const;
+  std::unique_ptr<Frame> acquire_frame(int64_t fidx);
+  void release_frame(std::unique_ptr<Frame> frame);
+
+  static constexpr uint64_t kMagic = 0x4b494c4e564d3031;  // "KILNVM01"
+  uint64_t magic_ = kMagic;
+  std::vector<Ref<Allocator>> allocators_;
+  std::vector<Any> constants_;
+  std::vector<Any> func_pool_;
+  std::vector<std::unique_ptr<Frame>> free_frames_;
+  int depth_ = 0;
+};
+
+}  // namespace kiln::vm
+
+#endif  // KILN_CORE_VM_VM_IMPL_H_

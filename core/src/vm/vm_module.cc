@@ -1,0 +1,258 @@
+// VM programs as modules: the VM's own function table (§2.6), executable modules whose
+// functions run in a VM, and loading executables from .kvm / .kvmt files and packages.
+#include "vm/vm_module.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+
+#include "kiln/error.h"
+#include "kiln/runtime.h"
+#include "vm/vm_impl.h"
+
+namespace kiln::vm {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<Any> rest(const Any* args, int32_t n, int32_t from) {
+  return from < n ? std::vector<Any>(args + from, args + n) : std::vector<Any>();
+}
+
+void expect_at_least(const char* name, int32_t n, int32_t min) {
+  if (n < min) throw TypeError(fmt::format("{} takes at least {} arguments, got {}", name, min, n));
+}
+
+std::vector<int64_t> indices(const Any* args, int32_t n, int32_t from) {
+  std::vector<int64_t> out;
+  for (int32_t i = from; i < n; ++i) out.push_back(args[i].cast<int64_t>());
+  return out;
+}
+
+// The executable, its kernel libraries and the VMs made for it, one per device.
+class ExecutablePayload : public Object {
+ public:
+  ExecutablePayload(std::shared_ptr<const Executable> exec, std::vector<Module> libraries)
+      : exec(std::move(exec)), libraries(std::move(libraries)) {}
+  const char* type_key() const override { return "vm.ExecutablePayload"; }
+
+  VirtualMachine& vm_for(Device device) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = vms.find({device.type, device.id});
+    if (it == vms.end()) {
+      it = vms.emplace(std::make_pair(device.type, device.id),
+                       VirtualMachine(Executable(*exec), libraries, {device}))
+               .first;
+    }
+    return it->second;
+  }
+
+  std::shared_ptr<const Executable> exec;
+  std::vector<Module> libraries;
+  std::mutex mu;
+  std::map<std::pair<int32_t, int32_t>, VirtualMachine> vms;
+};
+
+// The device a call's arguments live on: the first tensor's, else the CPU.
+Device device_of(const Any* args, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) {
+    if (args[i].type_code() == KILN_TYPE_TENSOR) return args[i].cast<Tensor>().device();
+  }
+  return Device::cpu();
+}
+
+std::vector<uint8_t> read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw NotFoundError(fmt::format("cannot open {}", path.string()));
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+Module VirtualMachine::module() const {
+  auto obj = make_object<ModuleObj>("vm", "");
+  const VirtualMachine self = *this;
+  auto add = [&](const std::string& name,
+                 std::function<Any(VirtualMachine&, const Any*, int32_t)> body) {
+    obj->add_function(name, Function::from_packed(name, [self, body](const Any* args, int32_t n) {
+                        VirtualMachine vm = self;
+                        return body(vm, args, n);
+                      }));
+  };
+  add("set_input", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("set_input", n, 1);
+    vm.set_input(a[0].cast<std::string>(), rest(a, n, 1));
+    return Any();
+  });
+  add("invoke_stateful", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("invoke_stateful", n, 1);
+    vm.invoke_stateful(a[0].cast<std::string>());
+    return Any();
+  });
+  add("get_output_arity", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("get_output_arity", n, 1);
+    return Any(vm.get_output_arity(a[0].cast<std::string>(), indices(a, n, 1)));
+  });
+  add("get_output", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("get_output", n, 1);
+    return vm.get_output(a[0].cast<std::string>(), indices(a, n, 1));
+  });
+  add("save_function", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("save_function", n, 3);
+    vm.save_function(a[0].cast<std::string>(), a[1].cast<std::string>(), rest(a, n, 3),
+                     a[2].cast<bool>());
+    return Any();
+  });
+  add("invoke_closure", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("invoke_closure", n, 1);
+    return vm.invoke_closure(a[0], rest(a, n, 1));
+  });
+  add("set_instrument", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("set_instrument", n, 1);
+    if (a[0].type_code() == KILN_TYPE_STRING) {
+      const std::string factory = a[0].cast<std::string>();
+      auto f = registry::get(factory);
+      if (!f) throw NotFoundError(fmt::format("Cannot find factory {}", factory));
+      vm.set_instrument(f->call_packed(rest(a, n, 1)).cast<Function>());
+    } else {
+      vm.set_instrument(a[0].is_none() ? Function() : a[0].cast<Function>());
+    }
+    return Any();
+  });
+  add("profile", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("profile", n, 1);
+    return Any(vm.profile(a[0].cast<std::string>(), rest(a, n, 1)).json());
+  });
+  add("get_function_arity", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("get_function_arity", n, 1);
+    const std::string f = a[0].cast<std::string>();
+    auto it = vm.executable().func_map.find(f);
+    if (it == vm.executable().func_map.end())
+      throw ValueError(fmt::format("Unknown function: {}", f));
+    return Any(static_cast<int64_t>(
+        vm.executable().func_table[static_cast<size_t>(it->second)].param_names.size()));
+  });
+  add("get_function_param_name", [](VirtualMachine& vm, const Any* a, int32_t n) {
+    expect_at_least("get_function_param_name", n, 2);
+    const std::string f = a[0].cast<std::string>();
+    auto it = vm.executable().func_map.find(f);
+    if (it == vm.executable().func_map.end())
+      throw ValueError(fmt::format("Unknown function: {}", f));
+    const auto& names = vm.executable().func_table[static_cast<size_t>(it->second)].param_names;
+    const auto i = a[1].cast<int64_t>();
+    if (i < 0 || static_cast<size_t>(i) >= names.size()) {
+      throw ValueError(fmt::format("Invalid index for {} ({} out of {})", f, i, names.size()));
+    }
+    return Any(names[static_cast<size_t>(i)]);
+  });
+  // Every VM function and saved function, resolved per call (fixed names win, §2.6).
+  std::vector<std::string> names;
+  for (const FuncInfo& info : impl_->exec->func_table) {
+    if (info.kind == FuncKind::kVMFunc) names.push_back(info.name);
+  }
+  for (const auto& [name, closure] : impl_->saved) names.push_back(name);
+  for (const std::string& name : names) {
+    if (obj->find_function(name)) continue;
+    obj->add_function(name, get_function(name));
+  }
+  return Module(std::move(obj));
+}
+
+Module make_executable_module(Executable exec, std::vector<Module> kernel_libraries,
+                              const std::string& name) {
+  exec.validate();
+  auto payload = make_object<ExecutablePayload>(std::make_shared<const Executable>(std::move(exec)),
+                                                kernel_libraries);
+  auto obj = make_object<ModuleObj>(kExecutableModuleKind, "");
+  obj->payload = payload;
+  for (const Module& lib : kernel_libraries) obj->imports.push_back(Ref<ModuleObj>(lib.get()));
+  const auto& ex = payload->exec;
+  obj->add_function("stats", Function::from_packed(
+                                 "stats", [ex](const Any*, int32_t) { return Any(ex->stats()); }));
+  obj->add_function("as_text", Function::from_packed("as_text", [ex](const Any*, int32_t) {
+                      return Any(ex->as_text());
+                    }));
+  obj->add_function("has_function",
+                    Function::from_packed("has_function", [ex](const Any* a, int32_t n) {
+                      expect_at_least("has_function", n, 1);
+                      return Any(ex->func_map.count(a[0].cast<std::string>()) != 0);
+                    }));
+  for (const FuncInfo& info : ex->func_table) {
+    if (info.kind != FuncKind::kVMFunc || obj->find_function(info.name)) continue;
+    Ref<ExecutablePayload> keep = payload;
+    const std::string fname = info.name;
+    obj->add_function(fname, Function::from_packed(fname, [keep, fname](const Any* a, int32_t n) {
+                        return keep->vm_for(device_of(a, n))
+                            .get_function(fname)
+                            .call_packed(std::vector<Any>(a, a + n));
+                      }));
+  }
+  obj->artifacts.push_back(Artifact{name, "bytecode", ex->save_to_bytes()});
+  for (const Module& lib : kernel_libraries) {
+    for (const Artifact& a : lib.artifacts()) obj->artifacts.push_back(a);
+  }
+  return Module(std::move(obj));
+}
+
+const Executable* executable_of(const Module& m) {
+  if (!m.defined() || m.kind() != kExecutableModuleKind) return nullptr;
+  auto* payload = dynamic_cast<ExecutablePayload*>(m.get()->payload.get());
+  return payload != nullptr ? payload->exec.get() : nullptr;
+}
+
+bool is_executable_format(const std::string& extension) {
+  return extension == "kvm" || extension == "kvmt";
+}
+
+Module load_executable_file(const fs::path& path, Runtime& runtime) {
+  const std::string ext = path.extension().string();
+  const std::vector<uint8_t> bytes = read_bytes(path);
+  Executable exec =
+      ext == ".kvmt"
+          ? Executable::from_text(
+                std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                path.string())
+          : Executable::load_from_bytes(bytes);
+  std::vector<Module> libraries;
+  for (const std::string& import : exec.imports) {
+    fs::path lib(import);
+    if (lib.is_relative()) lib = path.parent_path() / lib;
+    try {
+      libraries.push_back(runtime.load_module(lib));
+    } catch (const Error& e) {
+      throw_error(e.code(), fmt::format("{}: import '{}': {}", path.string(), import, e.what()));
+    }
+  }
+  return make_executable_module(std::move(exec), std::move(libraries),
+                                path.stem().string() + ".kvm");
+}
+
+Module load_executable_package(const Artifact& bytecode, std::map<std::string, Module> libraries,
+                               const std::string& package) {
+  Executable exec;
+  try {
+    exec = Executable::load_from_bytes(bytecode.data);
+  } catch (const Error& e) {
+    throw_error(e.code(),
+                fmt::format("package {}: bytecode '{}': {}", package, bytecode.name, e.what()));
+  }
+  std::vector<Module> ordered;
+  for (const std::string& import : exec.imports) {
+    const std::string base = fs::path(import).filename().string();
+    auto it = libraries.find(base);
+    if (it == libraries.end()) {
+      throw ValueError(
+          fmt::format("package {}: the executable imports '{}' but the package has no "
+                      "host_library of that name",
+                      package, base));
+    }
+    ordered.push_back(it->second);
+  }
+  return make_executable_module(std::move(exec), std::move(ordered), bytecode.name);
+}
+
+}  // namespace kiln::vm

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the VM fuzz targets with clang and libFuzzer in build-fuzz/ and runs each for a bounded
+# time. Exits non-zero when a target finds a crash, a sanitizer error or a broken round trip
+# (the reproducer is left in build-fuzz/fuzz-artifacts/).
+#
+#   fuzz/run.sh                       # every target, KILN_FUZZ_SECONDS (default 60) each
+#   fuzz/run.sh kiln_fuzz_vm_asm      # one target
+#
+# Environment: KILN_FUZZ_SECONDS (per target, default 60), KILN_FUZZ_JOBS (build jobs, default
+# 2), KILN_FUZZ_CC / KILN_FUZZ_CXX (default clang / clang++), KILN_FUZZ_BUILD_DIR (default
+# <repo>/build-fuzz). Needs clang and its libFuzzer runtime (Debian: clang and
+# libclang-rt-14-dev, or clang-15 and libclang-common-15-dev).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${KILN_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+seconds="${KILN_FUZZ_SECONDS:-60}"
+jobs="${KILN_FUZZ_JOBS:-2}"
+cc="${KILN_FUZZ_CC:-clang}"
+cxx="${KILN_FUZZ_CXX:-clang++}"
+
+# target, seed corpus, -max_len, dictionary (or "")
+targets=(
+  "kiln_fuzz_vm_binary $root/fuzz/corpus/vm_binary 16384 -"
+  "kiln_fuzz_vm_asm $root/fuzz/corpus/vm_asm 8192 $root/fuzz/vm_asm.dict"
+)
+selected=("$@")
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
+    -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF
+fi
+names=()
+for t in "${targets[@]}"; do names+=("${t%% *}"); done
+cmake --build "$build" -j "$jobs" --target "${names[@]}"
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+status=0
+for t in "${targets[@]}"; do
+  read -r name seeds max_len dict <<<"$t"
+  if [ ${#selected[@]} -gt 0 ] && [[ ! " ${selected[*]} " == *" $name "* ]]; then continue; fi
+  corpus="$build/fuzz-corpus/$name"  # new inputs go here; the seeds stay untouched
+  artifacts="$build/fuzz-artifacts"
+  mkdir -p "$corpus" "$artifacts"
+  args=(-max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048
+        -print_final_stats=1 -artifact_prefix="$artifacts/$name-")
+  if [ "$dict" != "-" ]; then args+=(-dict="$dict"); fi
+  echo "== $name: ${seconds}s, -max_len=$max_len, seeds $seeds"
+  if ! "$build/bin/$name" "${args[@]}" "$corpus" "$seeds"; then
+    echo "== $name: FAILED (reproducer in $artifacts/; rerun with $build/bin/$name <file>)" >&2
+    status=1
+  else
+    echo "== $name: no crash"
+  fi
+done
+exit "$status"

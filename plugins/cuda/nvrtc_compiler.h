@@ -1,0 +1,96 @@
+// CUDA C++ source compiled at run time with NVRTC, which is dlopened like the driver
+// (libnvrtc.so.13, then .12, then libnvrtc.so). The compile needs no GPU and no driver: the
+// target architecture is explicit, so it is testable on any machine with NVRTC installed.
+#ifndef KILN_PLUGINS_CUDA_NVRTC_COMPILER_H_
+#define KILN_PLUGINS_CUDA_NVRTC_COMPILER_H_
+
+#include <nvrtc.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::cuda {
+
+// Function pointers into one dlopen'ed NVRTC library. Not copyable; closes it on destruction.
+class NvrtcApi {
+ public:
+  NvrtcApi() = default;
+  NvrtcApi(const NvrtcApi&) = delete;
+  NvrtcApi& operator=(const NvrtcApi&) = delete;
+  ~NvrtcApi();
+
+  // The libraries tried when no explicit one is configured, in order: libnvrtc.so.13, .12
+  // and libnvrtc.so through the dynamic loader, then libnvrtc.so in lib64/ and lib/ of
+  // $CUDA_HOME, $CUDA_PATH and /usr/local/cuda where it exists.
+  static const std::vector<std::string>& default_libraries();
+
+  // Opens the first of `candidates` that loads and resolves every entry point. On failure
+  // returns false and sets `*why` naming every candidate with its dlerror text.
+  bool open(const std::vector<std::string>& candidates, std::string* why);
+  bool is_open() const { return handle_ != nullptr; }
+  const std::string& library() const { return library_; }
+  // NVRTC's version, e.g. {13, 0}.
+  int major_version() const { return major_; }
+  int minor_version() const { return minor_; }
+
+  nvrtcResult (*nvrtcVersion)(int*, int*) = nullptr;
+  const char* (*nvrtcGetErrorString)(nvrtcResult) = nullptr;
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int,
+                                    const char* const*, const char* const*) = nullptr;
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*) = nullptr;
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcAddNameExpression)(nvrtcProgram, const char*) = nullptr;
+  nvrtcResult (*nvrtcGetLoweredName)(nvrtcProgram, const char*, const char**) = nullptr;
+
+ private:
+  void close();
+  void* handle_ = nullptr;
+  std::string library_;
+  int major_ = 0;
+  int minor_ = 0;
+};
+
+// What one compile produced.
+struct NvrtcOutput {
+  std::string ptx;             // always present on success
+  std::vector<uint8_t> cubin;  // present when the target was a real architecture (sm_XY)
+  std::string log;             // warnings, possibly empty
+  // Each name expression given to the compile -> the symbol it lowered to (the name to look
+  // up in the loaded module; equal to the expression for extern "C" kernels).
+  std::map<std::string, std::string> lowered_names;
+};
+
+// Compiles `source` (named `program_name` in messages, e.g. "vector_add.cu") for `arch`
+// ("sm_90" for PTX plus a cubin, "compute_90" for PTX only; empty: no -arch is added, for
+// options that carry their own) with `options` appended after "-arch=<arch>". Every entry of
+// `name_expressions` (kernel names, or C++ expressions such as "scale<float>") is registered so
+// that its lowered name is reported. Throws kiln::sdk::Error: KILN_ERROR_VALUE with NVRTC's log for
+// a compile error or a bad option
+// ("<program_name>: NVRTC_ERROR_COMPILATION ... log: ..."), KILN_ERROR_RUNTIME for other NVRTC
+// failures. `api` must be open.
+NvrtcOutput nvrtc_compile(const NvrtcApi& api, std::string_view source,
+                          const std::string& program_name, const std::string& arch,
+                          const std::vector<std::string>& options,
+                          const std::vector<std::string>& name_expressions);
+
+// Splits a command-line style option string into arguments: whitespace separates, single and
+// double quotes group ("-I'/path with space'" is one argument without the quotes), a backslash
+// escapes the next character outside single quotes. Throws kiln::sdk::Error
+// (KILN_ERROR_VALUE) naming `what` for an unterminated quote or a trailing backslash.
+std::vector<std::string> split_options(std::string_view text, const std::string& what);
+
+// "sm_90" for compute capability 9.0; "sm_90a"-style suffixes are not added.
+std::string sm_arch(int major, int minor);
+
+}  // namespace kiln::cuda
+
+#endif  // KILN_PLUGINS_CUDA_NVRTC_COMPILER_H_

@@ -1,0 +1,188 @@
+// Everything the opencl plugin owns between negotiation and shutdown: the configuration, the
+// devices (enumerated lazily, once), and the objects handed to the host (buffers, streams,
+// timers, modules, kernels), each kept in a registry so that a handle the plugin did not make,
+// or one already released, is an error rather than a crash.
+#ifndef KILN_PLUGINS_OPENCL_PLUGIN_STATE_H_
+#define KILN_PLUGINS_OPENCL_PLUGIN_STATE_H_
+
+#include <CL/cl.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "device_registry.h"
+#include "kernel_metadata.h"
+#include "kiln/c/kiln.h"
+#include "plugin_options.h"
+#include "program_cache.h"
+
+namespace kiln::opencl {
+
+class Module;
+
+// A kernel of a loaded module. clSetKernelArg and the enqueue that follows are serialised on
+// `mu`, because a cl_kernel holds its argument values.
+struct Kernel {
+  Kernel() = default;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+  ~Kernel();
+  Module* module = nullptr;
+  DeviceRecord* device = nullptr;
+  cl_kernel kernel = nullptr;
+  const plugin_common::KernelInfo* info = nullptr;  // owned by the module's metadata
+  // The kernel takes one more parameter than its metadata arguments: a trailing __local
+  // pointer sized by the launch's dynamic_shared_bytes.
+  bool dynamic_local = false;
+  size_t work_group_size = 0;  // CL_KERNEL_WORK_GROUP_SIZE on its device
+  std::mutex mu;
+  // The argument values last given to clSetKernelArg (the cl_kernel keeps them), so that a
+  // launch repeating them skips the call. Guarded by `mu`. Buffer arguments are forgotten
+  // whenever any buffer is freed (a new buffer may reuse a freed handle's value); sub-buffers
+  // are never remembered.
+  std::vector<std::array<uint8_t, 8>> set_values;
+  std::vector<uint8_t> set_valid;
+  uint64_t set_epoch = 0;        // PluginState's buffer epoch when the values were recorded
+  uint32_t set_local_bytes = 0;  // the __local parameter's size, 0 when not set
+};
+
+// A program loaded on one device, with its metadata and the kernels looked up so far.
+class Module {
+ public:
+  Module(DeviceRecord& device, std::shared_ptr<Program> program,
+         plugin_common::ModuleMetadata metadata)
+      : device_(device), program_(std::move(program)), metadata_(std::move(metadata)) {}
+  DeviceRecord& device() { return device_; }
+  Program& program() { return *program_; }
+  const plugin_common::ModuleMetadata& metadata() const { return metadata_; }
+  std::mutex& mu() { return mu_; }
+  std::map<std::string, std::unique_ptr<Kernel>>& kernels() { return kernels_; }
+
+ private:
+  DeviceRecord& device_;
+  std::shared_ptr<Program> program_;
+  plugin_common::ModuleMetadata metadata_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Kernel>> kernels_;
+};
+
+// A timer: two markers with profiling events on the queues it was started and stopped on.
+struct Timer {
+  Timer() = default;
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+  ~Timer();
+  int32_t device = 0;
+  cl_event start = nullptr;
+  cl_event stop = nullptr;
+  std::mutex mu;
+};
+
+class PluginState {
+ public:
+  PluginState();
+  PluginState(const PluginState&) = delete;
+  PluginState& operator=(const PluginState&) = delete;
+  // Releases whatever is left (the host destroys its objects first) and the devices.
+  ~PluginState();
+
+  // Resolves the options (`options_json`, borrowed) and KILN_OPENCL_CACHE_DIR. Touches no
+  // OpenCL API: the driver is initialised on the first device query. Throws
+  // kiln::sdk::Error(KILN_ERROR_VALUE) for bad options.
+  void configure(const char* options_json);
+
+  std::span<const KilnComponent> components() const { return components_; }
+
+  // ---- devices ----
+  // The enumeration, done once on first call (thread-safe).
+  const Enumeration& enumeration();
+  // Device `id`. Throws KILN_ERROR_UNAVAILABLE with the reason when there is no device,
+  // KILN_ERROR_INDEX for an id out of range.
+  DeviceRecord& device(int32_t id);
+  // Throws KILN_ERROR_UNAVAILABLE with the reason when there is no device.
+  void require_devices();
+
+  // ---- memory and copies ----
+  void* alloc(int32_t id, size_t nbytes, size_t alignment);
+  void free(int32_t id, void* ptr);
+  void copy_to_device(int32_t id, const void* host_src, void* dst, size_t dst_offset, size_t nbytes,
+                      void* stream);
+  void copy_to_host(int32_t id, const void* src, size_t src_offset, void* host_dst, size_t nbytes,
+                    void* stream);
+  void copy_on_device(int32_t id, const void* src, size_t src_offset, void* dst, size_t dst_offset,
+                      size_t nbytes, void* stream);
+
+  // ---- streams ----
+  // The queue `stream` stands for on device `id` (NULL: the default queue).
+  cl_command_queue queue_for(int32_t id, void* stream);
+  void synchronize(int32_t id, void* stream);
+  void* stream_create(int32_t id);
+  void stream_destroy(int32_t id, void* stream);
+
+  // ---- timers ----
+  void* timer_create(int32_t id);
+  void timer_mark(void* timer, void* stream, bool start);
+  int64_t timer_elapsed_ns(void* timer);
+  void timer_destroy(void* timer);
+
+  // ---- device code ----
+  void* module_load(int32_t id, const void* data, size_t size, const char* format,
+                    const char* metadata_json);
+  void* module_get_kernel(void* module, const char* name);
+  void module_unload(void* module);
+  void launch(void* kernel, const KilnAny* args, int32_t num_args, const uint32_t grid[3],
+              const uint32_t block[3], uint32_t dynamic_shared_bytes, void* stream);
+
+  const PluginOptions& options() const { return options_; }
+
+ private:
+  struct Buffer {
+    int32_t device;
+    size_t size;
+  };
+  // The buffer `ptr` on device `id`; throws KILN_ERROR_VALUE naming `what` when it is not a
+  // live buffer of this plugin or belongs to another device.
+  Buffer buffer(int32_t id, const void* ptr, const char* what);
+  // Throws KILN_ERROR_VALUE unless [offset, offset + nbytes) lies inside `b`.
+  static void check_range(const Buffer& b, size_t offset, size_t nbytes, const char* what);
+  Timer& timer(void* handle, const char* slot);
+  Module& module(void* handle, const char* slot);
+  // The kernel `handle` and, for a non-NULL `stream`, its queue in `*queue` (NULL for the
+  // default queue); KILN_ERROR_VALUE for a handle or stream that is not live, or a stream of
+  // another device.
+  Kernel& kernel(void* handle, void* stream, cl_command_queue* queue);
+  // The cl_mem a tensor argument of `k` passes, making a sub-buffer for a byte_offset
+  // (appended to `sub_buffers`, released by the caller once the launch is enqueued).
+  cl_mem tensor_argument(const Kernel& k, const DLTensor& t, size_t index,
+                         std::vector<cl_mem>& sub_buffers);
+
+  PluginOptions options_;
+  std::unique_ptr<ProgramCache> cache_;
+  std::once_flag enumerate_once_;
+  Enumeration enumeration_;
+
+  std::mutex buffers_mu_;
+  std::unordered_map<cl_mem, Buffer> buffers_;
+  std::atomic<uint64_t> buffer_epoch_{1};  // bumped by every free
+  std::mutex objects_mu_;                  // guards the registries below
+  std::unordered_map<cl_command_queue, int32_t> streams_;
+  std::unordered_set<Timer*> timers_;
+  std::unordered_set<Module*> modules_;
+  std::unordered_set<Kernel*> kernels_;
+
+  KilnDeviceBackend device_table_;
+  std::array<KilnComponent, 1> components_;
+};
+
+}  // namespace kiln::opencl
+
+#endif  // KILN_PLUGINS_OPENCL_PLUGIN_STATE_H_

@@ -1,0 +1,39 @@
+// SHA-256 (FIPS 180-4), for the program cache: keys name programs by the hash of their source
+// and options, and each cache file carries the hash of its payload to detect corruption.
+#ifndef KILN_PLUGINS_OPENCL_SHA256_H_
+#define KILN_PLUGINS_OPENCL_SHA256_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace kiln::opencl {
+
+class Sha256 {
+ public:
+  using Digest = std::array<uint8_t, 32>;
+
+  Sha256();
+  // Hashes `size` more bytes at `data`.
+  void update(const void* data, size_t size);
+  void update(std::string_view text) { update(text.data(), text.size()); }
+  // The digest of everything hashed; the object must not be updated afterwards.
+  Digest finish();
+
+  // One-shot helpers.
+  static Digest of(const void* data, size_t size);
+  static std::string hex(const Digest& digest);  // 64 lowercase hex digits
+
+ private:
+  void block(const uint8_t* p);
+  std::array<uint32_t, 8> h_;
+  std::array<uint8_t, 64> buffer_{};
+  size_t buffered_ = 0;
+  uint64_t total_bytes_ = 0;
+};
+
+}  // namespace kiln::opencl
+
+#endif  // KILN_PLUGINS_OPENCL_SHA256_H_

@@ -1,0 +1,132 @@
+// `kiln vm asm|disasm|stats`: the VM executable's text form (.kvmt) and binary form (.kvm)
+// (docs/vm.md, docs/cli.md).
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "kiln/error.h"
+#include "kiln/vm/executable.h"
+
+namespace kiln::tool {
+namespace {
+
+// The whole file; a missing or unreadable input is a usage error (exit 2).
+std::string read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw UsageError(fmt::format("cannot read {}: it is a directory", path.string()));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw UsageError(fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
+  }
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    throw UsageError(fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
+  }
+  return data;
+}
+
+// Writes `data` to `path`: "-" is stdout; a regular file (or a new one) is replaced through a
+// temporary file renamed into place; anything else that exists (/dev/stdout, a pipe) is
+// written in place, never replaced.
+void write_file(const std::filesystem::path& path, std::string_view data) {
+  if (path == "-") {
+    std::cout.write(data.data(), static_cast<std::streamsize>(data.size()));
+    std::cout.flush();
+    if (!std::cout) throw RuntimeError("cannot write to stdout");
+    return;
+  }
+  std::error_code status_ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, status_ec);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    if (std::filesystem::is_directory(status)) {
+      throw UsageError(fmt::format("cannot write {}: it is a directory", path.string()));
+    }
+    std::ofstream out(path, std::ios::binary);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    out.close();
+    if (!out) throw RuntimeError(fmt::format("cannot write {}", path.string()));
+    return;
+  }
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw RuntimeError(fmt::format("cannot write {}", path.string()));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw RuntimeError(fmt::format("cannot write {}: {}", path.string(), ec.message()));
+  }
+}
+
+// Loads a binary executable; a malformed file is a runtime error naming the file (exit 3).
+vm::Executable load_executable(const std::filesystem::path& path) {
+  const std::string data = read_file(path);
+  try {
+    return vm::Executable::load_from_bytes(
+        std::span(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
+  } catch (const ValueError& e) {
+    throw ValueError(fmt::format("{}: {}", path.string(), e.what()));
+  }
+}
+
+int run_asm(const VmOptions& options) {
+  const std::string text = read_file(options.input);
+  vm::Executable exec;
+  try {
+    exec = vm::Executable::from_text(text, options.input.string());
+  } catch (const ValueError& e) {
+    // A malformed source file, like a malformed config, is the user's to fix (exit 2).
+    throw UsageError(e.what());
+  }
+  const std::vector<uint8_t> bytes = exec.save_to_bytes();
+  write_file(options.output,
+             std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  // The summary goes to stderr when the executable itself goes to stdout.
+  (options.output == "-" ? std::cerr : std::cout) << fmt::format(
+      "wrote {}: {} bytes, {} functions, {} constants, {} instructions\n", options.output.string(),
+      bytes.size(), exec.func_table.size(), exec.constants.size(), exec.num_instructions());
+  return kExitOk;
+}
+
+int run_disasm(const VmOptions& options) {
+  const std::string text = load_executable(options.input).as_text();
+  if (options.output.empty() || options.output == "-") {
+    std::cout << text;
+  } else {
+    write_file(options.output, text);
+  }
+  return kExitOk;
+}
+
+int run_stats(const VmOptions& options) {
+  std::cout << load_executable(options.input).stats();
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_vm(const VmOptions& options) {
+  if (options.command == "asm") return run_asm(options);
+  if (options.command == "disasm") return run_disasm(options);
+  if (options.command == "stats") return run_stats(options);
+  throw UsageError(fmt::format("unknown vm command '{}' (asm, disasm, stats)", options.command));
+}
+
+}  // namespace kiln::tool
