@@ -11,6 +11,7 @@ packages=(
   python3-numpy libpapi-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libamdhip64-dev hipcc rocm-device-libs
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -4,12 +4,14 @@
 
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "commands.h"
 #include "kiln/kiln.h"
 #include "kiln/profiling/profiler.h"
 #include "kiln/run_config.h"
 #include "kiln/temp_dir.h"
+#include "kiln/vm/virtual_machine.h"
 
 namespace kiln::tool {
 namespace {
@@ -79,8 +81,11 @@ std::shared_ptr<profiling::MetricCollector> collector_with_options(
 profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile) {
   Module module = load_module(spec.module);
   const std::string function = spec.function.empty() ? module.entry_name() : spec.function;
-  Function f = module.get_function(function);
   const Device device = Device::parse(spec.device);
+  // A VM program gets a VM of its own, whose kernel calls become rows nested in each call.
+  std::optional<vm::VirtualMachine> machine;
+  if (vm::executable_of(module) != nullptr) machine.emplace(module, std::vector<Device>{device});
+  Function f = machine ? machine->get_function(function) : module.get_function(function);
 
   std::vector<Any> args;
   for (const Any& a : run::make_inputs(spec)) {
@@ -101,7 +106,7 @@ profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& 
                                                 : collector_with_options(c));
   }
   profiling::MetricMap configuration{
-      {"Executor", std::string("kiln run")},
+      {"Executor", std::string(machine ? "VM" : "kiln run")},
       {"Module", spec.module.string()},
       {"Device", profiling::device_report_name(device)},
       {"Timer",
@@ -114,11 +119,13 @@ profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& 
   profiling::Profiler profiler({device}, collectors, configuration);
   const std::string shapes = argument_shapes(args);
   profiler.start();
+  if (machine) machine->set_profiler(&profiler);
   for (int32_t i = 0; i < profile.calls; ++i) {
     profiler.start_call(function, device, {{"Argument Shapes", shapes}});
     f.call_packed(args);
     profiler.stop_call();
   }
+  if (machine) machine->set_profiler(nullptr);
   profiler.stop();
   profiling::Report report = profiler.report();
 

@@ -175,10 +175,23 @@ void VirtualMachineImpl::clear_allocators() {
 
 // ---- the interpreter ----
 
-const Any& VirtualMachineImpl::read_register(const Frame& frame, Word reg) const {
-  if (reg < 0 || static_cast<size_t>(reg) >= frame.registers.size()) {
-    throw RuntimeError(fmt::format("VM function '{}' reads register {} out of its {} registers",
-                                   exec->func_table[frame.fidx].name, reg, frame.registers.size()));
+void VirtualMachineImpl::bad_register(const Frame& frame, Word reg, const char* access) const {
+  throw RuntimeError(fmt::format("VM function '{}' {} register {} out of its {} registers",
+                                 exec->func_table[frame.fidx].name, access, reg,
+                                 frame.registers.size()));
+}
+
+inline void VirtualMachineImpl::write_register(Frame& frame, Word reg, Any&& value) {
+  if (reg >= kBeginSpecialReg) return;  // %void: the value is dropped
+  if (static_cast<uint64_t>(reg) >= frame.registers.size()) [[unlikely]] {
+    bad_register(frame, reg, "writes");
+  }
+  frame.registers[static_cast<size_t>(reg)] = std::move(value);
+}
+
+inline const Any& VirtualMachineImpl::read_register(const Frame& frame, Word reg) const {
+  if (static_cast<uint64_t>(reg) >= frame.registers.size()) [[unlikely]] {
+    bad_register(frame, reg, "reads");
   }
   return frame.registers[static_cast<size_t>(reg)];
 }
@@ -214,58 +227,119 @@ Any VirtualMachineImpl::invoke_bytecode(int64_t fidx, const Any* args, int32_t n
   Frame& frame = *guard.frame;
   for (int32_t i = 0; i < num_args; ++i) frame.registers[static_cast<size_t>(i)] = args[i];
 
+  // The words are decoded in place (validate() guaranteed their layout at load).
+  const Word* const words = exec->instr_data.data();
+  const Word* const offsets = exec->instr_offset.data();
   int64_t pc = info.start_instr;
   while (true) {
-    if (pc < info.start_instr || pc >= info.end_instr) {
+    if (pc < info.start_instr || pc >= info.end_instr) [[unlikely]] {
       throw RuntimeError(
           fmt::format("VM function '{}' ran into an invalid section (pc {})", info.name, pc));
     }
-    const Instruction in = exec->instruction(pc);
-    switch (in.op) {
+    const Word* w = words + offsets[pc];
+    switch (static_cast<Opcode>(w[0])) {
       case Opcode::kCall:
-        run_call(in, frame);
+        run_call(w, frame);
         ++pc;
         break;
       case Opcode::kRet:
-        if (in.reg == kVoidRegister) return Any();
-        return read_register(frame, in.reg);
+        if (w[1] == kVoidRegister) return Any();
+        return read_register(frame, w[1]);
       case Opcode::kGoto:
-        pc += in.offset;
+        pc += w[1];
         break;
       case Opcode::kIf: {
-        const Any& cond = read_register(frame, in.reg);
+        const Any& cond = read_register(frame, w[1]);
         if (cond.type_code() != KILN_TYPE_INT && cond.type_code() != KILN_TYPE_BOOL) {
           throw TypeError(
               fmt::format("VM function '{}': If expects an int condition in %{}, got {}", info.name,
-                          in.reg, cond.type_name()));
+                          w[1], cond.type_name()));
         }
-        pc += cond.raw_int() != 0 ? 1 : in.offset;
+        pc += cond.raw_int() != 0 ? 1 : w[2];
         break;
       }
       default:
-        throw RuntimeError(fmt::format("VM function '{}': unknown opcode {} at pc {}", info.name,
-                                       static_cast<int64_t>(in.op), pc));
+        throw RuntimeError(
+            fmt::format("VM function '{}': unknown opcode {} at pc {}", info.name, w[0], pc));
     }
   }
 }
 
-void VirtualMachineImpl::run_call(const Instruction& in, Frame& frame) {
+namespace {
+
+// The ABI view of a register value; scalars inline (the common case), objects through Any.
+inline KilnAny abi_of(const Any& v) {
+  KilnAny a{v.type_code(), 0, {}};
+  switch (v.type_code()) {
+    case KILN_TYPE_NONE:
+      return a;
+    case KILN_TYPE_INT:
+    case KILN_TYPE_BOOL:
+      a.value.v_int64 = v.raw_int();
+      return a;
+    case KILN_TYPE_FLOAT:
+      a.value.v_float64 = v.raw_float();
+      return a;
+    case KILN_TYPE_TENSOR:
+      a.value.v_tensor = &static_cast<TensorObj*>(v.object())->dl;
+      a.flags = kAnyFlagHostObject;
+      return a;
+    default:
+      return v.to_abi();
+  }
+}
+
+// Calls `callable` the way Function::call_abi does, without taking a reference to its owner
+// (the function pool keeps it alive), and returns the raw result: the VM's hot path turns it
+// into an Any only when a register receives it or it carries a reference to drop.
+inline void call_callable(const KilnCallable& c, const KilnAny* args, int32_t n, KilnAny* ret) {
+  // The result is read field by field afterwards, never copied whole: the callee's narrower
+  // stores would not forward into a 16-byte load, a stall as long as the call itself.
+  ret->type_code = KILN_TYPE_NONE;
+  ret->flags = kAnyFlagAcceptsHostObjects;
+  ret->value.v_int64 = 0;
+  if (KilnError* err = c.call(c.self, args, n, ret)) [[unlikely]] {
+    detail::raise_and_free(err);
+  }
+}
+
+inline Any result_of(const KilnAny& ret) {
+  switch (ret.type_code) {
+    case KILN_TYPE_NONE:
+      return Any();
+    case KILN_TYPE_INT:
+      return Any(ret.value.v_int64);
+    case KILN_TYPE_FLOAT:
+      return Any(ret.value.v_float64);
+    default:
+      return Any::from_abi_result(ret);
+  }
+}
+
+}  // namespace
+
+void VirtualMachineImpl::run_call(const Word* w, Frame& frame) {
+  // [Call, dst, func_idx, num_args, args...]
+  const Instruction in{
+      Opcode::kCall, w[1], w[2], std::span<const Word>(w + 4, static_cast<size_t>(w[3])), 0, 0};
   const size_t n = in.args.size();
   // Decoded arguments are borrowed views (no reference counting): the registers, constants
   // and pool entries they point into outlive the call.
-  if (frame.call_args.size() < n + 1) frame.call_args.resize(n + 1);
+  if (frame.call_args.size() < n + 1) [[unlikely]] {
+    frame.call_args.resize(n + 1);
+  }
   KilnAny* decoded = frame.call_args.data() + 1;
   for (size_t i = 0; i < n; ++i) {
     const Word word = in.args[i];
     const Word value = arg_value(word);
     switch (arg_kind(word)) {
       case ArgKind::kRegister:
-        if (value == kVMRegister) {
+        if (value < kBeginSpecialReg) [[likely]] {
+          decoded[i] = abi_of(read_register(frame, value));
+        } else if (value == kVMRegister) {
           decoded[i] = context();
-        } else if (value == kVoidRegister) {
-          decoded[i] = KilnAny{KILN_TYPE_NONE, 0, {}};
         } else {
-          decoded[i] = read_register(frame, value).to_abi();
+          decoded[i] = KilnAny{KILN_TYPE_NONE, 0, {}};
         }
         break;
       case ArgKind::kImmediate:
@@ -286,23 +360,18 @@ void VirtualMachineImpl::run_call(const Instruction& in, Frame& frame) {
     run_call_hooked(in, frame, decoded, static_cast<int32_t>(n), closure);
     return;
   }
-  Any result;
+  KilnAny ret;
   if (!closure) [[likely]] {
-    result = Function(Ref<FunctionObj>(static_cast<FunctionObj*>(target.object())))
-                 .call_abi(decoded, static_cast<int32_t>(n));
+    call_callable(static_cast<FunctionObj*>(target.object())->callable(), decoded,
+                  static_cast<int32_t>(n), &ret);
   } else {
     frame.call_args[0] = context();
-    result = static_cast<ClosureObj*>(target.object())
-                 ->impl.call_abi(frame.call_args.data(), static_cast<int32_t>(n + 1));
+    call_callable(static_cast<ClosureObj*>(target.object())->impl.callable(),
+                  frame.call_args.data(), static_cast<int32_t>(n + 1), &ret);
   }
-  if (in.dst < kBeginSpecialReg) {
-    if (in.dst < 0 || static_cast<size_t>(in.dst) >= frame.registers.size()) {
-      throw RuntimeError(fmt::format("VM function '{}' writes register {} out of its {} registers",
-                                     exec->func_table[frame.fidx].name, in.dst,
-                                     frame.registers.size()));
-    }
-    frame.registers[static_cast<size_t>(in.dst)] = std::move(result);
-  }
+  // A dropped scalar result needs no Any; a dropped object is adopted and released.
+  if (in.dst >= kBeginSpecialReg && !Any::is_object_code(ret.type_code)) return;
+  write_register(frame, in.dst, result_of(ret));
 }
 
 namespace {
@@ -380,14 +449,7 @@ void VirtualMachineImpl::run_call_hooked(const Instruction& in, Frame& frame, co
       instrument.call_packed(hook);
     }
   }
-  if (in.dst < kBeginSpecialReg) {
-    if (in.dst < 0 || static_cast<size_t>(in.dst) >= frame.registers.size()) {
-      throw RuntimeError(fmt::format("VM function '{}' writes register {} out of its {} registers",
-                                     exec->func_table[frame.fidx].name, in.dst,
-                                     frame.registers.size()));
-    }
-    frame.registers[static_cast<size_t>(in.dst)] = std::move(result);
-  }
+  write_register(frame, in.dst, std::move(result));
 }
 
 Any VirtualMachineImpl::invoke_closure(const Any& closure, const Any* args, int32_t num_args) {
@@ -585,6 +647,8 @@ Any VirtualMachine::get_output(const std::string& func, const std::vector<int64_
 }
 
 void VirtualMachine::set_instrument(Function f) { impl_->instrument = std::move(f); }
+
+void VirtualMachine::set_profiler(profiling::Profiler* profiler) { impl_->profiler = profiler; }
 
 TimeEvaluator VirtualMachine::time_evaluator(const std::string& name, Device device,
                                              TimeEvaluatorOptions options) const {

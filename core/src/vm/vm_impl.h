@@ -53,11 +53,17 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
 
  private:
   struct Frame;
-  // Executes the Call instruction `in` in `frame`.
-  void run_call(const Instruction& in, Frame& frame);
+  // Executes the Call instruction whose words start at `w` in `frame`.
+  void run_call(const Word* w, Frame& frame);
   void run_call_hooked(const Instruction& in, Frame& frame, const KilnAny* args, int32_t n,
                        bool closure);
   const Any& read_register(const Frame& frame, Word reg) const;
+  // Stores `value` in register `reg` (dropped for %void).
+  void write_register(Frame& frame, Word reg, Any&& value);
+  // Throws the out-of-range register error (kept out of line: the dispatch loop inlines the
+  // check only).
+  [[noreturn]] [[gnu::noinline, gnu::cold]] void bad_register(const Frame& frame, Word reg,
+                                                              const char* access) const;
   std::unique_ptr<Frame> acquire_frame(int64_t fidx);
   void release_frame(std::unique_ptr<Frame> frame);
 

@@ -20,6 +20,7 @@
 #include "kiln/evaluator.h"
 #include "kiln/function.h"
 #include "kiln/module.h"
+#include "kiln/profiling/profiler.h"
 #include "kiln/profiling/report.h"
 #include "kiln/vm/executable.h"
 
@@ -129,6 +130,10 @@ class VirtualMachine {
   // Profiles one call of `func` after one warm-up (§2.14); `args` as set_input (empty: the
   // inputs given to set_input). Needs a VM made with profile = true.
   profiling::Report profile(const std::string& func, const std::vector<Any>& args);
+  // Records every Call instruction with tensor arguments into `profiler` (borrowed, started by
+  // the caller) as profile() does, until set_profiler(nullptr): for callers that profile
+  // several calls or add their own rows around them (kiln profile). Works without profile = true.
+  void set_profiler(profiling::Profiler* profiler);
 
   // The VM as a module with the function table of §2.6 (set_input, invoke_stateful,
   // get_output, save_function, invoke_closure, set_instrument, profile, ... and every VM
