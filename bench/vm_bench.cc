@@ -108,8 +108,10 @@ kiln::vm::Executable mlp(int64_t batch, int64_t out) {
   return b.get();
 }
 
-void BM_MLP(benchmark::State& state, const char* memory) {
-  const int64_t batch = 8, in = 64, out = 64;
+// `batch` x `in` inputs through a dense layer of `out` units: 8x64->64 keeps its 2 KiB output
+// in one page; 256x512->512 takes 512 KiB per call, above glibc's mmap threshold, so a naive
+// allocation maps and unmaps (and faults in) fresh pages every call.
+void BM_MLP(benchmark::State& state, const char* memory, int64_t batch, int64_t in, int64_t out) {
   std::vector<kiln::Module> libs = {kiln::load_module(kKernels + "/libmatmul.so"),
                                     kiln::load_module(kKernels + "/libbias_add.so"),
                                     kiln::load_module(kKernels + "/librelu.so")};
@@ -130,8 +132,10 @@ BENCHMARK(BM_Direct_Int64x3);
 BENCHMARK(BM_VM_Int64x3);
 BENCHMARK(BM_Direct_Tensorx3);
 BENCHMARK(BM_VM_Tensorx3);
-BENCHMARK_CAPTURE(BM_MLP, naive, "naive");
-BENCHMARK_CAPTURE(BM_MLP, pooled, "pooled");
+BENCHMARK_CAPTURE(BM_MLP, naive_8x64x64, "naive", 8, 64, 64);
+BENCHMARK_CAPTURE(BM_MLP, pooled_8x64x64, "pooled", 8, 64, 64);
+BENCHMARK_CAPTURE(BM_MLP, naive_256x512x512, "naive", 256, 512, 512);
+BENCHMARK_CAPTURE(BM_MLP, pooled_256x512x512, "pooled", 256, 512, 512);
 
 }  // namespace
 
