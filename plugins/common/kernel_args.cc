@@ -4,41 +4,11 @@
 #include <limits>
 #include <string>
 
+#include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/error.hpp"
 
 namespace kiln::plugin_common {
 namespace {
-
-const char* type_name(int32_t code) {
-  switch (code) {
-    case KILN_TYPE_NONE:
-      return "none";
-    case KILN_TYPE_BOOL:
-      return "bool";
-    case KILN_TYPE_INT:
-      return "int";
-    case KILN_TYPE_FLOAT:
-      return "float";
-    case KILN_TYPE_STRING:
-      return "string";
-    case KILN_TYPE_BYTES:
-      return "bytes";
-    case KILN_TYPE_DEVICE:
-      return "device";
-    case KILN_TYPE_DTYPE:
-      return "dtype";
-    case KILN_TYPE_SHAPE:
-      return "shape";
-    case KILN_TYPE_TENSOR:
-      return "tensor";
-    case KILN_TYPE_FUNCTION:
-      return "function";
-    case KILN_TYPE_OPAQUE:
-      return "opaque pointer";
-    default:
-      return "unknown";
-  }
-}
 
 template <typename T>
 std::array<uint8_t, 8> bytes_of(T value) {
@@ -47,15 +17,21 @@ std::array<uint8_t, 8> bytes_of(T value) {
   return out;
 }
 
+// "kernel 'k' argument i": built only when an error needs it.
+std::string where(const KernelInfo& kernel, size_t index) {
+  return "kernel '" + kernel.name + "' argument " + std::to_string(index);
+}
+
 template <typename T>
-std::array<uint8_t, 8> checked_int(int64_t v, const std::string& where, ArgKind kind) {
+std::array<uint8_t, 8> checked_int(int64_t v, const KernelInfo& kernel, size_t index,
+                                   ArgKind kind) {
   const bool fits = std::numeric_limits<T>::is_signed
                         ? v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
                               v <= static_cast<int64_t>(std::numeric_limits<T>::max())
                         : v >= 0 && static_cast<uint64_t>(v) <= std::numeric_limits<T>::max();
   if (!fits) {
-    throw sdk::Error(KILN_ERROR_VALUE,
-                     where + ": " + std::to_string(v) + " does not fit in " + to_string(kind));
+    throw sdk::Error(KILN_ERROR_VALUE, where(kernel, index) + ": " + std::to_string(v) +
+                                           " does not fit in " + to_string(kind));
   }
   return bytes_of(static_cast<T>(v));
 }
@@ -77,10 +53,9 @@ PackedArgs pack_kernel_args(const KernelInfo& kernel, const KilnAny* args, int32
   for (size_t i = 0; i < expected; ++i) {
     const ArgKind kind = kernel.args[i];
     const KilnAny& a = args[i];
-    const std::string where = "kernel '" + kernel.name + "' argument " + std::to_string(i);
     auto wrong = [&]() {
-      return sdk::Error(KILN_ERROR_TYPE,
-                        where + " expects " + to_string(kind) + ", got " + type_name(a.type_code));
+      return sdk::Error(KILN_ERROR_TYPE, where(kernel, i) + " expects " + to_string(kind) +
+                                             ", got " + sdk::type_code_name(a.type_code));
     };
     const bool is_int = a.type_code == KILN_TYPE_INT || a.type_code == KILN_TYPE_BOOL;
     switch (kind) {
@@ -106,25 +81,25 @@ PackedArgs pack_kernel_args(const KernelInfo& kernel, const KilnAny* args, int32
         const int64_t v = a.value.v_int64;
         switch (kind) {
           case ArgKind::kInt8:
-            out.values[i] = checked_int<int8_t>(v, where, kind);
+            out.values[i] = checked_int<int8_t>(v, kernel, i, kind);
             break;
           case ArgKind::kInt16:
-            out.values[i] = checked_int<int16_t>(v, where, kind);
+            out.values[i] = checked_int<int16_t>(v, kernel, i, kind);
             break;
           case ArgKind::kInt32:
-            out.values[i] = checked_int<int32_t>(v, where, kind);
+            out.values[i] = checked_int<int32_t>(v, kernel, i, kind);
             break;
           case ArgKind::kUInt8:
-            out.values[i] = checked_int<uint8_t>(v, where, kind);
+            out.values[i] = checked_int<uint8_t>(v, kernel, i, kind);
             break;
           case ArgKind::kUInt16:
-            out.values[i] = checked_int<uint16_t>(v, where, kind);
+            out.values[i] = checked_int<uint16_t>(v, kernel, i, kind);
             break;
           case ArgKind::kUInt32:
-            out.values[i] = checked_int<uint32_t>(v, where, kind);
+            out.values[i] = checked_int<uint32_t>(v, kernel, i, kind);
             break;
           case ArgKind::kUInt64:
-            out.values[i] = checked_int<uint64_t>(v, where, kind);
+            out.values[i] = checked_int<uint64_t>(v, kernel, i, kind);
             break;
           default:
             out.values[i] = bytes_of(v);

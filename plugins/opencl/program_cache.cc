@@ -17,6 +17,9 @@
 #include "sha256.h"
 
 namespace kiln::opencl {
+
+using plugin_common::Sha256;
+
 namespace {
 
 namespace fs = std::filesystem;

@@ -88,8 +88,9 @@ PackageManifest manifest_for(const KilnExportRequest* request) {
     if (a.data == nullptr && a.size > 0) fail(index + " ('" + a.name + "') has no data");
     check_artifact_name(a.name);
     if (!names.insert(a.name).second) fail(std::string("duplicate file name ") + a.name);
-    manifest.artifacts.push_back(ManifestArtifact{a.name, a.role, static_cast<uint64_t>(a.size),
-                                                  sha256_hex(a.data, a.size)});
+    manifest.artifacts.push_back(
+        ManifestArtifact{a.name, a.role, static_cast<uint64_t>(a.size),
+                         plugin_common::Sha256::hex(plugin_common::Sha256::of(a.data, a.size))});
   }
   return manifest;
 }

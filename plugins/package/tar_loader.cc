@@ -53,7 +53,8 @@ std::unique_ptr<LoadedPackage> read_package(const std::string& path) {
            " says " + std::to_string(a.size));
     }
     if (!a.sha256.empty()) {
-      const std::string actual = sha256_hex(data.data(), data.size());
+      const std::string actual =
+          plugin_common::Sha256::hex(plugin_common::Sha256::of(data.data(), data.size()));
       if (actual != a.sha256) {
         fail(where + " has SHA-256 " + actual + " but " + kManifestName + " says " + a.sha256 +
              ": the package is corrupt or was altered");

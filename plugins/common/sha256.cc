@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace kiln::opencl {
+namespace kiln::plugin_common {
 namespace {
 
 // The first 32 bits of the fractional parts of the cube roots of the first 64 primes.
@@ -119,4 +119,4 @@ std::string Sha256::hex(const Digest& digest) {
   return out;
 }
 
-}  // namespace kiln::opencl
+}  // namespace kiln::plugin_common

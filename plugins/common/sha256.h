@@ -1,7 +1,8 @@
-// SHA-256 (FIPS 180-4), for the program cache: keys name programs by the hash of their source
-// and options, and each cache file carries the hash of its payload to detect corruption.
-#ifndef KILN_PLUGINS_OPENCL_SHA256_H_
-#define KILN_PLUGINS_OPENCL_SHA256_H_
+// SHA-256 (FIPS 180-4): the integrity checks of package artifacts (plugins/package) and of the
+// OpenCL program cache, whose keys name programs by the hash of their source and options. A
+// local implementation: neither plugin otherwise needs a crypto library.
+#ifndef KILN_PLUGINS_COMMON_SHA256_H_
+#define KILN_PLUGINS_COMMON_SHA256_H_
 
 #include <array>
 #include <cstddef>
@@ -9,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace kiln::opencl {
+namespace kiln::plugin_common {
 
 class Sha256 {
  public:
@@ -34,6 +35,6 @@ class Sha256 {
   uint64_t total_bytes_ = 0;
 };
 
-}  // namespace kiln::opencl
+}  // namespace kiln::plugin_common
 
-#endif  // KILN_PLUGINS_OPENCL_SHA256_H_
+#endif  // KILN_PLUGINS_COMMON_SHA256_H_
