@@ -264,6 +264,22 @@ TEST(VM, StatefulRoundTripWithNestedTuples) {  // checklist 8
   }
 }
 
+TEST(VM, InputsAreCopiedUnlessTheVMCanShareThem) {  // §2.9
+  VirtualMachine vm = cpu_vm(tuple_program());
+  Tensor owned = filled({4}, 1.0f);
+  Tensor view = Tensor::view(owned.dl());  // a bare DLTensor*, as arrives over RPC
+  vm.set_input("main", {Any(view)});
+  vm.invoke_stateful("main");
+  owned.host_span<float>()[0] = 7.0f;
+  EXPECT_FLOAT_EQ(vm.get_output("main", {1}).cast<Tensor>().host_span<float>()[0], 1.0f)
+      << "a view of memory the VM does not own is copied";
+  vm.set_input("main", {Any(owned)});
+  vm.invoke_stateful("main");
+  owned.host_span<float>()[0] = 9.0f;
+  EXPECT_FLOAT_EQ(vm.get_output("main", {1}).cast<Tensor>().host_span<float>()[0], 9.0f)
+      << "a tensor already on devices[0] is shared, not copied";
+}
+
 TEST(VM, StatefulErrorKinds) {  // checklist 9
   VirtualMachine vm = cpu_vm(add_program());
   try {

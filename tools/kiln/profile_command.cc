@@ -12,6 +12,7 @@
 #include "kiln/run_config.h"
 #include "kiln/temp_dir.h"
 #include "kiln/vm/virtual_machine.h"
+#include "output_file.h"
 
 namespace kiln::tool {
 namespace {
@@ -25,18 +26,6 @@ std::string argument_shapes(const std::vector<Any>& args) {
     parts.push_back(fmt::format("{}[{}]", t.dtype().str(), fmt::join(t.shape(), ", ")));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
-}
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    out.close();
-    if (!out) throw RuntimeError(fmt::format("cannot write {}", tmp.string()));
-  }
-  std::filesystem::rename(tmp, path);
 }
 
 // The collector `c.name` from its plugin loaded afresh with `c.options_json`: a private
@@ -56,7 +45,8 @@ std::shared_ptr<profiling::MetricCollector> collector_with_options(
   }
   const TemporaryDirectory dir("kiln_collector_");
   const std::filesystem::path set = dir.path() / "plugins.yaml";
-  write_file(set, fmt::format("plugins:\n  - name: {}\n    options: {}\n", plugin, c.options_json));
+  write_output_file(
+      set, fmt::format("plugins:\n  - name: {}\n    options: {}\n", plugin, c.options_json));
   RuntimeOptions options;
   options.plugin_set = set;
   options.search_paths = global.search_paths();
@@ -129,10 +119,10 @@ profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& 
   profiler.stop();
   profiling::Report report = profiler.report();
 
-  if (profile.table) write_file(*profile.table, report.table());
-  if (profile.csv) write_file(*profile.csv, report.csv());
-  if (profile.json) write_file(*profile.json, report.json());
-  if (profile.trace) write_file(*profile.trace, report.chrome_trace());
+  if (profile.table) write_output_file(*profile.table, report.table());
+  if (profile.csv) write_output_file(*profile.csv, report.csv());
+  if (profile.json) write_output_file(*profile.json, report.json());
+  if (profile.trace) write_output_file(*profile.trace, report.chrome_trace());
   return report;
 }
 

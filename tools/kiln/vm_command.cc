@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "kiln/error.h"
 #include "kiln/vm/executable.h"
+#include "output_file.h"
 
 namespace kiln::tool {
 namespace {
@@ -32,47 +33,6 @@ std::string read_file(const std::filesystem::path& path) {
     throw UsageError(fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
   }
   return data;
-}
-
-// Writes `data` to `path`: "-" is stdout; a regular file (or a new one) is replaced through a
-// temporary file renamed into place; anything else that exists (/dev/stdout, a pipe) is
-// written in place, never replaced.
-void write_file(const std::filesystem::path& path, std::string_view data) {
-  if (path == "-") {
-    std::cout.write(data.data(), static_cast<std::streamsize>(data.size()));
-    std::cout.flush();
-    if (!std::cout) throw RuntimeError("cannot write to stdout");
-    return;
-  }
-  std::error_code status_ec;
-  const std::filesystem::file_status status = std::filesystem::status(path, status_ec);
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    if (std::filesystem::is_directory(status)) {
-      throw UsageError(fmt::format("cannot write {}: it is a directory", path.string()));
-    }
-    std::ofstream out(path, std::ios::binary);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    out.close();
-    if (!out) throw RuntimeError(fmt::format("cannot write {}", path.string()));
-    return;
-  }
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw RuntimeError(fmt::format("cannot write {}", path.string()));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw RuntimeError(fmt::format("cannot write {}: {}", path.string(), ec.message()));
-  }
 }
 
 // Loads a binary executable; a malformed file is a runtime error naming the file (exit 3).
@@ -96,8 +56,8 @@ int run_asm(const VmOptions& options) {
     throw UsageError(e.what());
   }
   const std::vector<uint8_t> bytes = exec.save_to_bytes();
-  write_file(options.output,
-             std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  write_output_file(options.output,
+                    std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   // The summary goes to stderr when the executable itself goes to stdout.
   (options.output == "-" ? std::cerr : std::cout) << fmt::format(
       "wrote {}: {} bytes, {} functions, {} constants, {} instructions\n", options.output.string(),
@@ -110,7 +70,7 @@ int run_disasm(const VmOptions& options) {
   if (options.output.empty() || options.output == "-") {
     std::cout << text;
   } else {
-    write_file(options.output, text);
+    write_output_file(options.output, text);
   }
   return kExitOk;
 }
