@@ -36,7 +36,9 @@ bool DriverApi::open(const std::string& library, std::string* why) {
   keep_loaded_ = false;
   library_ = library;
   ::dlerror();
-  handle_ = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // RTLD_NODELETE: a vendor runtime keeps process-wide state (threads, caches) that does not
+  // survive dlclose, so it stays mapped until the process exits.
+  handle_ = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (handle_ == nullptr) {
     const char* error = ::dlerror();
     *why = "cannot load the CUDA driver: dlopen(\"" + library +

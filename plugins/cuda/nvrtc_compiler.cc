@@ -82,7 +82,9 @@ bool NvrtcApi::open(const std::vector<std::string>& candidates, std::string* why
   std::string tried;
   for (const std::string& candidate : candidates) {
     ::dlerror();
-    void* handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // RTLD_NODELETE: a vendor runtime keeps process-wide state (threads, caches) that does not
+    // survive dlclose, so it stays mapped until the process exits.
+    void* handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (handle == nullptr) {
       const char* error = ::dlerror();
       tried += (tried.empty() ? "" : "; ") + std::string(error != nullptr ? error : candidate);

@@ -94,7 +94,9 @@ std::unique_ptr<HipApi> load_hip_api(const std::string& library, std::string* wh
   std::string tried;
   auto api = std::make_unique<HipApi>();
   for (const std::string& name : candidates) {
-    api->handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // RTLD_NODELETE: a vendor runtime keeps process-wide state (threads, caches) that does not
+    // survive dlclose, so it stays mapped until the process exits.
+    api->handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (api->handle != nullptr) {
       api->library = name;
       break;

@@ -99,7 +99,9 @@ std::unique_ptr<Hiprtc> load_hiprtc(const std::string& library, std::string* why
   std::string tried;
   for (const std::string& name : candidates) {
     auto rtc = std::make_unique<Hiprtc>();
-    rtc->handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // RTLD_NODELETE: a vendor runtime keeps process-wide state (threads, caches) that does not
+    // survive dlclose, so it stays mapped until the process exits.
+    rtc->handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (rtc->handle == nullptr) {
       const char* e = dlerror();
       tried +=

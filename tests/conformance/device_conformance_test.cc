@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "kiln/kiln.h"
+#include "pocl_env.h"
 
 namespace kiln {
 namespace {
@@ -67,6 +68,7 @@ std::vector<uint8_t> read_file(const std::string& path) {
 class DeviceConformance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    if (GetParam() == "opencl") test::pocl_loaded = true;
     auto code = device_types::find(GetParam());
     backend_ = code ? Runtime::global().find_backend(*code) : Ref<DeviceBackend>();
     if (!backend_) {

@@ -195,8 +195,8 @@ TEST_F(CudaGpu, BackendLaunchesEveryFormat) {
     EXPECT_EQ(got, c.expected);
     EXPECT_THROW(backend_->module_get_kernel(mod, "no_such_kernel"), NotFoundError);
     EXPECT_THROW(backend_->launch(kernel, args, 4, grid, block, 0), ValueError);
-    KilnAny host_arg[5] = {Any(Tensor::empty({n}, DataType::Float(32))).to_abi(), args[1], args[2],
-                           args[3], args[4]};
+    const Tensor host_tensor = Tensor::empty({n}, DataType::Float(32));  // outlives the call
+    KilnAny host_arg[5] = {Any(host_tensor).to_abi(), args[1], args[2], args[3], args[4]};
     EXPECT_THROW(backend_->launch(kernel, host_arg, 5, grid, block, 0), ValueError);
     backend_->module_unload(mod);
   }

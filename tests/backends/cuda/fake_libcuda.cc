@@ -29,14 +29,16 @@ struct CUctx_st {
   int device = 0;
   int retains = 0;
 };
-struct CUmod_st {
-  CUcontext context = nullptr;
-  std::set<std::string> kernels;
-};
 struct CUfunc_st {
   CUmodule module = nullptr;
   std::string name;
   int max_dynamic_shared = 48 * 1024;
+};
+struct CUmod_st {
+  CUcontext context = nullptr;
+  std::set<std::string> kernels;
+  // The functions looked up in this module: freed with it, as the real driver does.
+  std::vector<std::unique_ptr<CUfunc_st>> functions;
 };
 struct CUstream_st {
   CUcontext context = nullptr;
@@ -553,7 +555,7 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigne
   write_log(num_options, options, values, CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
             "fake JIT: nothing to report");
   std::lock_guard<std::mutex> lock(driver().mu);
-  *module = new CUmod_st{current, kernels_of(image)};
+  *module = new CUmod_st{current, kernels_of(image), {}};
   driver().modules.insert(*module);
   return CUDA_SUCCESS;
 }
@@ -562,7 +564,7 @@ CUresult CUDAAPI cuModuleUnload(CUmodule module) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   if (driver().modules.erase(module) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  delete module;  // its functions leak, as their handles may still be held (and are invalid)
+  delete module;  // and its functions: their handles are invalid from now on
   return CUDA_SUCCESS;
 }
 
@@ -571,7 +573,8 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* function, CUmodule module, cons
   std::lock_guard<std::mutex> lock(driver().mu);
   if (driver().modules.count(module) == 0) return CUDA_ERROR_INVALID_HANDLE;
   if (module->kernels.count(name) == 0) return CUDA_ERROR_NOT_FOUND;
-  *function = new CUfunc_st{module, name, 48 * 1024};
+  module->functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{module, name, 48 * 1024}));
+  *function = module->functions.back().get();
   return CUDA_SUCCESS;
 }
 

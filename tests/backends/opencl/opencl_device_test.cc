@@ -10,6 +10,7 @@
 
 #include "kiln/kiln.h"
 #include "opencl_test_util.h"
+#include "pocl_env.h"
 #include "raw_opencl.h"
 #include "test_util.h"
 
@@ -18,11 +19,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// PoCL keeps its compiled kernels in POCL_CACHE_DIR (default ~/.cache/pocl): keep them in the
-// build tree when the test is run by hand (ctest sets the same folder). Set before any test
-// touches OpenCL; child processes inherit it.
-const bool kPoclCacheInBuildTree = [] {
-  ::setenv("POCL_CACHE_DIR", (fs::path(KILN_BUILD_DIR) / "pocl-cache").c_str(), 0);
+// Every test of this binary runs PoCL (see pocl_env.h, included once per binary here).
+const bool kPoclLoaded = [] {
+  test::pocl_loaded = true;
   return true;
 }();
 

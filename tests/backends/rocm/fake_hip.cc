@@ -18,9 +18,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 struct ihipStream_t {
   int device;
@@ -29,12 +31,14 @@ struct ihipEvent_t {
   std::chrono::steady_clock::time_point when;
   bool recorded = false;
 };
+struct ihipModuleSymbol_t {
+  std::string name;
+};
 struct ihipModule_t {
   int device;
   uint32_t mach;
-};
-struct ihipModuleSymbol_t {
-  std::string name;
+  // The functions looked up in this module: freed with it, as a real runtime does.
+  std::vector<std::unique_ptr<ihipModuleSymbol_t>> functions;
 };
 
 namespace {
@@ -292,7 +296,7 @@ __attribute__((visibility("default"))) hipError_t hipModuleLoadData(hipModule_t*
   std::memcpy(&machine, b + 18, 2);
   std::memcpy(&flags, b + 48, 4);
   if (machine != 0xe0) return hipErrorInvalidImage;
-  *m = new ihipModule_t{State::current, flags & 0xff};
+  *m = new ihipModule_t{State::current, flags & 0xff, {}};
   std::lock_guard<std::mutex> lock(state().mu);
   state().modules.insert(*m);
   state().last_mach = flags & 0xff;
@@ -316,8 +320,9 @@ __attribute__((visibility("default"))) hipError_t hipModuleGetFunction(hipFuncti
   }
   const std::string n = name;
   if (n != "vector_add" && n != "relu" && n != "matmul") return hipErrorNotFound;
-  // Leaked on purpose: functions live as long as their module, which the tests unload.
-  *f = new ihipModuleSymbol_t{n};
+  std::lock_guard<std::mutex> lock(state().mu);
+  m->functions.push_back(std::make_unique<ihipModuleSymbol_t>(ihipModuleSymbol_t{n}));
+  *f = m->functions.back().get();
   return hipSuccess;
 }
 

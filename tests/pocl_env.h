@@ -1,0 +1,33 @@
+// Running PoCL (the OpenCL CPU driver) inside tests: its kernel cache goes into the build tree
+// (unless POCL_CACHE_DIR says otherwise), and in sanitizer builds a process that loaded it skips
+// LeakSanitizer's exit-time scan, which crashes now and then while PoCL's worker threads run
+// ("Tracer caught signal 11"). AddressSanitizer itself stays on. Include in exactly one source
+// file of a test binary, and set kiln::test::pocl_loaded once PoCL may have been loaded.
+#ifndef KILN_TESTS_POCL_ENV_H_
+#define KILN_TESTS_POCL_ENV_H_
+
+#include <atomic>
+#include <cstdlib>
+
+#ifndef KILN_BUILD_DIR
+#error "KILN_BUILD_DIR must be defined by the build"
+#endif
+
+namespace kiln::test {
+
+inline std::atomic<bool> pocl_loaded{false};
+
+// Set before any test runs, so before PoCL reads it.
+inline const bool pocl_cache_dir_set = [] {
+  ::setenv("POCL_CACHE_DIR", KILN_BUILD_DIR "/pocl-cache", /*overwrite=*/0);
+  return true;
+}();
+
+}  // namespace kiln::test
+
+#if defined(__SANITIZE_ADDRESS__)
+// LeakSanitizer's hook: consulted once at exit.
+extern "C" int __lsan_is_turned_off() { return kiln::test::pocl_loaded ? 1 : 0; }
+#endif
+
+#endif  // KILN_TESTS_POCL_ENV_H_
