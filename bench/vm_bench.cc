@@ -1,11 +1,12 @@
 // The VM's dispatch cost: a VM function of kCalls Call instructions to the same packed
 // function, beside kCalls direct calls of that function from C++ in the same run, per call:
 // a no-op (libcalls.so noop) and a function taking 3 register arguments (libcalls.so touch3
-// with three tensors, and add3 with three ints). Also the MLP example (matmul, bias_add, relu
-// with storage from alloc_storage) with pooled against naive allocation.
+// with three tensors, and add3 with three ints). Also the MLP example (examples/vm/mlp.kvmt)
+// with pooled against naive allocation.
 #include <benchmark/benchmark.h>
 
 #include <string>
+#include <vector>
 
 #include "kiln/kiln.h"
 #include "kiln/vm/exec_builder.h"
@@ -85,45 +86,21 @@ void BM_Direct_Int64x3(benchmark::State& state) {
 }
 void BM_VM_Int64x3(benchmark::State& state) { run_vm(state, "add3", 3, {Any(1), Any(2), Any(3)}); }
 
-// main(x, w, b) = relu(bias_add(x @ w, b)) with its output in storage from alloc_storage.
-kiln::vm::Executable mlp(int64_t batch, int64_t out) {
-  using kiln::vm::Constant;
-  using kiln::vm::ShapeConstant;
-  ExecBuilder b;
-  for (const char* lib : {"libmatmul.so", "libbias_add.so", "librelu.so"}) b.add_import(lib);
-  const auto f32 = b.c(Constant(kiln::DataType::Float(32)));
-  b.emit_function("main", 3);
-  b.emit_call("vm.builtin.alloc_storage",
-              {ExecBuilder::vm_state(), b.c(Constant(ShapeConstant{{batch * out}})),
-               ExecBuilder::imm(0), f32, b.c(Constant(std::string("global")))},
-              3);
-  b.emit_call(
-      "vm.builtin.alloc_tensor",
-      {ExecBuilder::r(3), ExecBuilder::imm(0), b.c(Constant(ShapeConstant{{batch, out}})), f32}, 4);
-  b.emit_call("matmul", {ExecBuilder::r(0), ExecBuilder::r(1), ExecBuilder::r(4)});
-  b.emit_call("bias_add", {ExecBuilder::r(4), ExecBuilder::r(2), ExecBuilder::r(4)});
-  b.emit_call("relu", {ExecBuilder::r(4), ExecBuilder::r(4)});
-  b.emit_ret(ExecBuilder::r(4));
-  b.end_function("main");
-  return b.get();
-}
-
-// `batch` x `in` inputs through a dense layer of `out` units: 8x64->64 keeps its 2 KiB output
-// in one page; 256x512->512 takes 512 KiB per call, above glibc's mmap threshold, so a naive
-// allocation maps and unmaps (and faults in) fresh pages every call.
-void BM_MLP(benchmark::State& state, const char* memory, int64_t batch, int64_t in, int64_t out) {
-  std::vector<kiln::Module> libs = {kiln::load_module(kKernels + "/libmatmul.so"),
-                                    kiln::load_module(kKernels + "/libbias_add.so"),
-                                    kiln::load_module(kKernels + "/librelu.so")};
-  kiln::vm::VirtualMachine vm(mlp(batch, out), libs, {kiln::Device::cpu()}, memory);
-  kiln::Tensor x = kiln::Tensor::empty({batch, in}, kiln::DataType::Float(32));
-  kiln::Tensor w = kiln::Tensor::empty({in, out}, kiln::DataType::Float(32));
-  kiln::Tensor bias = kiln::Tensor::empty({out}, kiln::DataType::Float(32));
-  for (auto* t : {&x, &w, &bias}) {
-    for (float& v : t->host_span<float>()) v = 0.01f;
+// The MLP example (examples/vm/mlp.kvmt: two dense layers, matmul + bias_add + relu, with
+// storage from vm.builtin.alloc_storage) with each allocator, on the inputs of
+// configs/runs/vm_mlp.yaml.
+void BM_MLP(benchmark::State& state, const char* memory) {
+  kiln::Module program = kiln::load_module(kKernels + "/../vm/mlp.kvmt");
+  kiln::vm::VirtualMachine vm(program, {kiln::Device::cpu()}, memory);
+  std::vector<Any> args;
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{64, 256}, {256, 128}, {128}, {128, 64}, {64}}) {
+    kiln::Tensor t = kiln::Tensor::empty(shape, kiln::DataType::Float(32));
+    for (float& v : t.host_span<float>()) v = 0.01f;
+    args.emplace_back(t);
   }
   kiln::Function f = vm["main"];
-  for (auto _ : state) benchmark::DoNotOptimize(f(x, w, bias));
+  for (auto _ : state) benchmark::DoNotOptimize(f.call_packed(args));
 }
 
 BENCHMARK(BM_Direct_Noop);
@@ -132,10 +109,8 @@ BENCHMARK(BM_Direct_Int64x3);
 BENCHMARK(BM_VM_Int64x3);
 BENCHMARK(BM_Direct_Tensorx3);
 BENCHMARK(BM_VM_Tensorx3);
-BENCHMARK_CAPTURE(BM_MLP, naive_8x64x64, "naive", 8, 64, 64);
-BENCHMARK_CAPTURE(BM_MLP, pooled_8x64x64, "pooled", 8, 64, 64);
-BENCHMARK_CAPTURE(BM_MLP, naive_256x512x512, "naive", 256, 512, 512);
-BENCHMARK_CAPTURE(BM_MLP, pooled_256x512x512, "pooled", 256, 512, 512);
+BENCHMARK_CAPTURE(BM_MLP, naive, "naive");
+BENCHMARK_CAPTURE(BM_MLP, pooled, "pooled");
 
 }  // namespace
 

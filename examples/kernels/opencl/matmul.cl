@@ -10,9 +10,11 @@
 // The k-sum runs in order with separate roundings, as in the CPU kernel.
 #pragma OPENCL FP_CONTRACT OFF
 
-__kernel __attribute__((reqd_work_group_size(TILE, TILE, 1)))
-void matmul(__global const float* a, __global const float* b, __global float* c, const int m,
-            const int n, const int k) {
+__kernel __attribute__((reqd_work_group_size(TILE, TILE, 1))) void matmul(__global const float* a,
+                                                                          __global const float* b,
+                                                                          __global float* c,
+                                                                          const int m, const int n,
+                                                                          const int k) {
   __local float a_tile[TILE][TILE];
   __local float b_tile[TILE][TILE];
   const int tx = (int)get_local_id(0);
