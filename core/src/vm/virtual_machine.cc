@@ -411,9 +411,8 @@ void VirtualMachineImpl::run_call_hooked(const Instruction& in, Frame& frame, co
       hook.push_back(v.type_code() == KILN_TYPE_DTYPE ? Any(v.cast<DataType>().str()) : v);
     }
     const Any rv = instrument.call_packed(hook);
-    skipped = (rv.type_code() == KILN_TYPE_INT || rv.type_code() == KILN_TYPE_BOOL) &&
-              rv.raw_int() == static_cast<int64_t>(InstrumentReturn::kSkipRun) &&
-              rv.type_code() == KILN_TYPE_INT;
+    skipped = rv.type_code() == KILN_TYPE_INT &&
+              rv.raw_int() == static_cast<int64_t>(InstrumentReturn::kSkipRun);
   }
   if (!skipped) {
     // The profiler records calls with tensor arguments (registers and constants only) on the
@@ -554,7 +553,6 @@ void VirtualMachine::save_function(const std::string& func, const std::string& s
   Any closure = impl_->get_closure(func);
   std::vector<Any> bound;
   for (const Any& a : args) bound.push_back(impl_->convert_to_device(a));
-  VirtualMachineImpl* raw = impl_.get();
   // Captured arguments go after the call's own (§2.4 BindLastArgs); the saved closure is a
   // plain function over the VM context like any other closure.
   Function impl = Function::from_packed(
@@ -566,7 +564,6 @@ void VirtualMachine::save_function(const std::string& func, const std::string& s
         Any result = vm->invoke_closure(closure, all.data(), static_cast<int32_t>(all.size()));
         return include_return ? result : Any();
       });
-  (void)raw;
   impl_->saved[saved_name] = Any::object(make_object<ClosureObj>(saved_name, std::move(impl)));
 }
 
