@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "abi_values.h"
 #include "driver_api.h"
 #include "fast_args.h"
 #include "kernel_args.h"
@@ -21,6 +22,10 @@
 
 namespace kiln::cuda {
 namespace {
+
+using test::float_arg;
+using test::int_arg;
+using test::tensor_arg;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -296,25 +301,6 @@ DLTensor cuda_tensor(uintptr_t data, uint64_t offset, int32_t id = 0, int type =
   t.device.device_type = static_cast<DLDeviceType>(type);
   t.device.device_id = id;
   return t;
-}
-
-KilnAny tensor_arg(DLTensor* t) {
-  KilnAny a{};
-  a.type_code = KILN_TYPE_TENSOR;
-  a.value.v_tensor = t;
-  return a;
-}
-KilnAny float_arg(double v) {
-  KilnAny a{};
-  a.type_code = KILN_TYPE_FLOAT;
-  a.value.v_float64 = v;
-  return a;
-}
-KilnAny int_arg(int64_t v) {
-  KilnAny a{};
-  a.type_code = KILN_TYPE_INT;
-  a.value.v_int64 = v;
-  return a;
 }
 
 plugin_common::PackedArgs pack(const plugin_common::KernelInfo& k, const KilnAny* args, int32_t n,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "abi_values.h"
 #include "kernel_args.h"
 #include "kernel_launch.h"
 #include "kernel_metadata.h"
@@ -18,6 +19,11 @@
 
 namespace kiln::rocm {
 namespace {
+
+using test::float_arg;
+using test::int_arg;
+using test::string_arg;
+using test::tensor_arg;
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -53,31 +59,6 @@ DLTensor fake_tensor(DLDevice device, uintptr_t address, uint64_t byte_offset = 
   t.shape = shape;
   t.byte_offset = byte_offset;
   return t;
-}
-
-KilnAny tensor_arg(DLTensor* t) {
-  KilnAny a{};
-  a.type_code = KILN_TYPE_TENSOR;
-  a.value.v_tensor = t;
-  return a;
-}
-KilnAny int_arg(int64_t v) {
-  KilnAny a{};
-  a.type_code = KILN_TYPE_INT;
-  a.value.v_int64 = v;
-  return a;
-}
-KilnAny float_arg(double v) {
-  KilnAny a{};
-  a.type_code = KILN_TYPE_FLOAT;
-  a.value.v_float64 = v;
-  return a;
-}
-KilnAny string_arg(const char* v) {
-  KilnAny a{};
-  a.type_code = KILN_TYPE_STRING;
-  a.value.v_str = v;
-  return a;
 }
 
 plugin_common::PackedArgs pack(const plugin_common::KernelInfo& kernel, const KilnAny* args,
