@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the VM fuzz targets with clang and libFuzzer in build-fuzz/ and runs each for a bounded
+# Builds the fuzz targets (VM readers, RPC session server) with clang and libFuzzer in build-fuzz/ and runs each for a bounded
 # time. Exits non-zero when a target finds a crash, a sanitizer error or a broken round trip
 # (the reproducer is left in build-fuzz/fuzz-artifacts/).
 #
@@ -23,6 +23,7 @@ cxx="${KILN_FUZZ_CXX:-clang++}"
 targets=(
   "kiln_fuzz_vm_binary $root/fuzz/corpus/vm_binary 16384 -"
   "kiln_fuzz_vm_asm $root/fuzz/corpus/vm_asm 8192 $root/fuzz/vm_asm.dict"
+  "kiln_fuzz_rpc_session $root/fuzz/corpus/rpc_session 65536 $root/fuzz/rpc_session.dict"
 )
 selected=("$@")
 
@@ -35,7 +36,8 @@ names=()
 for t in "${targets[@]}"; do names+=("${t%% *}"); done
 cmake --build "$build" -j "$jobs" --target "${names[@]}"
 
-export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}"
+# A hostile Alloc may ask for any size: the allocator must fail it, not abort the process.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 status=0
 for t in "${targets[@]}"; do

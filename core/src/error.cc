@@ -1,5 +1,7 @@
 #include "kiln/error.h"
 
+#include "kiln/rpc/session.h"
+
 namespace kiln {
 
 void throw_error(int32_t code, const std::string& message) {
@@ -22,6 +24,10 @@ void throw_error(int32_t code, const std::string& message) {
       throw UnimplementedError(message);
     case 10:
       throw AbiError(message);
+    case kErrorCodeRpc:
+      throw rpc::RPCError::from_what(message);
+    case kErrorCodeRpcSessionTimeout:
+      throw rpc::RPCSessionTimeoutError(message);
     default:
       throw Error(message, code);
   }

@@ -75,6 +75,26 @@ struct VmOptions {
 // runtime error (3).
 int run_vm(const VmOptions& options);
 
+// Options of `kiln rpc-server` (docs/rpc.md).
+struct RpcServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 9090;
+  int port_end = 9199;
+  std::optional<std::string> tracker;
+  std::string key;
+  std::optional<std::string> custom_addr;
+  std::optional<std::filesystem::path> work_dir;
+  double session_timeout = 0;
+  int max_sessions = 1;
+  std::optional<std::string> token;
+  std::optional<std::filesystem::path> token_file;
+  std::optional<std::filesystem::path> plugins;  // plugin set YAML
+  bool verbose = false;
+};
+
+// `kiln rpc-server`: serves RPC sessions until SIGINT or SIGTERM.
+int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global);
+
 // `kiln plugins`: every plugin considered, its version, ABI, state and reason.
 int run_plugins(const GlobalOptions& options);
 // `kiln devices`: every device of every loaded backend, or why a backend has none.

@@ -81,6 +81,47 @@ int main(int argc, char** argv) {
   auto* vm_stats = vm->add_subcommand("stats", "Print the statistics of a binary executable");
   vm_stats->add_option("input", vm_options.input, "The executable (.kvm)")->required();
 
+  RpcServerOptions server_options;
+  auto* server = app.add_subcommand(
+      "rpc-server", "Serve RPC sessions: remote devices for rpc_run and `kiln run` (docs/rpc.md)");
+  server->add_option("--host", server_options.host, "Address to listen on")->capture_default_str();
+  server->add_option("--port", server_options.port, "First port to try (0: any free port)")
+      ->capture_default_str();
+  server
+      ->add_option("--port-end", server_options.port_end,
+                   "Listen on the first free port in [port, port-end)")
+      ->capture_default_str();
+  server->add_option("--tracker", server_options.tracker,
+                     "Register with the tracker at HOST:PORT (default: no tracker)");
+  server->add_option("--key", server_options.key,
+                     "The key clients and the tracker know this server by (default: empty)");
+  server->add_option("--custom-addr", server_options.custom_addr,
+                     "Address the tracker hands to clients (default: the address the tracker "
+                     "sees)");
+  server->add_option("--work-dir", server_options.work_dir,
+                     "Folder for session work directories (default: a fresh folder in the "
+                     "temporary directory)");
+  server
+      ->add_option("--session-timeout", server_options.session_timeout,
+                   "Longest session in seconds; 0 = what the client asks (default: 0)")
+      ->check(CLI::NonNegativeNumber);
+  server
+      ->add_option("--max-sessions", server_options.max_sessions,
+                   "Sessions served at once; more are refused as busy")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  auto* token_opt = server->add_option(
+      "--token", server_options.token,
+      "Shared token clients must prove they hold (visible in ps: prefer --token-file or "
+      "$KILN_RPC_TOKEN)");
+  server
+      ->add_option("--token-file", server_options.token_file,
+                   "Read the shared token from this file's first line")
+      ->excludes(token_opt);
+  server->add_option("--plugins", server_options.plugins,
+                     "Plugin set YAML for the sessions' runtime (default: as --plugin-set)");
+  server->add_flag("-v,--verbose", server_options.verbose, "Log sessions as they start and end");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -89,6 +130,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (plugins->parsed()) return run_plugins(options);
+    if (server->parsed()) return run_rpc_server(server_options, options);
     if (devices->parsed()) return run_devices(options);
     if (profile->parsed()) return run_profile(profile_options);
     if (vm->parsed()) {

@@ -58,8 +58,34 @@ int run_run(const RunOptions& options) {
       std::fflush(stderr);
     };
   }
-  testing::RunResult result = testing::local_run(module, spec.device, inputs, spec.evaluator,
-                                                 spec.exporter, std::nullopt, hooks);
+  testing::RunResult result;
+  std::string where = "local";
+  if (spec.remote) {
+    rpc::RPCConfig rpc;
+    rpc.tracker_host = spec.remote->tracker_host;
+    rpc.tracker_port = spec.remote->tracker_port;
+    rpc.tracker_key = spec.remote->key;
+    rpc.session_priority = spec.remote->priority;
+    rpc.session_timeout_sec = spec.remote->session_timeout;
+    rpc.request_wait_sec = spec.remote->wait;
+    rpc.token = spec.remote->token;
+    try {
+      rpc = rpc::RPCConfig::normalized(rpc);  // missing tracker settings are usage errors
+    } catch (const ValueError& e) {
+      throw UsageError(fmt::format("{}: remote: {}", spec.file.string(), e.what()));
+    }
+    where = fmt::format("remote, key '{}' via tracker {}:{}", *rpc.tracker_key, *rpc.tracker_host,
+                        *rpc.tracker_port);
+    if (progress) {
+      std::fprintf(stderr, "[kiln] requesting a '%s' server from %s:%d\n", rpc.tracker_key->c_str(),
+                   rpc.tracker_host->c_str(), *rpc.tracker_port);
+    }
+    result = testing::rpc_run(module, spec.device, inputs, spec.evaluator, rpc, spec.exporter,
+                              std::nullopt, hooks);
+  } else {
+    result = testing::local_run(module, spec.device, inputs, spec.evaluator, spec.exporter,
+                                std::nullopt, hooks);
+  }
   if (progress) std::fprintf(stderr, "\r\033[K");
   run::CheckResult check = run::check_outputs(spec, result.outputs);
   const BenchmarkResult& timing = result.profile;
@@ -72,6 +98,7 @@ int run_run(const RunOptions& options) {
     out["module"] = spec.module.string();
     out["function"] = function;
     out["device"] = Device::parse(spec.device).str();
+    out["where"] = where;
     out["timer"] = timing.timer;
     out["exporter"] = spec.exporter;
     out["outputs"] = nlohmann::json::array();
@@ -99,9 +126,10 @@ int run_run(const RunOptions& options) {
     if (profile) out["profile"] = nlohmann::json::parse(profile->json());
     std::cout << out.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("module:   {}\nfunction: {}\ndevice:   {} (timer: {})\nexport:   {}\n",
-                             spec.module.string(), function, Device::parse(spec.device).str(),
-                             timing.timer, spec.exporter);
+    std::cout << fmt::format(
+        "module:   {}\nfunction: {}\ndevice:   {} ({}, timer: {})\nexport:   {}\n",
+        spec.module.string(), function, Device::parse(spec.device).str(), where, timing.timer,
+        spec.exporter);
     std::cout << "outputs:\n";
     for (size_t i = 0; i < result.outputs.size(); ++i) {
       const Any& v = result.outputs[i];

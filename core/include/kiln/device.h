@@ -16,6 +16,10 @@ namespace kiln {
 
 static_assert(sizeof(DLDeviceType) == sizeof(int32_t), "DLDeviceType is stored as an int32");
 
+// Device types at or above this carry an RPC session: type = server type + (session index +
+// 1) * kRemoteDeviceMask (SPEC.md §4.3). Local device types stay below it.
+inline constexpr int32_t kRemoteDeviceMask = 128;
+
 // A device: a DLPack device type code and an index among that backend's devices.
 struct Device {
   int32_t type = kDLCPU;
@@ -40,7 +44,12 @@ struct Device {
     out.id = d.device_id;
     return out;
   }
-  // "cpu:0"; an unregistered type prints as "dev<code>:<id>".
+  // Whether this is a device of an RPC session, which session, and the server's own device.
+  bool is_remote() const { return type >= kRemoteDeviceMask; }
+  int32_t session_index() const { return type / kRemoteDeviceMask - 1; }
+  Device server_device() const { return {type % kRemoteDeviceMask, id}; }
+  // "cpu:0"; a remote device prints as "remote<session>:cpu:0"; an unregistered type prints
+  // as "dev<code>:<id>".
   std::string str() const;
   bool operator==(const Device&) const = default;
 };

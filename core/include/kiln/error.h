@@ -20,10 +20,14 @@ class Error : public std::runtime_error {
   int32_t code_;
 };
 
-#define KILN_DECLARE_ERROR(Name, Code)                                  \
-  class Name : public Error {                                           \
-   public:                                                              \
-    explicit Name(const std::string& message) : Error(message, Code) {} \
+#define KILN_DECLARE_ERROR(Name, Code)                                       \
+  class Name : public Error {                                                \
+   public:                                                                   \
+    explicit Name(const std::string& message) : Error(message, Code) {}      \
+                                                                             \
+   protected:                                                                \
+    /* For subclasses with a host-private code of their own. */              \
+    Name(const std::string& message, int32_t code) : Error(message, code) {} \
   }
 
 KILN_DECLARE_ERROR(ValueError, 2);          // a bad argument value or configuration
@@ -36,6 +40,11 @@ KILN_DECLARE_ERROR(OutOfMemoryError, 8);    // an allocation that failed
 KILN_DECLARE_ERROR(UnimplementedError, 9);  // a slot the plugin does not implement
 KILN_DECLARE_ERROR(AbiError, 10);           // a plugin ABI version or struct-size mismatch
 #undef KILN_DECLARE_ERROR
+
+// Host-private error codes (never seen by plugins): RPC errors keep their type across the
+// packed-function boundary (kiln/rpc/session.h).
+inline constexpr int32_t kErrorCodeRpc = 1001;
+inline constexpr int32_t kErrorCodeRpcSessionTimeout = 1002;
 
 // Throws the typed error for KilnErrorCode `code` (unknown codes throw kiln::Error).
 [[noreturn]] void throw_error(int32_t code, const std::string& message);

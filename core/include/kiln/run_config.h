@@ -91,6 +91,18 @@ struct ProfileSpec {
   std::optional<std::filesystem::path> table, csv, json, trace;
 };
 
+// The `remote:` section: run on a device of an RPC server found through a tracker
+// (kiln::testing::rpc_run). Unset fields fall back to the environment as in RPCConfig.
+struct RemoteSpec {
+  std::optional<std::string> tracker_host;  // from `tracker: HOST:PORT`
+  std::optional<int> tracker_port;
+  std::optional<std::string> key;
+  int32_t priority = 1;
+  int32_t session_timeout = 10;  // seconds; 0 = unlimited
+  std::optional<double> wait;    // seconds the tracker may take to grant a server
+  std::string token;             // `token`, or the first line of `token_file`
+};
+
 // A parsed run configuration.
 struct RunSpec {
   std::filesystem::path file;    // the run configuration itself, as given to the parser
@@ -105,6 +117,7 @@ struct RunSpec {
   std::vector<InputSpec> inputs;
   std::vector<OutputSpec> outputs;
   std::optional<ProfileSpec> profile;  // the `profile:` section, when present
+  std::optional<RemoteSpec> remote;    // the `remote:` section, when present
 };
 
 // Reads and validates the run configuration at `path`. Relative paths in it (module, npy,

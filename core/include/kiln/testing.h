@@ -1,4 +1,5 @@
-// kiln::testing: run a module on a device and get its outputs and timing (SPEC.md §1.8-1.9).
+// kiln::testing: run a module on a device, local or remote, and get its outputs and timing
+// (SPEC.md §1.8-1.10).
 #ifndef KILN_TESTING_H_
 #define KILN_TESTING_H_
 
@@ -11,6 +12,7 @@
 #include "kiln/any.h"
 #include "kiln/evaluator.h"
 #include "kiln/module.h"
+#include "kiln/rpc/rpc_config.h"
 
 namespace kiln::testing {
 
@@ -68,6 +70,24 @@ RunResult local_run(const Module& mod, const std::string& device_type, const std
                     const ExportFunc& export_func = std::string("tar"),
                     const std::optional<std::string>& output_format = std::nullopt,
                     const RunHooks& hooks = {});
+
+// local_run on a remote device (SPEC.md §1.10): normalises the configs (ValueError before
+// any network access for missing tracker settings), connects through the tracker
+// (rpc_config.connect_server()), exports `mod` locally, uploads the artifact as
+// "kiln_tmp_mod.<format>", copies `args` to device_type:0 of the session, loads the module
+// remotely, runs the time evaluator on the server, calls the function once more and
+// downloads the tensor arguments. Whatever happens after the export, it then removes, in the
+// reference's order, "kiln_tmp_mod.<format>", "kiln_tmp_mod.<format>.<format>", "" (a
+// no-op), and also "kiln_tmp_mod.<format>.so", and releases every remote object (the loaded
+// module included) before it closes the session. hooks.on_repeat is not forwarded (the
+// measurement runs remotely); steps are "export", "connect", "upload", "load", "time",
+// "call", "download", "cleanup".
+RunResult rpc_run(const Module& mod, const std::string& device_type, const std::vector<Any>& args,
+                  const std::optional<EvaluatorConfig>& evaluator_config = std::nullopt,
+                  const std::optional<rpc::RPCConfig>& rpc_config = std::nullopt,
+                  const ExportFunc& export_func = std::string("tar"),
+                  const std::optional<std::string>& output_format = std::nullopt,
+                  const RunHooks& hooks = {});
 
 }  // namespace kiln::testing
 

@@ -116,6 +116,7 @@ Device Device::parse(std::string_view text) {
 }
 
 std::string Device::str() const {
+  if (is_remote()) return fmt::format("remote{}:{}", session_index(), server_device().str());
   auto name = device_types::name_of(type);
   return fmt::format("{}:{}", name ? *name : fmt::format("dev{}", type), id);
 }

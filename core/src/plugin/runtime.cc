@@ -25,6 +25,7 @@
 #include "plugin/loaded_plugin.h"
 #include "plugin/manifest.h"
 #include "plugin/plugin_set.h"
+#include "rpc/remote_backend.h"
 #include "vm/vm_module.h"
 
 namespace kiln {
@@ -558,6 +559,8 @@ std::optional<fs::path> Runtime::plugin_set_path() const { return impl_->plugin_
 double Runtime::startup_ms() const { return impl_->startup_ms; }
 
 Ref<DeviceBackend> Runtime::find_backend(int32_t device_type) const {
+  // Devices of RPC sessions are served by their session, whatever the runtime.
+  if (device_type >= kRemoteDeviceMask) return rpc::detail::remote_backend(device_type);
   auto it = impl_->backends.find(device_type);
   return it == impl_->backends.end() ? Ref<DeviceBackend>() : it->second;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <system_error>
@@ -15,6 +16,7 @@
 #include "kiln/device.h"
 #include "kiln/error.h"
 #include "kiln/npy.h"
+#include "kiln/rpc/rpc_config.h"
 #include "kiln/runtime.h"
 #include "run/elements.h"
 #include "run/generate.h"
@@ -27,8 +29,8 @@ using config::MapReader;
 
 constexpr std::string_view kExamplesVariable = "${KILN_EXAMPLES}";
 
-const std::vector<std::string> kTopKeys = {"module",    "function", "device",  "export",
-                                           "evaluator", "inputs",   "outputs", "profile"};
+const std::vector<std::string> kTopKeys = {"module", "function", "device",  "export", "evaluator",
+                                           "inputs", "outputs",  "profile", "remote"};
 const std::vector<std::string> kEvaluatorKeys = {"number",
                                                  "repeat",
                                                  "min_repeat_ms",
@@ -463,6 +465,51 @@ fs::path examples_dir() {
   return build_tree.lexically_normal();
 }
 
+RemoteSpec parse_remote(MapReader& reader, const fs::path& base_dir) {
+  reader.allow_keys(
+      {"tracker", "key", "priority", "session_timeout", "wait", "token", "token_file"});
+  reader.reject_unknown_keys();
+  RemoteSpec r;
+  if (reader.contains("tracker")) {
+    const std::string text = reader.required<std::string>("tracker");
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      throw reader.error("tracker", fmt::format("'{}' is not HOST:PORT", text));
+    }
+    r.tracker_host = text.substr(0, colon);
+    try {
+      r.tracker_port = rpc::RPCConfig::parse_port(text.substr(colon + 1), "the tracker port");
+    } catch (const Error& e) {
+      throw reader.error("tracker", e.what());
+    }
+  }
+  if (reader.contains("key")) r.key = non_empty_string(reader, "key", "", "");
+  r.priority = reader.optional<int32_t>("priority", r.priority);
+  r.session_timeout = at_least<int32_t>(reader, "session_timeout", r.session_timeout, 0);
+  if (reader.contains("wait")) {
+    r.wait = reader.required<double>("wait");
+    if (!(*r.wait > 0)) throw reader.error("wait", "must be > 0 seconds");
+  }
+  if (reader.contains("token") && reader.contains("token_file")) {
+    throw reader.error("token_file", "give either 'token' or 'token_file', not both");
+  }
+  if (reader.contains("token")) r.token = non_empty_string(reader, "token", "", "");
+  if (reader.contains("token_file")) {
+    const fs::path file =
+        resolve_path(reader, "token_file", reader.required<std::string>("token_file"), base_dir);
+    std::ifstream in(file);
+    std::getline(in, r.token);
+    while (!r.token.empty() && (r.token.back() == '\r' || r.token.back() == ' ')) {
+      r.token.pop_back();
+    }
+    if (!in || r.token.empty()) {
+      throw reader.error("token_file",
+                         fmt::format("cannot read a token from '{}' (first line)", file.string()));
+    }
+  }
+  return r;
+}
+
 RunSpec parse_run_config(const fs::path& path) {
   const YAML::Node root = config::load_yaml_file(path);
   const std::string file = path.string();
@@ -579,6 +626,14 @@ RunSpec parse_run_config(const fs::path& path) {
       }
     }
     spec.profile = std::move(p);
+  }
+  if (top.contains("remote")) {
+    std::optional<YAML::Node> node = top.node("remote");
+    if (node && node->IsNull()) {
+      spec.remote = RemoteSpec{};
+    } else if (std::optional<MapReader> remote = top.optional_map("remote")) {
+      spec.remote = parse_remote(*remote, base_dir);
+    }
   }
   return spec;
 }

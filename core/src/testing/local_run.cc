@@ -12,33 +12,41 @@
 #include "kiln/temp_dir.h"
 #include "kiln/tensor.h"
 #include "kiln/testing.h"
+#include "testing/run_steps.h"
 
 namespace kiln::testing {
-namespace {
-
 namespace fs = std::filesystem;
+using detail::step;
 
-// Times one step for the on_step hook.
-template <typename Body>
-auto step(const RunHooks& hooks, const char* name, Body&& body) {
-  const auto start = std::chrono::steady_clock::now();
-  if constexpr (std::is_void_v<decltype(body())>) {
-    body();
-    if (hooks.on_step) {
-      hooks.on_step(
-          name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+namespace detail {
+
+std::vector<Any> args_to_device(const std::vector<Any>& args, Device device) {
+  std::vector<Any> out;
+  out.reserve(args.size());
+  for (const Any& a : args) {
+    if (a.type_code() == KILN_TYPE_TENSOR) {
+      Tensor src = a.cast<Tensor>();
+      Tensor dst = Tensor::empty(std::vector<int64_t>(src.shape().begin(), src.shape().end()),
+                                 src.dtype(), device);
+      dst.copy_from(src);
+      out.emplace_back(dst);
+    } else {
+      out.push_back(a);
     }
-  } else {
-    auto result = body();
-    if (hooks.on_step) {
-      hooks.on_step(
-          name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    return result;
   }
+  return out;
 }
 
-}  // namespace
+std::vector<Any> args_to_host(const std::vector<Any>& args) {
+  std::vector<Any> out;
+  out.reserve(args.size());
+  for (const Any& a : args) {
+    out.push_back(a.type_code() == KILN_TYPE_TENSOR ? Any(a.cast<Tensor>().to_host()) : a);
+  }
+  return out;
+}
+
+}  // namespace detail
 
 ExportPlan normalize_export_func(const ExportFunc& export_func,
                                  const std::optional<std::string>& output_format) {
@@ -68,21 +76,8 @@ RunResult local_run(const Module& mod, const std::string& device_type, const std
   const ExportPlan plan = normalize_export_func(export_func, output_format);
   Device device = Device::parse(device_type);
   device.id = 0;  // as in the reference: the device's index is not used
-  for (const Any& a : args) {
-    const int32_t code = a.type_code();
-    if (code != KILN_TYPE_TENSOR && code != KILN_TYPE_INT && code != KILN_TYPE_FLOAT &&
-        code != KILN_TYPE_BOOL) {
-      throw ValueError(fmt::format("Unsupported input type: {}", a.type_name()));
-    }
-  }
-  TimeEvaluatorOptions options = hooks.evaluator ? *hooks.evaluator : TimeEvaluatorOptions{};
-  const TimeEvaluatorOptions from_config = config.to_options();
-  options.number = from_config.number;
-  options.repeat = from_config.repeat;
-  options.min_repeat_ms = from_config.min_repeat_ms;
-  options.f_preproc = from_config.f_preproc;
-  if (hooks.on_repeat) options.on_repeat = hooks.on_repeat;
-  options.validate();
+  detail::check_run_args(args);
+  const TimeEvaluatorOptions options = detail::run_evaluator_options(config, hooks);
 
   // 2.
   const TemporaryDirectory temp("kiln_local_run_");
@@ -99,22 +94,8 @@ RunResult local_run(const Module& mod, const std::string& device_type, const std
   });
 
   // 4-5. Arguments to the device: always copies.
-  std::vector<Any> device_args = step(hooks, "upload", [&] {
-    std::vector<Any> out;
-    out.reserve(args.size());
-    for (const Any& a : args) {
-      if (a.type_code() == KILN_TYPE_TENSOR) {
-        Tensor src = a.cast<Tensor>();
-        Tensor dst = Tensor::empty(std::vector<int64_t>(src.shape().begin(), src.shape().end()),
-                                   src.dtype(), device);
-        dst.copy_from(src);
-        out.emplace_back(dst);
-      } else {
-        out.push_back(a);
-      }
-    }
-    return out;
-  });
+  std::vector<Any> device_args =
+      step(hooks, "upload", [&] { return detail::args_to_device(args, device); });
 
   // 6.
   Module loaded = step(hooks, "load", [&] { return load_module(artifact); });
@@ -134,14 +115,8 @@ RunResult local_run(const Module& mod, const std::string& device_type, const std
   step(hooks, "call", [&] { f.call_packed(device_args); });
 
   // 9.
-  std::vector<Any> outputs = step(hooks, "download", [&] {
-    std::vector<Any> out;
-    out.reserve(device_args.size());
-    for (const Any& a : device_args) {
-      out.push_back(a.type_code() == KILN_TYPE_TENSOR ? Any(a.cast<Tensor>().to_host()) : a);
-    }
-    return out;
-  });
+  std::vector<Any> outputs =
+      step(hooks, "download", [&] { return detail::args_to_host(device_args); });
   // 10. The temporary directory goes with `temp`.
   return RunResult{std::move(outputs), std::move(profile)};
 }

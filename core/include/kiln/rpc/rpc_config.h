@@ -1,0 +1,49 @@
+// RPCConfig (SPEC.md §1.7): where rpc_run finds a remote device — a tracker, a key, a
+// priority and a session timeout — with the reference's environment fallbacks and errors.
+#ifndef KILN_RPC_RPC_CONFIG_H_
+#define KILN_RPC_RPC_CONFIG_H_
+
+#include <optional>
+#include <string>
+
+#include "kiln/rpc/session.h"
+#include "kiln/rpc/tracker.h"
+
+namespace kiln::rpc {
+
+struct RPCConfig {
+  std::optional<std::string> tracker_host;
+  std::optional<int> tracker_port;
+  std::optional<std::string> tracker_key;
+  int session_priority = 1;
+  int session_timeout_sec = 10;
+  // Beyond the reference:
+  std::string token;  // the servers' shared token, when they require one
+  // Seconds the tracker may take to grant a server before the request fails with "no free
+  // server with key ..." (the reference waits forever; so does an unset bound).
+  std::optional<double> request_wait_sec;
+
+  // The reference's _normalized: an unset or empty host / key and an unset or 0 port fall
+  // back to KILN_TRACKER_HOST / _PORT / _KEY, then TVM_TRACKER_HOST / _PORT / _KEY. Throws
+  // ValueError, checking host, port, key in that order:
+  //   "RPCConfig.tracker_host is not provided. Please provide it explicitly,or set
+  //    environment variable TVM_TRACKER_HOST" (same for tracker_port, tracker_key)
+  // and ValueError for a port variable that is not a number.
+  static RPCConfig normalized(const std::optional<RPCConfig>& config);
+  // Parses a port given as text (the reference accepts "9190"); ValueError otherwise.
+  static int parse_port(const std::string& text, const std::string& what);
+
+  // Connects within session_timeout_sec; ValueError "Unable to connect to the tracker using
+  // the following configuration: ..." (with the command to query it) otherwise.
+  TrackerSession connect_tracker() const;
+  // connect_tracker() then request(tracker_key, session_priority, session_timeout_sec).
+  RPCSession connect_server() const;
+  // Servers registered under tracker_key (SUMMARY's server_info; keys with ':' work). With
+  // allow_missing = false, 0 is ValueError("Unable to find servers with the specific key
+  // using the following configuration: ...").
+  int count_num_servers(bool allow_missing = true) const;
+};
+
+}  // namespace kiln::rpc
+
+#endif  // KILN_RPC_RPC_CONFIG_H_

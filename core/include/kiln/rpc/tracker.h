@@ -1,0 +1,199 @@
+// The RPC tracker (SPEC.md §4.5): a registry of RPC servers per key with per-key priority
+// queues, wire-compatible with TVM's tracker, plus its two clients: TrackerSession (what a
+// user or `kiln query` holds) and TrackerRegistration (what an RPC server holds).
+// See docs/tracker.md.
+#ifndef KILN_RPC_TRACKER_H_
+#define KILN_RPC_TRACKER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::rpc {
+
+class RPCSession;
+
+// Tracker protocol constants (little-endian int32 on the wire).
+inline constexpr int32_t kTrackerMagic = 0x2F271;
+// The largest JSON message either side accepts (TVM's MAX_TRACKER_MSG_BYTES).
+inline constexpr int32_t kMaxTrackerMessageBytes = 1 << 20;
+
+// The command codes of the tracker protocol.
+enum class TrackerCode : int32_t {
+  kFail = -1,
+  kSuccess = 0,
+  kPing = 1,
+  kStop = 2,
+  kPut = 3,
+  kRequest = 4,
+  kUpdateInfo = 5,
+  kSummary = 6,
+  kGetPendingMatchkeys = 7,
+};
+
+// Where a tracker listens.
+struct TrackerOptions {
+  std::string host = "127.0.0.1";
+  int port = 9190;
+  int port_end = 9199;  // binds the first free port in [port, port_end); port_end <= port: only port
+  // The key that STOP must carry; empty: a random one (see Tracker::stop_key()).
+  std::string stop_key;
+};
+
+// A tracker serving on its own thread. Thread-safe.
+class Tracker {
+ public:
+  // Binds and starts serving. Throws RuntimeError("cannot bind to any port in [p, e)") when no
+  // port is free, naming the host.
+  explicit Tracker(TrackerOptions options = {});
+  // Stops serving and closes every connection.
+  ~Tracker();
+  Tracker(const Tracker&) = delete;
+  Tracker& operator=(const Tracker&) = delete;
+
+  int port() const;
+  const std::string& host() const;
+  const std::string& stop_key() const;
+  // Stops serving (idempotent). Also happens on a STOP command carrying stop_key().
+  void stop();
+  // Blocks until the tracker has stopped (stop() or STOP), or until `timeout` passes; returns
+  // whether it stopped.
+  bool wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// One queue of SUMMARY's queue_info.
+struct TrackerQueue {
+  std::string key;
+  int64_t free = 0;
+  int64_t pending = 0;
+};
+
+// One entry of SUMMARY's server_info.
+struct TrackerServerInfo {
+  std::string key;   // "server:<rpc key>"
+  std::string host;  // from "addr"[0]
+  int port = 0;      // from "addr"[1] (an int, or TVM's C++ server's string)
+  std::string json;  // the whole info object, as the tracker sent it
+};
+
+// What SUMMARY answers.
+struct TrackerSummary {
+  std::vector<TrackerQueue> queues;       // sorted by key
+  std::vector<TrackerServerInfo> servers;  // in the tracker's order
+  std::string json;                        // the reply's second element, verbatim
+};
+
+// What a granted REQUEST names: where to connect and with which match key.
+struct ServerAddress {
+  std::string host;
+  int port = 0;
+  std::string matchkey;
+};
+
+// A client connection to a tracker (TVM's TrackerSession). Not thread-safe.
+class TrackerSession {
+ public:
+  // Connects and exchanges the magic. Retries a refused connection every 0.5 s until
+  // `connect_timeout` has passed, then throws RuntimeError naming host:port and the last
+  // error; a peer that answers another magic: RuntimeError("<host>:<port> is not an RPC
+  // tracker").
+  static TrackerSession connect(const std::string& host, int port,
+                                std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
+  TrackerSession(TrackerSession&&) noexcept;
+  TrackerSession& operator=(TrackerSession&&) noexcept;
+  ~TrackerSession();
+
+  // SUMMARY. A reply other than [0, {...}]: RuntimeError("Invalid return value ...").
+  TrackerSummary summary();
+  // The reference's text_summary() layout exactly (SPEC.md §4.5).
+  std::string text_summary();
+  // REQUEST: waits until the tracker grants a server for `key`. With `wait` set, the request
+  // carries it as a bound (Kiln's extension, ignored by TVM's tracker) and the call throws
+  // NotFoundError("no free server with key '<key>' within <t> s ...") when it passes; the
+  // socket also times out at wait + 5 s. Without it the wait is unbounded, as in TVM.
+  ServerAddress request_server(const std::string& key, int priority = 1,
+                               std::optional<std::chrono::milliseconds> wait = std::nullopt);
+  // request_server + rpc::connect with the granted match key, up to `max_retry` attempts
+  // (RuntimeError("Cannot request <key> after <n> retry, last_error:<e>")).
+  // `session_timeout_s` 0 means unlimited. Implemented in the client (session.cc).
+  RPCSession request(const std::string& key, int priority = 1, double session_timeout_s = 0,
+                     int max_retry = 5,
+                     std::optional<std::chrono::milliseconds> wait = std::nullopt,
+                     const std::string& token = "");
+  // PING; true when the tracker answered 0.
+  bool ping();
+  // STOP with `stop_key`; true when the tracker accepted it.
+  bool stop(const std::string& stop_key);
+
+  const std::string& host() const;
+  int port() const;
+
+  struct Impl;
+
+ private:
+  explicit TrackerSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Shorthand for TrackerSession::connect.
+inline TrackerSession connect_tracker(const std::string& host, int port,
+                                      std::chrono::milliseconds connect_timeout =
+                                          std::chrono::seconds(10)) {
+  return TrackerSession::connect(host, port, connect_timeout);
+}
+
+// What an RPC server registers with a tracker.
+struct RegistrationOptions {
+  std::string tracker_host;
+  int tracker_port = 9190;
+  std::string key;                         // the server's rpc key
+  std::optional<std::string> custom_addr;  // host the tracker hands out (default: peer IP)
+  int server_port = 0;                     // the port the server listens on
+  std::chrono::milliseconds ping_period{2000};      // idle GET_PENDING_MATCHKEYS period
+  std::chrono::milliseconds unmatch_timeout{4000};  // + ping_period: a taken key is stale
+  std::chrono::milliseconds reconnect_period{1000};  // after losing the tracker
+  std::chrono::milliseconds io_timeout{5000};        // per exchange with the tracker
+};
+
+// An RPC server's registration with a tracker: keeps one free resource (one match key
+// "<key>:<random>") registered per free session slot, notices keys that a client took but
+// never used, and registers again after the tracker restarts. Thread-safe; never throws from
+// maintain() (tracker trouble is logged and retried).
+class TrackerRegistration {
+ public:
+  explicit TrackerRegistration(RegistrationOptions options);
+  ~TrackerRegistration();
+  TrackerRegistration(const TrackerRegistration&) = delete;
+  TrackerRegistration& operator=(const TrackerRegistration&) = delete;
+
+  // Brings the tracker's view in line with `free_slots`: connects (magic, UPDATE_INFO) when
+  // not connected and the reconnect period has passed, PUTs fresh match keys until this
+  // server has `free_slots` outstanding, and every ping period asks GET_PENDING_MATCHKEYS,
+  // replacing keys absent for longer than unmatch_timeout + ping_period. Call it often (the
+  // server calls it every 100 ms and whenever a session starts or ends); it only talks to
+  // the tracker when something is due.
+  void maintain(int free_slots);
+  // True when `matchkey` is an outstanding key of this server; it is then consumed (the
+  // session that presents it takes the slot).
+  bool claim(const std::string& matchkey);
+  // Whether the tracker connection is up.
+  bool connected() const;
+  // The match keys registered and not yet claimed.
+  std::vector<std::string> outstanding() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::rpc
+
+#endif  // KILN_RPC_TRACKER_H_

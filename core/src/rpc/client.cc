@@ -1,0 +1,587 @@
+// RPC client sessions: kiln/rpc/session.h.
+#include "rpc/client.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ffi/error_object.h"
+#include "kiln/logging.h"
+#include "kiln/tensor.h"
+#include "rpc/handshake.h"
+#include "rpc/remote_backend.h"
+#include "rpc/remote_objects.h"
+
+namespace kiln::rpc {
+
+using wire::Code;
+using wire::Tag;
+
+// ---- errors -------------------------------------------------------------------------------
+
+namespace {
+constexpr char kRpcErrorPrefix[] = "RPCError: Error caught from RPC call:\n";
+constexpr char kTimeoutPrefix[] = "RPCSessionTimeoutError: ";
+}  // namespace
+
+RPCError::RPCError(const std::string& remote_message, int32_t remote_code)
+    : RPCError(kRpcErrorPrefix + remote_message, remote_message, remote_code, kErrorCodeRpc) {}
+
+RPCError::RPCError(const std::string& what, const std::string& remote_message, int32_t remote_code,
+                   int32_t code)
+    : RuntimeError(what, code), remote_message_(remote_message), remote_code_(remote_code) {}
+
+RPCError RPCError::from_what(const std::string& what) {
+  const std::string prefix = kRpcErrorPrefix;
+  if (what.rfind(prefix, 0) == 0) return RPCError(what.substr(prefix.size()), 0);
+  return RPCError(what, 0);
+}
+
+RPCSessionTimeoutError::RPCSessionTimeoutError(const std::string& message)
+    : RPCError(message.rfind(kTimeoutPrefix, 0) == 0 ? message : kTimeoutPrefix + message, message,
+               0, kErrorCodeRpcSessionTimeout) {}
+
+// ---- the process's sessions ---------------------------------------------------------------
+
+namespace {
+std::mutex g_sessions_mu;
+std::vector<std::weak_ptr<RPCSession::Impl>> g_sessions;  // by index; never reused
+
+int32_t register_session(const std::shared_ptr<RPCSession::Impl>& impl) {
+  std::lock_guard lock(g_sessions_mu);
+  g_sessions.push_back(impl);
+  return static_cast<int32_t>(g_sessions.size() - 1);
+}
+
+std::shared_ptr<RPCSession::Impl> find_session(int32_t index) {
+  std::lock_guard lock(g_sessions_mu);
+  if (index < 0 || static_cast<size_t>(index) >= g_sessions.size()) return nullptr;
+  return g_sessions[static_cast<size_t>(index)].lock();
+}
+}  // namespace
+
+namespace detail {
+std::shared_ptr<RPCSession::Impl> find_session_for(int32_t index) { return find_session(index); }
+}  // namespace detail
+
+// ---- Impl ---------------------------------------------------------------------------------
+
+RPCSession::Impl::~Impl() { close(); }
+
+void RPCSession::Impl::check_open_locked() const {
+  if (closed) {
+    throw RuntimeError(fmt::format("the RPC session with {} is closed{}", peer,
+                                   closed_reason.empty() ? "" : ": " + closed_reason));
+  }
+}
+
+void RPCSession::Impl::lost(const ConnectionError& e, const char* what) {
+  closed = true;
+  closed_reason = e.what();
+  conn->shutdown();
+  if (e.timed_out()) {
+    throw RPCSessionTimeoutError(fmt::format(
+        "the server {} did not answer {} within the session timeout of {} s (plus 5 s grace): {}",
+        peer, what, session_timeout_s, e.what()));
+  }
+  throw RPCError(
+      fmt::format("lost the connection to the RPC server {} during {}: {}", peer, what, e.what()),
+      5);
+}
+
+Connection::FrameHeader RPCSession::Impl::read_reply(const char* what) {
+  const auto h = conn->read_frame_header(UINT64_MAX >> 1);
+  if (h.code == static_cast<uint32_t>(Code::kException)) {
+    std::vector<uint8_t> body;
+    conn->read_body(h.body_length(), body, "Exception");
+    wire::Reader r(body.data(), body.size(), "Exception");
+    const int32_t code = r.i32("code");
+    std::string message = r.str("message");
+    if (message.rfind(kTimeoutPrefix, 0) == 0) {
+      closed = true;
+      closed_reason = message;
+      throw RPCSessionTimeoutError(message);
+    }
+    throw RPCError(message, code);
+  }
+  if (h.code != static_cast<uint32_t>(Code::kReturn) &&
+      h.code != static_cast<uint32_t>(Code::kData)) {
+    closed = true;
+    closed_reason = fmt::format("unexpected reply code {} to {}", h.code, what);
+    throw RPCError(fmt::format("{} answered {} with unknown reply code {}", peer, what, h.code), 0);
+  }
+  return h;
+}
+
+std::vector<Any> RPCSession::Impl::request(Code code, const std::vector<uint8_t>& body,
+                                           const void* payload, uint64_t payload_bytes) {
+  std::lock_guard lock(mu);
+  check_open_locked();
+  const char* what = wire::code_name(code);
+  try {
+    try {
+      conn->write_frame(code, body, payload, payload_bytes);
+    } catch (const ConnectionError&) {
+      // The server may have ended the session (timeout) and said why before closing: read it.
+      read_reply(what);
+      throw;
+    }
+    const auto h = read_reply(what);
+    if (h.code != static_cast<uint32_t>(Code::kReturn)) {
+      throw wire::ProtocolError(fmt::format("{} answered {} with a Data frame", peer, what));
+    }
+    std::vector<uint8_t> reply;
+    conn->read_body(h.body_length(), reply, "Return");
+    wire::Reader r(reply.data(), reply.size(), "Return");
+    const uint32_t n = r.u32("count");
+    if (n > wire::kMaxValues) r.fail("count", "too many values");
+    std::vector<Any> values;
+    values.reserve(n);
+    for (uint32_t i = 0; i < n; ++i) values.push_back(decode(r));
+    r.finish();
+    return values;
+  } catch (const ConnectionError& e) {
+    lost(e, what);
+  } catch (const wire::ProtocolError& e) {
+    closed = true;
+    closed_reason = e.what();
+    conn->shutdown();
+    throw RPCError(e.what(), 0);
+  }
+}
+
+void RPCSession::Impl::request_data(Code code, const std::vector<uint8_t>& body, void* dst,
+                                    uint64_t expected_bytes) {
+  std::lock_guard lock(mu);
+  check_open_locked();
+  const char* what = wire::code_name(code);
+  try {
+    conn->write_frame(code, body);
+    const auto h = read_reply(what);
+    if (h.code != static_cast<uint32_t>(Code::kData) || h.body_length() != expected_bytes) {
+      throw wire::ProtocolError(fmt::format("{} answered {} with {} bytes; expected {}", peer, what,
+                                            h.body_length(), expected_bytes));
+    }
+    conn->read_exact(dst, static_cast<size_t>(expected_bytes), "tensor data");
+  } catch (const ConnectionError& e) {
+    lost(e, what);
+  } catch (const wire::ProtocolError& e) {
+    closed = true;
+    closed_reason = e.what();
+    conn->shutdown();
+    throw RPCError(e.what(), 0);
+  }
+}
+
+std::string RPCSession::Impl::request_file(const std::string& remote_path) {
+  std::lock_guard lock(mu);
+  check_open_locked();
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.str(remote_path);
+  try {
+    conn->write_frame(Code::kDownload, body);
+    const auto h = read_reply("Download");
+    if (h.code != static_cast<uint32_t>(Code::kData)) {
+      throw wire::ProtocolError(fmt::format("{} answered Download without data", peer));
+    }
+    std::string data(static_cast<size_t>(h.body_length()), '\0');
+    if (!data.empty()) conn->read_exact(data.data(), data.size(), "file data");
+    return data;
+  } catch (const ConnectionError& e) {
+    lost(e, "Download");
+  } catch (const wire::ProtocolError& e) {
+    closed = true;
+    closed_reason = e.what();
+    conn->shutdown();
+    throw RPCError(e.what(), 0);
+  }
+}
+
+void RPCSession::Impl::free_handle(uint64_t handle) noexcept {
+  std::lock_guard lock(mu);
+  if (closed) return;
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.u64(handle);
+  try {
+    conn->write_frame(Code::kFreeHandle, body);
+  } catch (const std::exception& e) {
+    closed = true;
+    closed_reason = e.what();
+  }
+}
+
+void RPCSession::Impl::close() noexcept {
+  std::lock_guard lock(mu);
+  if (closed || !conn) return;
+  closed = true;
+  closed_reason = "closed by the client";
+  try {
+    conn->write_frame(Code::kShutdown, {});
+  } catch (const std::exception&) {
+  }
+  conn->shutdown();
+}
+
+void RPCSession::Impl::encode(wire::Writer& w, const Any& v) {
+  switch (v.type_code()) {
+    case KILN_TYPE_NONE:
+      w.u8(static_cast<uint8_t>(Tag::kNone));
+      return;
+    case KILN_TYPE_INT:
+      w.u8(static_cast<uint8_t>(Tag::kInt));
+      w.i64(v.raw_int());
+      return;
+    case KILN_TYPE_FLOAT:
+      w.u8(static_cast<uint8_t>(Tag::kFloat));
+      w.f64(v.raw_float());
+      return;
+    case KILN_TYPE_BOOL:
+      w.u8(static_cast<uint8_t>(Tag::kBool));
+      w.u8(v.raw_int() != 0);
+      return;
+    case KILN_TYPE_STRING:
+      w.u8(static_cast<uint8_t>(Tag::kString));
+      w.str(v.cast<std::string>());
+      return;
+    case KILN_TYPE_BYTES: {
+      w.u8(static_cast<uint8_t>(Tag::kBytes));
+      w.str(v.cast<std::string>());
+      return;
+    }
+    case KILN_TYPE_DEVICE: {
+      const Device d = v.cast<Device>();
+      if (!d.is_remote()) {
+        throw ValueError(
+            fmt::format("cannot pass the local device {} to a remote function: use the session's "
+                        "device(...)",
+                        d.str()));
+      }
+      if (d.session_index() != index) {
+        throw ValueError(fmt::format("cannot pass device {} of another RPC session", d.str()));
+      }
+      w.u8(static_cast<uint8_t>(Tag::kDevice));
+      w.device(d.server_device());
+      return;
+    }
+    case KILN_TYPE_DTYPE:
+      w.u8(static_cast<uint8_t>(Tag::kDType));
+      w.dtype(v.cast<DataType>());
+      return;
+    case KILN_TYPE_SHAPE: {
+      const auto dims = v.cast<std::vector<int64_t>>();
+      w.u8(static_cast<uint8_t>(Tag::kShape));
+      w.u32(static_cast<uint32_t>(dims.size()));
+      for (int64_t d : dims) w.i64(d);
+      return;
+    }
+    case KILN_TYPE_TENSOR: {
+      const Tensor t = v.cast<Tensor>();
+      const Device d = t.device();
+      if (!d.is_remote()) {
+        throw ValueError(fmt::format(
+            "cannot pass the local tensor {} to a remote function: copy it to a device of the "
+            "session first",
+            t.str()));
+      }
+      if (d.session_index() != index) {
+        throw ValueError(fmt::format("cannot pass tensor {} of another RPC session", t.str()));
+      }
+      if (!t.is_contiguous()) throw ValueError("strided tensors cannot be passed over RPC");
+      w.u8(static_cast<uint8_t>(Tag::kTensor));
+      w.u64(reinterpret_cast<uint64_t>(t.dl()->data));
+      w.u64(t.dl()->byte_offset);
+      w.device(d.server_device());
+      w.dtype(t.dtype());
+      w.u32(static_cast<uint32_t>(t.ndim()));
+      for (int64_t s : t.shape()) w.i64(s);
+      return;
+    }
+    case KILN_TYPE_FUNCTION: {
+      const auto* handle = remote_handle_of(v.cast<Function>());
+      if (handle == nullptr) {
+        throw ValueError(fmt::format(
+            "cannot pass the local function '{}' to a remote function: only functions of the "
+            "same session travel",
+            v.cast<Function>().name()));
+      }
+      if (handle->session.get() != this) {
+        throw ValueError("cannot pass a function of another RPC session");
+      }
+      w.u8(static_cast<uint8_t>(Tag::kFunction));
+      w.u64(handle->handle);
+      return;
+    }
+    case kTypeObject: {
+      if (auto handle = v.as_object<RemoteHandle>()) {
+        if (handle->session.get() != this) {
+          throw ValueError("cannot pass an object of another RPC session");
+        }
+        w.u8(static_cast<uint8_t>(handle->is_module ? Tag::kModule : Tag::kObject));
+        w.u64(handle->handle);
+        return;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  throw ValueError(fmt::format("a {} cannot be passed to a remote function", v.type_name()));
+}
+
+Any RPCSession::Impl::decode(wire::Reader& r) {
+  const auto tag = static_cast<Tag>(r.u8("tag"));
+  switch (tag) {
+    case Tag::kNone:
+      return Any();
+    case Tag::kInt:
+      return Any(r.i64("int"));
+    case Tag::kFloat:
+      return Any(r.f64("float"));
+    case Tag::kBool:
+      return Any(r.u8("bool") != 0);
+    case Tag::kString:
+      return Any(r.str("string"));
+    case Tag::kBytes:
+      return Any::bytes(r.str("bytes"));
+    case Tag::kDevice:
+      return Any(to_remote(r.device("device")));
+    case Tag::kDType:
+      return Any(r.dtype("dtype"));
+    case Tag::kShape: {
+      const uint32_t ndim = r.u32("ndim");
+      if (ndim > wire::kMaxNdim) r.fail("ndim", "too many dimensions");
+      std::vector<int64_t> dims(ndim);
+      for (auto& d : dims) d = r.i64("dim");
+      return Any::shape(std::move(dims));
+    }
+    case Tag::kTensor: {
+      const uint64_t handle = r.u64("handle");
+      const uint64_t offset = r.u64("byte_offset");
+      const Device device = to_remote(r.device("device"));
+      const DataType dtype = r.dtype("dtype");
+      const uint32_t ndim = r.u32("ndim");
+      if (ndim > wire::kMaxNdim) r.fail("ndim", "too many dimensions");
+      auto obj = make_object<TensorObj>();
+      obj->shape.resize(ndim);
+      for (auto& d : obj->shape) d = r.i64("shape");
+      wire::checked_nbytes(obj->shape, dtype, "returned tensor");
+      obj->storage = make_object<RemoteHandle>(shared_from_this(), handle, false);
+      obj->dl.data = reinterpret_cast<void*>(handle);
+      obj->dl.byte_offset = offset;
+      obj->dl.device = device.to_dlpack();
+      obj->dl.dtype = dtype;
+      obj->dl.ndim = static_cast<int32_t>(ndim);
+      obj->dl.shape = obj->shape.data();
+      obj->dl.strides = nullptr;
+      return Any(Tensor(std::move(obj)));
+    }
+    case Tag::kFunction:
+      return Any(remote_function(shared_from_this(), r.u64("handle"), "remote function"));
+    case Tag::kModule:
+      return Any::object(make_object<RemoteHandle>(shared_from_this(), r.u64("handle"), true));
+    case Tag::kObject:
+      return Any::object(make_object<RemoteHandle>(shared_from_this(), r.u64("handle"), false));
+  }
+  r.fail("tag", fmt::format("unknown value tag {}", static_cast<int>(tag)));
+}
+
+// ---- connect ------------------------------------------------------------------------------
+
+RPCSession connect(const std::string& host, int port, const ConnectOptions& options) {
+  if (options.session_timeout_s < 0) throw ValueError("session_timeout must be >= 0");
+  auto conn = Connection::connect(host, port, options.connect_timeout);
+  // The handshake is bounded too: a peer that accepts and stays silent is not a server.
+  conn->set_timeouts(options.connect_timeout, options.connect_timeout);
+  auto impl = std::make_shared<RPCSession::Impl>();
+  impl->peer = conn->peer();
+  impl->session_timeout_s = options.session_timeout_s;
+  try {
+    impl->server_key = handshake::client(*conn, options);
+  } catch (const ConnectionError& e) {
+    throw RuntimeError(fmt::format("RPC handshake with {}:{} failed: {}", host, port, e.what()));
+  }
+  // A session with a timeout never waits much longer than it for a reply: the server ends
+  // the session at the timeout and says so, so silence past it means the server is gone.
+  const auto limit =
+      options.session_timeout_s > 0
+          ? std::chrono::milliseconds(static_cast<int64_t>(options.session_timeout_s * 1000) + 5000)
+          : std::chrono::milliseconds(0);
+  conn->set_timeouts(limit, limit);
+  impl->conn = std::move(conn);
+  impl->index = register_session(impl);
+  log(LogLevel::kDebug, "rpc",
+      fmt::format("session {} with {} ({})", impl->index, impl->peer, impl->server_key));
+  return RPCSession(impl);
+}
+
+RPCSession connect(const std::string& host, int port, const std::string& key,
+                   double session_timeout_s) {
+  ConnectOptions options;
+  options.key = key;
+  options.session_timeout_s = session_timeout_s;
+  return connect(host, port, options);
+}
+
+// ---- RPCSession ---------------------------------------------------------------------------
+
+namespace {
+RPCSession::Impl& require(const std::shared_ptr<RPCSession::Impl>& impl) {
+  if (!impl) throw RuntimeError("this RPCSession is not connected");
+  return *impl;
+}
+
+std::vector<uint8_t> body_with_string(const std::string& s) {
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.str(s);
+  return body;
+}
+
+int32_t device_code(const std::string& type) {
+  if (auto code = device_types::find(type)) return *code;
+  try {
+    return Device::parse(type).type;
+  } catch (const Error&) {
+    throw ValueError(fmt::format("unknown device type '{}'", type));
+  }
+}
+}  // namespace
+
+Device RPCSession::device(int32_t type, int32_t id) const {
+  auto& impl = require(impl_);
+  if (type < 0 || type >= kRemoteDeviceMask) {
+    throw ValueError(fmt::format("device type {} is not a server device type", type));
+  }
+  return impl.to_remote({type, id});
+}
+
+Device RPCSession::device(const std::string& type, int32_t id) const {
+  return device(device_code(type), id);
+}
+
+int32_t RPCSession::device_count(const std::string& type, std::string* why_none) const {
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.i32(device_code(type));
+  auto values = require(impl_).request(Code::kDeviceCount, body);
+  if (values.size() != 2) throw RPCError("DeviceCount: malformed reply", 0);
+  if (why_none != nullptr) *why_none = values[1].cast<std::string>();
+  return static_cast<int32_t>(values[0].cast<int64_t>());
+}
+
+void RPCSession::upload(const std::filesystem::path& local_file,
+                        const std::string& remote_path) const {
+  std::ifstream in(local_file, std::ios::binary);
+  if (!in) throw NotFoundError(fmt::format("cannot read '{}' to upload it", local_file.string()));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  upload_bytes(data, remote_path);
+}
+
+void RPCSession::upload_bytes(const std::string& data, const std::string& remote_path) const {
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.str(remote_path);
+  w.u64(data.size());
+  require(impl_).request(Code::kUpload, body, data.data(), data.size());
+}
+
+std::string RPCSession::download(const std::string& remote_path) const {
+  return require(impl_).request_file(remote_path);
+}
+
+void RPCSession::remove(const std::string& remote_path) const {
+  require(impl_).request(Code::kRemove, body_with_string(remote_path));
+}
+
+std::vector<std::string> RPCSession::listdir(const std::string& remote_path) const {
+  auto values = require(impl_).request(Code::kListDir, body_with_string(remote_path));
+  std::vector<std::string> names;
+  names.reserve(values.size());
+  for (const Any& v : values) names.push_back(v.cast<std::string>());
+  return names;
+}
+
+RemoteModule RPCSession::load_module(const std::string& remote_path) const {
+  auto& impl = require(impl_);
+  auto values = impl.request(Code::kLoadModule, body_with_string(remote_path));
+  if (values.size() != 2) throw RPCError("LoadModule: malformed reply", 0);
+  auto obj = std::make_shared<RemoteModule::Obj>();
+  obj->handle = values[0].as_object<RemoteHandle>();
+  if (!obj->handle) throw RPCError("LoadModule: the reply carries no module", 0);
+  obj->entry_name = values[1].cast<std::string>();
+  return RemoteModule(std::move(obj));
+}
+
+Function RPCSession::get_function(const std::string& name) const {
+  auto values = require(impl_).request(Code::kGetGlobalFunc, body_with_string(name));
+  if (values.size() != 1 || values[0].type_code() != KILN_TYPE_FUNCTION) {
+    throw RPCError("GetGlobalFunc: malformed reply", 0);
+  }
+  return values[0].cast<Function>();
+}
+
+void RPCSession::close() const {
+  if (impl_) impl_->close();
+}
+
+bool RPCSession::closed() const {
+  if (!impl_) return true;
+  std::lock_guard lock(impl_->mu);
+  return impl_->closed;
+}
+
+const std::string& RPCSession::peer() const { return require(impl_).peer; }
+const std::string& RPCSession::server_key() const { return require(impl_).server_key; }
+int32_t RPCSession::index() const { return require(impl_).index; }
+
+// ---- RemoteModule -------------------------------------------------------------------------
+
+Function RemoteModule::get_function(const std::string& name) const {
+  if (!obj_) throw RuntimeError("RemoteModule is empty");
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.u64(obj_->handle->handle);
+  w.str(name);
+  auto values = obj_->handle->session->request(Code::kModuleGetFunction, body);
+  if (values.size() != 1 || values[0].type_code() != KILN_TYPE_FUNCTION) {
+    throw RPCError("ModuleGetFunction: malformed reply", 0);
+  }
+  return values[0].cast<Function>();
+}
+
+const std::string& RemoteModule::entry_name() const {
+  if (!obj_) throw RuntimeError("RemoteModule is empty");
+  return obj_->entry_name;
+}
+
+uint64_t RemoteModule::handle() const { return obj_ ? obj_->handle->handle : 0; }
+
+RemoteTimeEvaluator RemoteModule::time_evaluator(const std::string& name, Device device,
+                                                 TimeEvaluatorOptions options) const {
+  options.validate();
+  if (!device.is_remote() || device.session_index() != obj_->handle->session->index) {
+    throw ValueError(fmt::format("time_evaluator: {} is not a device of this module's RPC session",
+                                 device.str()));
+  }
+  Function f = get_function(name);
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.u64(remote_handle_of(f)->handle);
+  w.device(device.server_device());
+  encode_evaluator_options(w, options);
+  auto values = obj_->handle->session->request(Code::kTimeEvaluator, body);
+  if (values.size() != 1 || values[0].type_code() != KILN_TYPE_FUNCTION) {
+    throw RPCError("TimeEvaluator: malformed reply", 0);
+  }
+  return RemoteTimeEvaluator(values[0].cast<Function>());
+}
+
+BenchmarkResult RemoteTimeEvaluator::operator()(const std::vector<Any>& args) const {
+  const Any result = remote_.call_packed(args);
+  return benchmark_result_from_wire(result.cast<std::string>());
+}
+
+}  // namespace kiln::rpc

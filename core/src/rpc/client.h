@@ -1,0 +1,64 @@
+// The client side of an RPC session (kiln/rpc/session.h): the connection, the request
+// exchange and the encoding of arguments and results.
+#ifndef KILN_SRC_RPC_CLIENT_H_
+#define KILN_SRC_RPC_CLIENT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kiln/any.h"
+#include "kiln/device_backend.h"
+#include "kiln/rpc/session.h"
+#include "rpc/connection.h"
+#include "rpc/protocol.h"
+
+namespace kiln::rpc {
+
+struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
+  std::unique_ptr<Connection> conn;
+  std::string peer;
+  std::string server_key;
+  int32_t index = -1;
+  double session_timeout_s = 0;
+
+  std::mutex mu;  // one request in flight
+  bool closed = false;
+  std::string closed_reason;
+  std::map<int32_t, Ref<DeviceBackend>> backends;  // by server device type
+
+  ~Impl();
+
+  // Sends a request and returns the values of its Return reply. Throws RPCError (remote
+  // error or lost connection) or RPCSessionTimeoutError.
+  std::vector<Any> request(wire::Code code, const std::vector<uint8_t>& body,
+                           const void* payload = nullptr, uint64_t payload_bytes = 0);
+  // CopyFromRemote / Download: the reply's payload goes to `sink` in pieces.
+  void request_data(wire::Code code, const std::vector<uint8_t>& body, void* dst,
+                    uint64_t expected_bytes);
+  std::string request_file(const std::string& remote_path);
+  // FreeHandle; never throws (a closed session has nothing left to free).
+  void free_handle(uint64_t handle) noexcept;
+  void close() noexcept;
+
+  // Argument and result encoding.
+  void encode(wire::Writer& w, const Any& value);
+  Any decode(wire::Reader& r);
+  Ref<DeviceBackend> backend_for(int32_t server_type);
+  Device to_remote(Device server_device) const {
+    return {server_device.type + (index + 1) * kRemoteDeviceMask, server_device.id};
+  }
+
+ private:
+  void check_open_locked() const;
+  // Reads a reply header, turning Exception frames into thrown errors.
+  Connection::FrameHeader read_reply(const char* what);
+  [[noreturn]] void lost(const ConnectionError& e, const char* what);
+};
+
+}  // namespace kiln::rpc
+
+#endif  // KILN_SRC_RPC_CLIENT_H_

@@ -1,0 +1,94 @@
+// A blocking, buffered TCP connection for the RPC session protocol. Built on a Boost.Asio
+// socket; reads and writes go straight to the socket's descriptor so that SO_RCVTIMEO /
+// SO_SNDTIMEO bound them (Asio's synchronous reads would poll past a receive timeout) and a
+// small request costs exactly one send and one receive system call.
+#ifndef KILN_SRC_RPC_CONNECTION_H_
+#define KILN_SRC_RPC_CONNECTION_H_
+
+#include <sys/uio.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/error.h"
+#include "rpc/protocol.h"
+
+namespace kiln::rpc {
+
+// The connection failed, closed or timed out; the session cannot continue.
+class ConnectionError : public RuntimeError {
+ public:
+  ConnectionError(const std::string& message, bool timed_out = false, bool closed = false)
+      : RuntimeError(message), timed_out_(timed_out), closed_(closed) {}
+  bool timed_out() const { return timed_out_; }
+  bool closed() const { return closed_; }  // orderly close or reset by the peer
+
+ private:
+  bool timed_out_;
+  bool closed_;
+};
+
+class Connection {
+ public:
+  // Takes a connected socket; `peer` names it in errors ("127.0.0.1:9090").
+  Connection(boost::asio::ip::tcp::socket socket, std::string peer);
+  // Resolves and connects within `timeout`. Throws ConnectionError naming host:port.
+  static std::unique_ptr<Connection> connect(const std::string& host, int port,
+                                             std::chrono::milliseconds timeout);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Receive and send time limits; zero means none.
+  void set_timeouts(std::chrono::milliseconds receive, std::chrono::milliseconds send);
+
+  // Reads exactly `n` bytes (`what` names them in errors).
+  void read_exact(void* dst, size_t n, const char* what);
+  // Discards `n` bytes.
+  void skip(uint64_t n, const char* what);
+  // Writes every byte of the buffers.
+  void write_all(iovec* iov, int count);
+  void write_all(const void* data, size_t n);
+
+  // Reads a frame header; `max_length` bounds its length field. ProtocolError on a length
+  // below 4 or above the bound; ConnectionError when the peer closed or failed.
+  struct FrameHeader {
+    uint64_t length = 0;  // bytes after the length field, code included
+    uint32_t code = 0;
+    uint64_t body_length() const { return length - 4; }
+  };
+  FrameHeader read_frame_header(uint64_t max_length);
+  // Reads a whole body of `n` bytes (n <= kMaxMessageBytes) into `body`.
+  void read_body(uint64_t n, std::vector<uint8_t>& body, const char* what);
+  // Writes one frame: header, `body`, then `payload_bytes` of payload at `payload`.
+  void write_frame(wire::Code code, const std::vector<uint8_t>& body, const void* payload = nullptr,
+                   uint64_t payload_bytes = 0);
+  // Writes the header and body of a frame whose payload the caller then writes itself.
+  void write_frame_start(wire::Code code, const std::vector<uint8_t>& body, uint64_t payload_bytes);
+
+  // Stops reads and writes in both directions (wakes a thread blocked in a read).
+  void shutdown() noexcept;
+  int fd() const;
+  const std::string& peer() const { return peer_; }
+  // Bytes already received but not yet consumed.
+  size_t buffered() const { return end_ - begin_; }
+
+ private:
+  [[noreturn]] void fail_io(const char* op, const char* what, int err, bool eof);
+  std::unique_ptr<boost::asio::io_context> own_io_;
+  boost::asio::ip::tcp::socket socket_;
+  std::string peer_;
+  std::vector<uint8_t> buffer_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+  std::chrono::milliseconds receive_timeout_{0};
+};
+
+}  // namespace kiln::rpc
+
+#endif  // KILN_SRC_RPC_CONNECTION_H_

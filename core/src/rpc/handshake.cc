@@ -1,0 +1,203 @@
+#include "rpc/handshake.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <random>
+
+#include "sha256.h"
+
+namespace kiln::rpc::handshake {
+
+using plugin_common::Sha256;
+
+namespace {
+constexpr char kProofContext[] = "kiln-rpc-v1";
+
+Sha256::Digest hmac_sha256(const std::string& key, const std::vector<uint8_t>& message) {
+  std::array<uint8_t, 64> block{};
+  if (key.size() > block.size()) {
+    const auto digest = Sha256::of(key.data(), key.size());
+    std::memcpy(block.data(), digest.data(), digest.size());
+  } else {
+    std::memcpy(block.data(), key.data(), key.size());
+  }
+  std::array<uint8_t, 64> inner_pad{};
+  std::array<uint8_t, 64> outer_pad{};
+  for (size_t i = 0; i < block.size(); ++i) {
+    inner_pad[i] = block[i] ^ 0x36;
+    outer_pad[i] = block[i] ^ 0x5c;
+  }
+  Sha256 inner;
+  inner.update(inner_pad.data(), inner_pad.size());
+  inner.update(message.data(), message.size());
+  const auto inner_digest = inner.finish();
+  Sha256 outer;
+  outer.update(outer_pad.data(), outer_pad.size());
+  outer.update(inner_digest.data(), inner_digest.size());
+  return outer.finish();
+}
+
+std::string read_string(Connection& conn, uint32_t limit, const char* what) {
+  uint32_t len = 0;
+  conn.read_exact(&len, sizeof(len), what);
+  if (len > limit) {
+    throw wire::ProtocolError(
+        fmt::format("{} sent a {} of {} bytes; the limit is {}", conn.peer(), what, len, limit));
+  }
+  std::string s(len, '\0');
+  if (len > 0) conn.read_exact(s.data(), len, what);
+  return s;
+}
+
+void append_string(std::vector<uint8_t>& out, const std::string& s) {
+  wire::Writer w(out);
+  w.u32(static_cast<uint32_t>(s.size()));
+  w.raw(s.data(), s.size());
+}
+}  // namespace
+
+Mac proof(const std::string& token, const Nonce& nonce, const std::string& key) {
+  std::vector<uint8_t> message(kProofContext, kProofContext + sizeof(kProofContext) - 1);
+  message.insert(message.end(), nonce.begin(), nonce.end());
+  message.insert(message.end(), key.begin(), key.end());
+  return hmac_sha256(token, message);
+}
+
+bool equal(const Mac& a, const Mac& b) {
+  uint8_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+Nonce random_nonce() {
+  std::random_device rd;  // the kernel's CSPRNG on Linux
+  Nonce n{};
+  for (size_t i = 0; i < n.size(); i += 4) {
+    const uint32_t v = rd();
+    std::memcpy(n.data() + i, &v, 4);
+  }
+  return n;
+}
+
+std::string client(Connection& conn, const ConnectOptions& options) {
+  std::vector<uint8_t> hello(wire::kMagic, wire::kMagic + sizeof(wire::kMagic));
+  wire::Writer w(hello);
+  w.u16(wire::kProtocolVersion);
+  w.u16(0);
+  const std::string key = "client:" + options.key;
+  append_string(hello, key);
+  w.f64(options.session_timeout_s);
+  conn.write_all(hello.data(), hello.size());
+
+  char magic[sizeof(wire::kMagic)];
+  try {
+    conn.read_exact(magic, sizeof(magic), "the server's hello");
+  } catch (const ConnectionError& e) {
+    throw RuntimeError(fmt::format(
+        "{} is not a Kiln RPC server, or refused the connection: it closed it during the "
+        "handshake ({})",
+        conn.peer(), e.what()));
+  }
+  if (std::memcmp(magic, wire::kMagic, sizeof(magic)) != 0) {
+    throw RuntimeError(fmt::format(
+        "{} is not a Kiln RPC server: its first bytes are not the Kiln RPC magic", conn.peer()));
+  }
+  uint16_t version = 0;
+  uint16_t status = 0;
+  conn.read_exact(&version, 2, "the server's version");
+  conn.read_exact(&status, 2, "the server's status");
+  const std::string message =
+      read_string(conn, wire::kMaxHelloMessageBytes, "the server's hello message");
+  Nonce nonce{};
+  conn.read_exact(nonce.data(), nonce.size(), "the server's nonce");
+  const auto refused = [&](const std::string& why) {
+    return RuntimeError(fmt::format("{} refused the session: {}", conn.peer(), why));
+  };
+  switch (static_cast<wire::HelloStatus>(status)) {
+    case wire::HelloStatus::kAccepted:
+      return message;
+    case wire::HelloStatus::kAuthRequired: {
+      if (options.token.empty()) {
+        throw refused(
+            "the server requires a token (ConnectOptions::token, --token, or "
+            "remote.token in a run config) and none was given");
+      }
+      const Mac mac = proof(options.token, nonce, key);
+      conn.write_all(mac.data(), mac.size());
+      uint16_t result = 0;
+      conn.read_exact(&result, 2, "the authentication result");
+      const std::string result_message =
+          read_string(conn, wire::kMaxHelloMessageBytes, "the authentication result");
+      if (static_cast<wire::HelloStatus>(result) != wire::HelloStatus::kAccepted) {
+        throw refused(result_message);
+      }
+      return result_message;
+    }
+    case wire::HelloStatus::kVersionMismatch:
+      throw refused(
+          fmt::format("protocol version mismatch: this client speaks version {}, the "
+                      "server version {} ({})",
+                      wire::kProtocolVersion, version, message));
+    default:
+      throw refused(message);
+  }
+}
+
+ClientHello read_client_hello(Connection& conn) {
+  char magic[sizeof(wire::kMagic)];
+  conn.read_exact(magic, 4, "the client's hello");
+  uint32_t first = 0;
+  std::memcpy(&first, magic, 4);
+  if (first == wire::kTvmRpcMagic) {
+    const uint32_t mismatch = wire::kTvmCodeMismatch;
+    conn.write_all(&mismatch, sizeof(mismatch));
+    throw wire::ProtocolError(
+        fmt::format("{} is a TVM RPC client; Kiln servers speak Kiln's own session protocol "
+                    "(docs/rpc-protocol.md)",
+                    conn.peer()));
+  }
+  conn.read_exact(magic + 4, 4, "the client's hello");
+  if (std::memcmp(magic, wire::kMagic, sizeof(magic)) != 0) {
+    throw wire::ProtocolError(
+        fmt::format("{} is not a Kiln RPC client: wrong magic bytes", conn.peer()));
+  }
+  ClientHello hello;
+  uint16_t reserved = 0;
+  conn.read_exact(&hello.version, 2, "the client's version");
+  conn.read_exact(&reserved, 2, "the client's hello");
+  hello.key = read_string(conn, wire::kMaxKeyBytes, "client key");
+  conn.read_exact(&hello.session_timeout_s, 8, "the client's session timeout");
+  if (!(hello.session_timeout_s >= 0) || hello.session_timeout_s > 1e9) {
+    throw wire::ProtocolError(fmt::format("{} asked for an invalid session timeout {}", conn.peer(),
+                                          hello.session_timeout_s));
+  }
+  return hello;
+}
+
+void send_server_hello(Connection& conn, wire::HelloStatus status, const std::string& message,
+                       const Nonce& nonce) {
+  std::vector<uint8_t> out(wire::kMagic, wire::kMagic + sizeof(wire::kMagic));
+  wire::Writer w(out);
+  w.u16(wire::kProtocolVersion);
+  w.u16(static_cast<uint16_t>(status));
+  append_string(out, message.substr(0, wire::kMaxHelloMessageBytes));
+  w.raw(nonce.data(), nonce.size());
+  conn.write_all(out.data(), out.size());
+}
+
+Mac read_proof(Connection& conn) {
+  Mac mac{};
+  conn.read_exact(mac.data(), mac.size(), "the client's token proof");
+  return mac;
+}
+
+void send_auth_result(Connection& conn, wire::HelloStatus status, const std::string& message) {
+  std::vector<uint8_t> out;
+  wire::Writer w(out);
+  w.u16(static_cast<uint16_t>(status));
+  append_string(out, message.substr(0, wire::kMaxHelloMessageBytes));
+  conn.write_all(out.data(), out.size());
+}
+
+}  // namespace kiln::rpc::handshake

@@ -1,0 +1,123 @@
+#include "rpc/protocol.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+namespace kiln::rpc::wire {
+
+const char* code_name(Code code) {
+  switch (code) {
+    case Code::kShutdown:
+      return "Shutdown";
+    case Code::kGetGlobalFunc:
+      return "GetGlobalFunc";
+    case Code::kCallFunc:
+      return "CallFunc";
+    case Code::kFreeHandle:
+      return "FreeHandle";
+    case Code::kDeviceCount:
+      return "DeviceCount";
+    case Code::kDeviceAttributes:
+      return "DeviceAttributes";
+    case Code::kAlloc:
+      return "Alloc";
+    case Code::kCopyToRemote:
+      return "CopyToRemote";
+    case Code::kCopyFromRemote:
+      return "CopyFromRemote";
+    case Code::kCopyOnRemote:
+      return "CopyOnRemote";
+    case Code::kSynchronize:
+      return "Synchronize";
+    case Code::kUpload:
+      return "Upload";
+    case Code::kDownload:
+      return "Download";
+    case Code::kRemove:
+      return "Remove";
+    case Code::kListDir:
+      return "ListDir";
+    case Code::kLoadModule:
+      return "LoadModule";
+    case Code::kModuleGetFunction:
+      return "ModuleGetFunction";
+    case Code::kTimeEvaluator:
+      return "TimeEvaluator";
+    case Code::kReturn:
+      return "Return";
+    case Code::kException:
+      return "Exception";
+    case Code::kData:
+      return "Data";
+  }
+  return "?";
+}
+
+bool is_known_request(uint32_t code) {
+  return code >= static_cast<uint32_t>(Code::kShutdown) &&
+         code <= static_cast<uint32_t>(Code::kTimeEvaluator);
+}
+
+void Reader::need(uint64_t bytes, const char* field) const {
+  if (bytes > n_ - off_) {
+    fail(field, fmt::format("needs {} bytes, {} left", bytes, n_ - off_));
+  }
+}
+
+void Reader::fail(const char* field, const std::string& why) const {
+  throw ProtocolError(
+      fmt::format("malformed {} message: field '{}' at byte {}: {}", what_, field, off_, why));
+}
+
+std::string Reader::str(const char* field, uint64_t limit) {
+  const uint64_t len = u64(field);
+  if (len > limit) fail(field, fmt::format("length {} exceeds the limit of {}", len, limit));
+  need(len, field);
+  std::string s(reinterpret_cast<const char*>(p_ + off_), len);
+  off_ += len;
+  return s;
+}
+
+Device Reader::device(const char* field) {
+  Device d;
+  d.type = i32(field);
+  d.id = i32(field);
+  if (d.type < 0 || d.id < 0) fail(field, fmt::format("invalid device ({}, {})", d.type, d.id));
+  return d;
+}
+
+DataType Reader::dtype(const char* field) {
+  DataType t;
+  t.code = u8(field);
+  t.bits = u8(field);
+  t.lanes = u16(field);
+  if (t.lanes == 0 || t.bits == 0) fail(field, "dtype with 0 bits or lanes");
+  return t;
+}
+
+void Reader::finish() const {
+  if (off_ != n_) {
+    throw ProtocolError(fmt::format("malformed {} message: {} unexpected trailing bytes at byte {}",
+                                    what_, n_ - off_, off_));
+  }
+}
+
+uint64_t checked_nbytes(const std::vector<int64_t>& shape, DataType dtype, const char* what) {
+  uint64_t elements = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw ProtocolError(fmt::format("{}: negative dimension {}", what, d));
+    if (d != 0 && elements > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
+      throw ProtocolError(fmt::format("{}: tensor size overflows", what));
+    }
+    elements *= static_cast<uint64_t>(d);
+  }
+  const uint64_t lane_bits = static_cast<uint64_t>(dtype.bits) * dtype.lanes;
+  if (elements != 0 && elements > std::numeric_limits<uint64_t>::max() / lane_bits) {
+    throw ProtocolError(fmt::format("{}: tensor size overflows", what));
+  }
+  // As DataType::bytes(): whole bytes per element.
+  return elements * ((lane_bits + 7) / 8);
+}
+
+}  // namespace kiln::rpc::wire

@@ -1,0 +1,140 @@
+#include "kiln/rpc/rpc_config.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "kiln/error.h"
+
+namespace kiln::rpc {
+
+namespace {
+
+std::optional<std::string> env(const char* kiln_name, const char* tvm_name) {
+  for (const char* name : {kiln_name, tvm_name}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return std::string(v);
+  }
+  return std::nullopt;
+}
+
+ValueError missing(const char* field, const char* env_name) {
+  return ValueError(fmt::format(
+      "RPCConfig.{} is not provided. Please provide it explicitly,or set environment variable {}",
+      field, env_name));
+}
+
+std::string describe(const RPCConfig& c) {
+  return fmt::format(
+      "    tracker host: {}\n    tracker port: {}\n    tracker key: {}\n"
+      "    timeout (sec): {}\n",
+      c.tracker_host.value_or(""), c.tracker_port.value_or(0), c.tracker_key.value_or(""),
+      c.session_timeout_sec);
+}
+
+}  // namespace
+
+int RPCConfig::parse_port(const std::string& text, const std::string& what) {
+  try {
+    size_t used = 0;
+    const int port = std::stoi(text, &used);
+    if (used == text.size() && port > 0 && port <= 65535) return port;
+  } catch (const std::exception&) {
+  }
+  throw ValueError(fmt::format("{} '{}' is not a port number (1-65535)", what, text));
+}
+
+RPCConfig RPCConfig::normalized(const std::optional<RPCConfig>& config) {
+  RPCConfig c = config.value_or(RPCConfig{});
+  if (!c.tracker_host || c.tracker_host->empty()) {
+    c.tracker_host = env("KILN_TRACKER_HOST", "TVM_TRACKER_HOST");
+  }
+  if (!c.tracker_port || *c.tracker_port == 0) {
+    c.tracker_port.reset();
+    for (const char* name : {"KILN_TRACKER_PORT", "TVM_TRACKER_PORT"}) {
+      const char* v = std::getenv(name);
+      if (v != nullptr && *v != '\0') {
+        c.tracker_port = parse_port(v, name);
+        break;
+      }
+    }
+  }
+  if (!c.tracker_key || c.tracker_key->empty()) {
+    c.tracker_key = env("KILN_TRACKER_KEY", "TVM_TRACKER_KEY");
+  }
+  if (!c.tracker_host) throw missing("tracker_host", "TVM_TRACKER_HOST");
+  if (!c.tracker_port) throw missing("tracker_port", "TVM_TRACKER_PORT");
+  if (!c.tracker_key) throw missing("tracker_key", "TVM_TRACKER_KEY");
+  if (c.session_timeout_sec < 0) throw ValueError("RPCConfig.session_timeout_sec must be >= 0");
+  if (c.request_wait_sec && !(*c.request_wait_sec > 0)) {
+    throw ValueError("RPCConfig.request_wait_sec must be > 0");
+  }
+  return c;
+}
+
+TrackerSession RPCConfig::connect_tracker() const {
+  const RPCConfig c = normalized(*this);
+  const auto timeout = std::chrono::milliseconds(
+      c.session_timeout_sec > 0 ? int64_t{c.session_timeout_sec} * 1000 : int64_t{60000});
+  try {
+    return TrackerSession::connect(*c.tracker_host, *c.tracker_port, timeout);
+  } catch (const std::exception& e) {
+    throw ValueError(
+        fmt::format("Unable to connect to the tracker using the following configuration:\n{}"
+                    "Please check the tracker status via the following command:\n"
+                    "     kiln query --tracker {}:{}\n(error: {})",
+                    describe(c), *c.tracker_host, *c.tracker_port, e.what()));
+  }
+}
+
+RPCSession RPCConfig::connect_server() const {
+  const RPCConfig c = normalized(*this);
+  std::optional<std::chrono::milliseconds> wait;
+  if (c.request_wait_sec) {
+    wait = std::chrono::milliseconds(static_cast<int64_t>(*c.request_wait_sec * 1000));
+  }
+  TrackerSession tracker = c.connect_tracker();
+  return tracker.request(*c.tracker_key, c.session_priority, c.session_timeout_sec, 5, wait,
+                         c.token);
+}
+
+int RPCConfig::count_num_servers(bool allow_missing) const {
+  const RPCConfig c = normalized(*this);
+  const TrackerSummary summary = c.connect_tracker().summary();
+  int count = 0;
+  for (const auto& s : summary.servers) {
+    if (s.key == "server:" + *c.tracker_key) ++count;
+  }
+  if (count == 0 && !allow_missing) {
+    throw ValueError(fmt::format(
+        "Unable to find servers with the specific key using the following configuration:\n{}"
+        "Please check the tracker status via the following command:\n"
+        "     kiln query --tracker {}:{}",
+        describe(c), *c.tracker_host, *c.tracker_port));
+  }
+  return count;
+}
+
+RPCSession TrackerSession::request(const std::string& key, int priority, double session_timeout_s,
+                                   int max_retry, std::optional<std::chrono::milliseconds> wait,
+                                   const std::string& token) {
+  std::string last_error;
+  for (int attempt = 0; attempt < max_retry; ++attempt) {
+    try {
+      const ServerAddress address = request_server(key, priority, wait);
+      ConnectOptions options;
+      options.key = address.matchkey;
+      options.session_timeout_s = session_timeout_s;
+      options.token = token;
+      return rpc::connect(address.host, address.port, options);
+    } catch (const NotFoundError&) {
+      throw;  // the wait bound passed: asking again would wait again
+    } catch (const std::exception& e) {
+      last_error = e.what();
+    }
+  }
+  throw RuntimeError(
+      fmt::format("Cannot request {} after {} retry, last_error:{}", key, max_retry, last_error));
+}
+
+}  // namespace kiln::rpc

@@ -1,0 +1,689 @@
+#include "rpc/session_server.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <unordered_map>
+
+#include "kiln/error.h"
+#include "kiln/evaluator.h"
+#include "kiln/logging.h"
+#include "kiln/module.h"
+#include "kiln/tensor.h"
+#include "rpc/protocol.h"
+#include "rpc/remote_objects.h"
+
+namespace kiln::rpc {
+
+namespace fs = std::filesystem;
+using wire::Code;
+using wire::Tag;
+
+fs::path sandboxed_path(const fs::path& root, const std::string& relative) {
+  if (relative.find('\0') != std::string::npos) {
+    throw ValueError("path contains a NUL byte");
+  }
+  const fs::path p(relative);
+  if (p.is_absolute()) {
+    throw ValueError(fmt::format(
+        "'{}' is an absolute path; paths are relative to the session's work directory", relative));
+  }
+  for (const auto& part : p) {
+    if (part == "..") {
+      throw ValueError(
+          fmt::format("'{}' leaves the session's work directory ('..' is not allowed)", relative));
+    }
+  }
+  const fs::path canonical_root = fs::canonical(root);
+  const fs::path resolved = fs::weakly_canonical(canonical_root / p);
+  const auto [root_end, ignored] =
+      std::mismatch(canonical_root.begin(), canonical_root.end(), resolved.begin(), resolved.end());
+  if (root_end != canonical_root.end()) {
+    throw ValueError(fmt::format("'{}' leads out of the session's work directory", relative));
+  }
+  return resolved;
+}
+
+namespace {
+
+constexpr uint64_t kStagingBytes = 4ull << 20;
+
+// One server-side object a client holds a handle to.
+struct Entry {
+  enum class Kind { kBuffer, kFunction, kModule, kObject } kind = Kind::kObject;
+  Tensor buffer;  // keeps the memory alive
+  void* base = nullptr;
+  uint64_t size = 0;
+  Device device;
+  Function function;
+  Module module;
+  Any object;
+};
+
+class SessionServer {
+ public:
+  SessionServer(SessionState& state, fs::path work_dir, Runtime& runtime)
+      : state_(state), conn_(*state.conn), work_dir_(std::move(work_dir)), runtime_(runtime) {}
+
+  // Returns why the session ended.
+  std::string serve() {
+    while (true) {
+      Connection::FrameHeader h;
+      try {
+        h = conn_.read_frame_header(UINT64_MAX >> 1);
+      } catch (const ConnectionError& e) {
+        return e.closed() ? "the client closed the connection" : e.what();
+      }
+      if (h.code == static_cast<uint32_t>(Code::kShutdown)) return "the client ended it";
+      if (!wire::is_known_request(h.code)) {
+        throw wire::ProtocolError(fmt::format("unknown request code {}", h.code));
+      }
+      const auto code = static_cast<Code>(h.code);
+      if (code != Code::kCopyToRemote && code != Code::kUpload &&
+          h.length > wire::kMaxMessageBytes) {
+        throw wire::ProtocolError(fmt::format("a {} message of {} bytes exceeds the limit of {}",
+                                              wire::code_name(code), h.length,
+                                              wire::kMaxMessageBytes));
+      }
+      handle(code, h.body_length());
+    }
+  }
+
+ private:
+  void handle(Code code, uint64_t body_length) {
+    const char* what = wire::code_name(code);
+    // Streaming requests read their own fixed header, then the payload.
+    if (code == Code::kCopyToRemote) return copy_to_remote(body_length);
+    if (code == Code::kUpload) return upload(body_length);
+    conn_.read_body(body_length, body_, what);
+    wire::Reader r(body_.data(), body_.size(), what);
+    if (code == Code::kFreeHandle) {
+      const uint64_t handle = r.u64("handle");
+      r.finish();
+      if (handles_.erase(handle) == 0) {
+        log(LogLevel::kDebug, "rpc", fmt::format("FreeHandle of unknown handle {}", handle));
+      }
+      return;
+    }
+    std::vector<Any> result;
+    try {
+      switch (code) {
+        case Code::kGetGlobalFunc: {
+          const std::string name = r.str("name", wire::kMaxPathBytes);
+          r.finish();
+          auto f = registry::get(name);
+          if (!f) throw NotFoundError(fmt::format("no global function '{}' on the server", name));
+          result.push_back(*f);
+          break;
+        }
+        case Code::kCallFunc:
+          result.push_back(call(r));
+          break;
+        case Code::kDeviceCount: {
+          const int32_t type = r.i32("type");
+          r.finish();
+          std::string why;
+          int32_t count = 0;
+          if (auto backend = runtime_.find_backend(type); backend && type < kRemoteDeviceMask) {
+            count = backend->device_count(&why);
+          } else {
+            why = fmt::format("the server has no backend for device type {}", type);
+          }
+          result = {Any(count), Any(why)};
+          break;
+        }
+        case Code::kDeviceAttributes: {
+          const Device d = local_device(r.device("device"));
+          r.finish();
+          for (auto& [key, value] : runtime_.backend(d.type)->attributes(d.id)) {
+            result.emplace_back(key);
+            result.push_back(std::move(value));
+          }
+          break;
+        }
+        case Code::kAlloc: {
+          const Device d = local_device(r.device("device"));
+          const uint64_t nbytes = r.u64("nbytes");
+          r.u64("alignment");  // the server's allocator aligns to at least 64 bytes
+          r.finish();
+          Tensor t = Tensor::empty({static_cast<int64_t>(nbytes)}, DataType::UInt(8), d, runtime_);
+          result.emplace_back(static_cast<int64_t>(add_buffer(t)));
+          break;
+        }
+        case Code::kCopyFromRemote:
+          return copy_from_remote(r);
+        case Code::kCopyOnRemote:
+          copy_on_remote(r);
+          break;
+        case Code::kSynchronize: {
+          const Device d = local_device(r.device("device"));
+          r.finish();
+          runtime_.backend(d.type)->synchronize(d.id);
+          break;
+        }
+        case Code::kDownload:
+          return download(r);
+        case Code::kRemove: {
+          const fs::path p = sandboxed_path(work_dir_, r.str("path", wire::kMaxPathBytes));
+          r.finish();
+          // Never the work directory itself (rpc_run removes "" as TVM does: a no-op).
+          if (p != fs::canonical(work_dir_)) {
+            std::error_code ec;
+            fs::remove_all(p, ec);
+          }
+          break;
+        }
+        case Code::kListDir: {
+          const fs::path p = sandboxed_path(work_dir_, r.str("path", wire::kMaxPathBytes));
+          r.finish();
+          if (!fs::is_directory(p)) {
+            throw NotFoundError(fmt::format("'{}' is not a directory of the session",
+                                            fs::relative(p, fs::canonical(work_dir_)).string()));
+          }
+          std::vector<std::string> names;
+          for (const auto& e : fs::directory_iterator(p)) {
+            names.push_back(e.path().filename().string() + (e.is_directory() ? "/" : ""));
+          }
+          std::sort(names.begin(), names.end());
+          for (auto& n : names) result.emplace_back(std::move(n));
+          break;
+        }
+        case Code::kLoadModule: {
+          const std::string relative = r.str("path", wire::kMaxPathBytes);
+          r.finish();
+          const fs::path p = sandboxed_path(work_dir_, relative);
+          if (!fs::is_regular_file(p)) {
+            throw NotFoundError(
+                fmt::format("no file '{}' in the session's work directory", relative));
+          }
+          Module m = runtime_.load_module(p);
+          result.push_back(Any(m));
+          result.emplace_back(m.entry_name());
+          break;
+        }
+        case Code::kModuleGetFunction: {
+          Entry& e = entry(r.u64("module"), Entry::Kind::kModule, "module");
+          const std::string name = r.str("name", wire::kMaxPathBytes);
+          r.finish();
+          result.push_back(e.module.get_function(name));
+          break;
+        }
+        case Code::kTimeEvaluator: {
+          Entry& e = entry(r.u64("function"), Entry::Kind::kFunction, "function");
+          const Device d = local_device(r.device("device"));
+          TimeEvaluatorOptions options = decode_evaluator_options(r);
+          r.finish();
+          auto evaluator = std::make_shared<TimeEvaluator>(e.function, d, options, runtime_);
+          result.push_back(Function::from_packed(
+              "time_evaluator:" + e.function.name(), [evaluator](const Any* args, int32_t n) {
+                return Any(
+                    benchmark_result_to_wire((*evaluator)(std::vector<Any>(args, args + n))));
+              }));
+          break;
+        }
+        default:
+          throw wire::ProtocolError(fmt::format("request {} is not served", what));
+      }
+    } catch (const wire::ProtocolError&) {
+      throw;
+    } catch (const ConnectionError&) {
+      throw;
+    } catch (const Error& e) {
+      return send_exception(e.code(), e.what());
+    } catch (const std::exception& e) {
+      return send_exception(5, e.what());
+    }
+    send_return(result);
+  }
+
+  // ---- values ----
+
+  Device local_device(Device d) const {
+    if (d.type >= kRemoteDeviceMask) {
+      throw ValueError(fmt::format("device type {} is not a device of this server", d.type));
+    }
+    return d;
+  }
+
+  Entry& entry(uint64_t handle, Entry::Kind kind, const char* what) {
+    auto it = handles_.find(handle);
+    if (it == handles_.end() || it->second.kind != kind) {
+      throw ValueError(fmt::format("{} is not a {} handle of this session", handle, what));
+    }
+    return it->second;
+  }
+
+  uint64_t add(Entry e) {
+    const uint64_t h = next_handle_++;
+    handles_.emplace(h, std::move(e));
+    return h;
+  }
+
+  uint64_t add_buffer(const Tensor& t) {
+    Entry e;
+    e.kind = Entry::Kind::kBuffer;
+    e.buffer = t;
+    e.base = t.dl()->data;
+    e.size = t.dl()->byte_offset + t.nbytes();
+    e.device = t.device();
+    return add(std::move(e));
+  }
+
+  // The memory [offset, offset + n) of buffer `handle`, checked.
+  Entry& buffer_range(uint64_t handle, uint64_t offset, uint64_t n) {
+    Entry& e = entry(handle, Entry::Kind::kBuffer, "memory");
+    if (offset > e.size || n > e.size - offset) {
+      throw IndexError(fmt::format("bytes [{}, {}) are outside the {} bytes of memory handle {}",
+                                   offset, offset + n, e.size, handle));
+    }
+    return e;
+  }
+
+  Any decode(wire::Reader& r) {
+    const auto tag = static_cast<Tag>(r.u8("tag"));
+    switch (tag) {
+      case Tag::kNone:
+        return Any();
+      case Tag::kInt:
+        return Any(r.i64("int"));
+      case Tag::kFloat:
+        return Any(r.f64("float"));
+      case Tag::kBool:
+        return Any(r.u8("bool") != 0);
+      case Tag::kString:
+        return Any(r.str("string"));
+      case Tag::kBytes:
+        return Any::bytes(r.str("bytes"));
+      case Tag::kDevice:
+        return Any(local_device(r.device("device")));
+      case Tag::kDType:
+        return Any(r.dtype("dtype"));
+      case Tag::kShape: {
+        const uint32_t ndim = r.u32("ndim");
+        if (ndim > wire::kMaxNdim) r.fail("ndim", "too many dimensions");
+        std::vector<int64_t> dims(ndim);
+        for (auto& d : dims) d = r.i64("dim");
+        return Any::shape(std::move(dims));
+      }
+      case Tag::kTensor: {
+        const uint64_t handle = r.u64("handle");
+        const uint64_t offset = r.u64("byte_offset");
+        const Device device = local_device(r.device("device"));
+        const DataType dtype = r.dtype("dtype");
+        const uint32_t ndim = r.u32("ndim");
+        if (ndim > wire::kMaxNdim) r.fail("ndim", "too many dimensions");
+        auto obj = make_object<TensorObj>();
+        obj->shape.resize(ndim);
+        for (auto& d : obj->shape) d = r.i64("shape");
+        const uint64_t nbytes = wire::checked_nbytes(obj->shape, dtype, "tensor argument");
+        Entry& e = buffer_range(handle, offset, nbytes);
+        if (e.device != device) {
+          throw ValueError(fmt::format("tensor argument on {} refers to memory on {}", device.str(),
+                                       e.device.str()));
+        }
+        obj->storage = Ref<Object>(e.buffer.get());
+        obj->dl.data = e.base;
+        obj->dl.byte_offset = offset;
+        obj->dl.device = device.to_dlpack();
+        obj->dl.dtype = dtype;
+        obj->dl.ndim = static_cast<int32_t>(ndim);
+        obj->dl.shape = obj->shape.data();
+        return Any(Tensor(std::move(obj)));
+      }
+      case Tag::kFunction:
+        return Any(entry(r.u64("handle"), Entry::Kind::kFunction, "function").function);
+      case Tag::kModule:
+        return Any(entry(r.u64("handle"), Entry::Kind::kModule, "module").module);
+      case Tag::kObject:
+        return entry(r.u64("handle"), Entry::Kind::kObject, "object").object;
+    }
+    r.fail("tag", fmt::format("unknown value tag {}", static_cast<int>(tag)));
+  }
+
+  void encode(wire::Writer& w, const Any& v) {
+    switch (v.type_code()) {
+      case KILN_TYPE_NONE:
+        w.u8(static_cast<uint8_t>(Tag::kNone));
+        return;
+      case KILN_TYPE_INT:
+        w.u8(static_cast<uint8_t>(Tag::kInt));
+        w.i64(v.raw_int());
+        return;
+      case KILN_TYPE_FLOAT:
+        w.u8(static_cast<uint8_t>(Tag::kFloat));
+        w.f64(v.raw_float());
+        return;
+      case KILN_TYPE_BOOL:
+        w.u8(static_cast<uint8_t>(Tag::kBool));
+        w.u8(v.raw_int() != 0);
+        return;
+      case KILN_TYPE_STRING:
+        w.u8(static_cast<uint8_t>(Tag::kString));
+        w.str(v.cast<std::string>());
+        return;
+      case KILN_TYPE_BYTES: {
+        w.u8(static_cast<uint8_t>(Tag::kBytes));
+        w.str(v.cast<std::string>());
+        return;
+      }
+      case KILN_TYPE_DEVICE:
+        w.u8(static_cast<uint8_t>(Tag::kDevice));
+        w.device(v.cast<Device>());
+        return;
+      case KILN_TYPE_DTYPE:
+        w.u8(static_cast<uint8_t>(Tag::kDType));
+        w.dtype(v.cast<DataType>());
+        return;
+      case KILN_TYPE_SHAPE: {
+        const auto dims = v.cast<std::vector<int64_t>>();
+        w.u8(static_cast<uint8_t>(Tag::kShape));
+        w.u32(static_cast<uint32_t>(dims.size()));
+        for (int64_t d : dims) w.i64(d);
+        return;
+      }
+      case KILN_TYPE_TENSOR: {
+        const Tensor t = v.cast<Tensor>();
+        if (!t.is_contiguous()) throw ValueError("a strided tensor cannot be returned over RPC");
+        w.u8(static_cast<uint8_t>(Tag::kTensor));
+        w.u64(add_buffer(t));
+        w.u64(t.dl()->byte_offset);
+        w.device(t.device());
+        w.dtype(t.dtype());
+        w.u32(static_cast<uint32_t>(t.ndim()));
+        for (int64_t s : t.shape()) w.i64(s);
+        return;
+      }
+      case KILN_TYPE_FUNCTION: {
+        Entry e;
+        e.kind = Entry::Kind::kFunction;
+        e.function = v.cast<Function>();
+        w.u8(static_cast<uint8_t>(Tag::kFunction));
+        w.u64(add(std::move(e)));
+        return;
+      }
+      case kTypeModule: {
+        Entry e;
+        e.kind = Entry::Kind::kModule;
+        e.module = v.cast<Module>();
+        w.u8(static_cast<uint8_t>(Tag::kModule));
+        w.u64(add(std::move(e)));
+        return;
+      }
+      default: {
+        Entry e;
+        e.kind = Entry::Kind::kObject;
+        e.object = v;
+        w.u8(static_cast<uint8_t>(Tag::kObject));
+        w.u64(add(std::move(e)));
+        return;
+      }
+    }
+  }
+
+  Any call(wire::Reader& r) {
+    Entry& e = entry(r.u64("handle"), Entry::Kind::kFunction, "function");
+    const Function f = e.function;  // the call may free handles
+    const uint32_t n = r.u32("count");
+    if (n > wire::kMaxValues) r.fail("count", "too many arguments");
+    std::vector<Any> args;
+    args.reserve(n);
+    for (uint32_t i = 0; i < n; ++i) args.push_back(decode(r));
+    r.finish();
+    return f.call_packed(args);
+  }
+
+  // ---- replies ----
+
+  void send_return(const std::vector<Any>& values) {
+    reply_.clear();
+    wire::Writer w(reply_);
+    w.u32(static_cast<uint32_t>(values.size()));
+    try {
+      for (const Any& v : values) encode(w, v);
+    } catch (const Error& e) {
+      return send_exception(e.code(), e.what());
+    }
+    std::lock_guard lock(state_.write_mu);
+    conn_.write_frame(Code::kReturn, reply_);
+  }
+
+  void send_exception(int32_t code, const std::string& message) {
+    reply_.clear();
+    wire::Writer w(reply_);
+    w.i32(code);
+    w.str(message.substr(0, wire::kMaxMessageBytes / 2));
+    std::lock_guard lock(state_.write_mu);
+    conn_.write_frame(Code::kException, reply_);
+  }
+
+  // ---- copies and files ----
+
+  bool host_memory(const Entry& e) const { return e.device.type == kDLCPU; }
+
+  void copy_to_remote(uint64_t body_length) {
+    struct {
+      uint64_t handle, offset, nbytes;
+    } h{};
+    if (body_length < sizeof(h)) {
+      throw wire::ProtocolError(
+          fmt::format("CopyToRemote frame of {} bytes is too short", body_length));
+    }
+    conn_.read_exact(&h, sizeof(h), "CopyToRemote header");
+    if (body_length - sizeof(h) != h.nbytes) {
+      throw wire::ProtocolError(fmt::format("CopyToRemote states {} bytes but its frame carries {}",
+                                            h.nbytes, body_length - sizeof(h)));
+    }
+    Entry* e = nullptr;
+    try {
+      e = &buffer_range(h.handle, h.offset, h.nbytes);
+    } catch (const Error& err) {
+      conn_.skip(h.nbytes, "CopyToRemote data");  // stay in step with the stream
+      return send_exception(err.code(), err.what());
+    }
+    if (host_memory(*e)) {
+      conn_.read_exact(static_cast<uint8_t*>(e->base) + h.offset, h.nbytes, "CopyToRemote data");
+    } else {
+      auto backend = runtime_.backend(e->device.type);
+      std::vector<uint8_t>& staging = staging_buffer();
+      uint64_t done = 0;
+      std::string error;
+      while (done < h.nbytes) {
+        const uint64_t n = std::min<uint64_t>(staging.size(), h.nbytes - done);
+        conn_.read_exact(staging.data(), n, "CopyToRemote data");
+        if (error.empty()) {
+          try {
+            backend->copy_to_device(e->device.id, staging.data(), e->base, h.offset + done, n);
+            backend->synchronize(e->device.id);  // the staging buffer is reused
+          } catch (const Error& err) {
+            error = err.what();
+          }
+        }
+        done += n;
+      }
+      if (!error.empty()) return send_exception(5, error);
+    }
+    send_return({});
+  }
+
+  void copy_from_remote(wire::Reader& r) {
+    const uint64_t handle = r.u64("handle");
+    const uint64_t offset = r.u64("offset");
+    const uint64_t nbytes = r.u64("nbytes");
+    r.finish();
+    Entry* e = nullptr;
+    try {
+      e = &buffer_range(handle, offset, nbytes);
+      if (!host_memory(*e)) runtime_.backend(e->device.type)->synchronize(e->device.id);
+    } catch (const Error& err) {
+      return send_exception(err.code(), err.what());
+    }
+    std::lock_guard lock(state_.write_mu);
+    conn_.write_frame_start(Code::kData, {}, nbytes);
+    if (host_memory(*e)) {
+      conn_.write_all(static_cast<uint8_t*>(e->base) + offset, nbytes);
+      return;
+    }
+    // Once the header is out, a failing device copy can only end the session.
+    auto backend = runtime_.backend(e->device.type);
+    std::vector<uint8_t>& staging = staging_buffer();
+    for (uint64_t done = 0; done < nbytes;) {
+      const uint64_t n = std::min<uint64_t>(staging.size(), nbytes - done);
+      backend->copy_to_host(e->device.id, e->base, offset + done, staging.data(), n);
+      backend->synchronize(e->device.id);
+      conn_.write_all(staging.data(), n);
+      done += n;
+    }
+  }
+
+  void copy_on_remote(wire::Reader& r) {
+    const uint64_t src = r.u64("src");
+    const uint64_t src_offset = r.u64("src_offset");
+    const uint64_t dst = r.u64("dst");
+    const uint64_t dst_offset = r.u64("dst_offset");
+    const uint64_t nbytes = r.u64("nbytes");
+    r.finish();
+    Entry& s = buffer_range(src, src_offset, nbytes);
+    Entry& d = buffer_range(dst, dst_offset, nbytes);
+    if (s.device != d.device) {
+      throw ValueError(fmt::format("copy between devices {} and {}: copy through the host",
+                                   s.device.str(), d.device.str()));
+    }
+    auto backend = runtime_.backend(s.device.type);
+    backend->copy_on_device(s.device.id, s.base, src_offset, d.base, dst_offset, nbytes);
+    backend->synchronize(s.device.id);
+  }
+
+  void upload(uint64_t body_length) {
+    uint64_t path_len = 0;
+    if (body_length < 16) throw wire::ProtocolError("Upload frame is too short");
+    conn_.read_exact(&path_len, 8, "Upload path length");
+    if (path_len > wire::kMaxPathBytes || path_len > body_length - 16) {
+      throw wire::ProtocolError(fmt::format("Upload path of {} bytes is too long", path_len));
+    }
+    std::string relative(path_len, '\0');
+    conn_.read_exact(relative.data(), path_len, "Upload path");
+    uint64_t nbytes = 0;
+    conn_.read_exact(&nbytes, 8, "Upload size");
+    if (body_length - 16 - path_len != nbytes) {
+      throw wire::ProtocolError(fmt::format("Upload states {} bytes but its frame carries {}",
+                                            nbytes, body_length - 16 - path_len));
+    }
+    fs::path target;
+    std::ofstream out;
+    fs::path temp;
+    std::string error;
+    int32_t error_code = 5;
+    try {
+      if (relative.empty()) throw ValueError("Upload needs a file name");
+      target = sandboxed_path(work_dir_, relative);
+      fs::create_directories(target.parent_path());
+      if (fs::is_directory(target)) throw ValueError(fmt::format("'{}' is a directory", relative));
+      temp = target.parent_path() / ("." + target.filename().string() + ".kiln-upload");
+      out.open(temp, std::ios::binary | std::ios::trunc);
+      if (!out) throw RuntimeError(fmt::format("cannot write '{}' on the server", relative));
+    } catch (const Error& e) {
+      error = e.what();
+      error_code = e.code();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::vector<uint8_t>& chunk = staging_buffer();
+    for (uint64_t done = 0; done < nbytes;) {
+      const uint64_t n = std::min<uint64_t>(chunk.size(), nbytes - done);
+      conn_.read_exact(chunk.data(), n, "Upload data");
+      if (error.empty()) {
+        out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(n));
+        if (!out) error = fmt::format("writing '{}' on the server failed (disk full?)", relative);
+      }
+      done += n;
+    }
+    if (error.empty()) {
+      out.close();
+      std::error_code ec;
+      fs::rename(temp, target, ec);
+      if (ec) error = fmt::format("cannot store '{}' on the server: {}", relative, ec.message());
+    }
+    if (!error.empty()) {
+      std::error_code ec;
+      if (!temp.empty()) fs::remove(temp, ec);
+      return send_exception(error_code, error);
+    }
+    send_return({});
+  }
+
+  void download(wire::Reader& r) {
+    const std::string relative = r.str("path", wire::kMaxPathBytes);
+    r.finish();
+    std::ifstream in;
+    uint64_t size = 0;
+    try {
+      const fs::path p = sandboxed_path(work_dir_, relative);
+      if (!fs::is_regular_file(p)) {
+        throw NotFoundError(fmt::format("no file '{}' in the session's work directory", relative));
+      }
+      size = fs::file_size(p);
+      in.open(p, std::ios::binary);
+      if (!in) throw RuntimeError(fmt::format("cannot read '{}' on the server", relative));
+    } catch (const Error& e) {
+      return send_exception(e.code(), e.what());
+    }
+    std::lock_guard lock(state_.write_mu);
+    conn_.write_frame_start(Code::kData, {}, size);
+    std::vector<uint8_t>& chunk = staging_buffer();
+    for (uint64_t done = 0; done < size;) {
+      const uint64_t n = std::min<uint64_t>(chunk.size(), size - done);
+      in.read(reinterpret_cast<char*>(chunk.data()), static_cast<std::streamsize>(n));
+      if (static_cast<uint64_t>(in.gcount()) != n) {
+        throw ConnectionError(fmt::format("'{}' shrank while it was sent", relative));
+      }
+      conn_.write_all(chunk.data(), n);
+      done += n;
+    }
+  }
+
+  std::vector<uint8_t>& staging_buffer() {
+    if (staging_.empty()) staging_.resize(kStagingBytes);
+    return staging_;
+  }
+
+  SessionState& state_;
+  Connection& conn_;
+  fs::path work_dir_;
+  Runtime& runtime_;
+  std::unordered_map<uint64_t, Entry> handles_;
+  uint64_t next_handle_ = 1;
+  std::vector<uint8_t> body_;
+  std::vector<uint8_t> reply_;
+  std::vector<uint8_t> staging_;
+};
+
+}  // namespace
+
+void serve_session(SessionState& state, const fs::path& work_dir, Runtime& runtime) {
+  std::string why;
+  try {
+    fs::create_directories(work_dir);
+    SessionServer server(state, work_dir, runtime);
+    why = server.serve();
+  } catch (const wire::ProtocolError& e) {
+    why = fmt::format("protocol error: {}", e.what());
+    log(LogLevel::kWarn, "rpc",
+        fmt::format("session {} with {}: {}; ending it", state.id, state.conn->peer(), e.what()));
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (state.timed_out) why = fmt::format("session timeout ({} s)", state.timeout_s);
+  std::error_code ec;
+  fs::remove_all(work_dir, ec);
+  if (ec) {
+    log(LogLevel::kWarn, "rpc",
+        fmt::format("cannot remove the work directory {}: {}", work_dir.string(), ec.message()));
+  }
+  log(LogLevel::kInfo, "rpc",
+      fmt::format("session {} with {} ended: {}", state.id, state.conn->peer(), why));
+  state.conn->shutdown();
+  state.finished = true;
+}
+
+}  // namespace kiln::rpc

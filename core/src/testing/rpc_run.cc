@@ -1,0 +1,87 @@
+// kiln::testing::rpc_run (SPEC.md §1.10).
+#include <fmt/format.h>
+
+#include "kiln/error.h"
+#include "kiln/logging.h"
+#include "kiln/rpc/session.h"
+#include "kiln/temp_dir.h"
+#include "kiln/tensor.h"
+#include "kiln/testing.h"
+#include "testing/run_steps.h"
+
+namespace kiln::testing {
+
+using detail::step;
+
+RunResult rpc_run(const Module& mod, const std::string& device_type, const std::vector<Any>& args,
+                  const std::optional<EvaluatorConfig>& evaluator_config,
+                  const std::optional<rpc::RPCConfig>& rpc_config, const ExportFunc& export_func,
+                  const std::optional<std::string>& output_format, const RunHooks& hooks) {
+  // 1. Everything that can be checked before any network access.
+  const EvaluatorConfig config = EvaluatorConfig::normalized(evaluator_config);
+  const rpc::RPCConfig rpc = rpc::RPCConfig::normalized(rpc_config);
+  const ExportPlan plan = normalize_export_func(export_func, output_format);
+  detail::check_run_args(args);
+  TimeEvaluatorOptions options = detail::run_evaluator_options(config, hooks);
+  options.on_repeat = nullptr;  // the loop runs on the server
+  const Device local_device = Device::parse(device_type);
+
+  // 2.
+  const TemporaryDirectory temp("kiln_rpc_run_");
+  if (hooks.temp_dir_out != nullptr) *hooks.temp_dir_out = temp.path().string();
+  const std::string remote_path = "kiln_tmp_mod." + plan.output_format;
+  const std::filesystem::path artifact = temp.path() / remote_path;
+
+  // 3-4.
+  rpc::RPCSession session = step(hooks, "connect", [&] { return rpc.connect_server(); });
+  const Device device = session.device(local_device.type, 0);
+
+  // 5. Outside the cleanup: a failed export has left nothing remote.
+  step(hooks, "export", [&] {
+    if (const auto* f = std::get_if<ExportFunction>(&plan.exporter)) {
+      (*f)(mod, artifact.string());
+    } else {
+      mod.export_library(artifact, std::get<std::string>(plan.exporter));
+    }
+  });
+
+  RunResult result;
+  std::exception_ptr failure;
+  try {
+    // 6. Remote objects live in this scope only, so they are released before the cleanup.
+    step(hooks, "upload", [&] { session.upload(artifact, remote_path); });
+    std::vector<Any> device_args =
+        step(hooks, "upload", [&] { return detail::args_to_device(args, device); });
+    rpc::RemoteModule remote_mod =
+        step(hooks, "load", [&] { return session.load_module(remote_path); });
+    const std::string function = hooks.function.empty() ? remote_mod.entry_name() : hooks.function;
+    if (function.empty()) {
+      throw NotFoundError("rpc_run: the module has no entry function; name one");
+    }
+    result.profile = step(hooks, "time", [&] {
+      return remote_mod.time_evaluator(function, device, options)(device_args);
+    });
+    step(hooks, "call", [&] { remote_mod.get_function(function).call_packed(device_args); });
+    result.outputs = step(hooks, "download", [&] { return detail::args_to_host(device_args); });
+  } catch (...) {
+    failure = std::current_exception();
+  }
+
+  // 7. The reference's three removals in its order, then the linked library it leaves.
+  step(hooks, "cleanup", [&] {
+    for (const std::string& path : {remote_path, remote_path + "." + plan.output_format,
+                                    std::string(), remote_path + ".so"}) {
+      try {
+        session.remove(path);
+      } catch (const std::exception& e) {
+        log(LogLevel::kDebug, "rpc_run", fmt::format("remove('{}'): {}", path, e.what()));
+      }
+    }
+    session.close();
+  });
+  if (failure) std::rethrow_exception(failure);
+  // 8. The local temporary directory goes with `temp`.
+  return result;
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,88 @@
+// libFuzzer target for the RPC session protocol's readers (docs/rpc-protocol.md): the bytes
+// are what a client sends on an established session — frame headers, message bodies, value
+// encodings, handles, streamed payloads — fed to a real session server over a socket pair.
+// Every input must end the session cleanly: no crash, no sanitizer report, no hang (the
+// stream always ends, so the server must return). With the first byte odd the bytes are a
+// client hello for the handshake reader instead.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "kiln/runtime.h"
+#include "rpc/connection.h"
+#include "rpc/handshake.h"
+#include "rpc/session_server.h"
+
+namespace {
+
+kiln::Runtime& fuzz_runtime() {
+  static kiln::Runtime* runtime = [] {
+    setenv("KILN_LOG", "off", 0);
+    kiln::RuntimeOptions options;
+    options.read_environment = false;
+    options.plugin_set = std::filesystem::path();  // no plugin: the core's host allocator
+    options.search_install_prefix = false;
+    return new kiln::Runtime(options);
+  }();
+  return *runtime;
+}
+
+std::unique_ptr<kiln::rpc::Connection> wrap(boost::asio::io_context& io, int fd) {
+  boost::asio::ip::tcp::socket socket(io);
+  socket.assign(boost::asio::ip::tcp::v4(), fd);
+  return std::make_unique<kiln::rpc::Connection>(std::move(socket), "fuzz");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  kiln::Runtime& runtime = fuzz_runtime();
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) std::abort();
+  boost::asio::io_context io;
+  auto server_end = wrap(io, fds[0]);
+  // The client side writes the input, then half-closes, and drains whatever comes back.
+  std::thread client([fd = fds[1], data, size] {
+    size_t sent = 0;
+    while (sent < size) {
+      const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    ::shutdown(fd, SHUT_WR);
+    char sink[65536];
+    while (::recv(fd, sink, sizeof(sink), 0) > 0) {
+    }
+    ::close(fd);
+  });
+  if (data[0] & 1) {
+    try {
+      char first;
+      server_end->read_exact(&first, 1, "mode byte");
+      kiln::rpc::handshake::read_client_hello(*server_end);
+    } catch (const kiln::Error&) {
+    }
+    server_end->shutdown();
+  } else {
+    kiln::rpc::SessionState state;
+    state.conn = std::move(server_end);
+    static const std::filesystem::path work =
+        std::filesystem::temp_directory_path() / ("kiln-fuzz-rpc-" + std::to_string(getpid()));
+    char mode;
+    try {
+      state.conn->read_exact(&mode, 1, "mode byte");
+      kiln::rpc::serve_session(state, work, runtime);
+    } catch (const kiln::Error&) {
+      state.conn->shutdown();
+    }
+  }
+  client.join();
+  return 0;
+}

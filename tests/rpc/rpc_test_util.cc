@@ -1,0 +1,124 @@
+#include "rpc/rpc_test_util.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace kiln::test {
+
+std::string kiln_cli() { return KILN_CLI_PATH; }
+
+ChildProcess::ChildProcess(std::vector<std::string> argv) {
+  static int counter = 0;
+  log_path_ =
+      std::filesystem::temp_directory_path() /
+      ("kiln_rpc_test_" + std::to_string(getpid()) + "_" + std::to_string(++counter) + ".log");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + " failed: " + strerror(rc));
+}
+
+ChildProcess::~ChildProcess() {
+  kill(SIGKILL);
+  wait_for(std::chrono::seconds(10));
+  std::error_code ec;
+  std::filesystem::remove(log_path_, ec);
+}
+
+void ChildProcess::kill(int sig) {
+  if (pid_ > 0 && !status_) ::kill(pid_, sig);
+}
+
+std::optional<int> ChildProcess::wait_for(std::chrono::milliseconds timeout) {
+  if (status_) return status_;
+  wait_until(
+      [&] {
+        int status = 0;
+        if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+        status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return true;
+      },
+      timeout);
+  return status_;
+}
+
+bool ChildProcess::running() { return !wait_for(std::chrono::milliseconds(0)).has_value(); }
+
+std::string ChildProcess::log() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int ChildProcess::wait_for_listen_port(std::chrono::milliseconds timeout) {
+  static const std::regex kListening("listening on [^\\s]*:([0-9]+)");
+  int port = -1;
+  wait_until(
+      [&] {
+        std::smatch m;
+        const std::string text = log();
+        if (std::regex_search(text, m, kListening)) {
+          port = std::stoi(m[1].str());
+          return true;
+        }
+        return !running();
+      },
+      timeout);
+  return port;
+}
+
+bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (predicate()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+namespace {
+StartedProcess start(std::vector<std::string> argv) {
+  StartedProcess out;
+  out.process = std::make_unique<ChildProcess>(std::move(argv));
+  out.port = out.process->wait_for_listen_port();
+  if (out.port < 0) {
+    throw std::runtime_error("the child did not report a listening port; its log:\n" +
+                             out.process->log());
+  }
+  return out;
+}
+}  // namespace
+
+StartedProcess start_tracker(std::vector<std::string> extra_args) {
+  std::vector<std::string> argv = {kiln_cli(), "tracker", "--port", "0"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  return start(std::move(argv));
+}
+
+StartedProcess start_rpc_server(std::vector<std::string> extra_args) {
+  std::vector<std::string> argv = {kiln_cli(), "rpc-server", "--port", "0"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  return start(std::move(argv));
+}
+
+}  // namespace kiln::test

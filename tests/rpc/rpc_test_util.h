@@ -1,0 +1,65 @@
+// Helpers for the RPC tests: child processes (kiln tracker / kiln rpc-server / clients) that
+// are always killed and reaped, and bounded waits.
+#ifndef KILN_TESTS_RPC_RPC_TEST_UTIL_H_
+#define KILN_TESTS_RPC_RPC_TEST_UTIL_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::test {
+
+// The kiln command-line tool under test.
+std::string kiln_cli();
+
+// A child process started with posix_spawn, stdout and stderr going to a log file. The
+// destructor sends SIGKILL and reaps it, so a failing test leaves nothing running.
+class ChildProcess {
+ public:
+  // `argv[0]` is the program path. The log goes to a fresh file in the temporary directory.
+  explicit ChildProcess(std::vector<std::string> argv);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Sends `sig` (no-op once reaped).
+  void kill(int sig = SIGKILL);
+  // Waits up to `timeout` for the child to exit; its exit code, or 128 + signal, or nullopt
+  // when still running.
+  std::optional<int> wait_for(std::chrono::milliseconds timeout);
+  bool running();
+  // Everything the child wrote so far.
+  std::string log() const;
+  const std::filesystem::path& log_path() const { return log_path_; }
+  // Waits up to `timeout` for a line "listening on <host>:<port>" in the log; the port, or -1
+  // when the child exited or the time passed.
+  int wait_for_listen_port(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  std::filesystem::path log_path_;
+};
+
+// Polls `predicate` every 20 ms until it holds or `timeout` passes; returns whether it held.
+bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+
+// Starts `kiln tracker --port 0` and returns it with its port.
+struct StartedProcess {
+  std::unique_ptr<ChildProcess> process;
+  int port = -1;
+};
+StartedProcess start_tracker(std::vector<std::string> extra_args = {});
+// Starts `kiln rpc-server --port 0 <extra_args>` and waits for its port.
+StartedProcess start_rpc_server(std::vector<std::string> extra_args = {});
+
+}  // namespace kiln::test
+
+#endif  // KILN_TESTS_RPC_RPC_TEST_UTIL_H_

@@ -1,0 +1,83 @@
+// `kiln rpc-server`: docs/rpc.md.
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "commands.h"
+#include "kiln/logging.h"
+#include "kiln/rpc/server.h"
+
+namespace kiln::tool {
+
+namespace {
+
+std::string read_token(const RpcServerOptions& options) {
+  if (options.token) {
+    if (options.token->empty()) throw UsageError("--token is empty");
+    return *options.token;
+  }
+  if (options.token_file) {
+    std::ifstream in(*options.token_file);
+    if (!in) {
+      throw UsageError(
+          fmt::format("cannot read the token file '{}'", options.token_file->string()));
+    }
+    std::string token;
+    std::getline(in, token);
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+    if (token.empty()) {
+      throw UsageError(
+          fmt::format("the token file '{}' has an empty first line", options.token_file->string()));
+    }
+    return token;
+  }
+  if (const char* env = std::getenv("KILN_RPC_TOKEN"); env != nullptr && *env != '\0') return env;
+  return {};
+}
+
+}  // namespace
+
+int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global) {
+  if (options.verbose && log_level() > LogLevel::kInfo) set_log_level(LogLevel::kInfo);
+  GlobalOptions runtime_global = global;
+  if (options.plugins) runtime_global.plugin_set = options.plugins;
+  Runtime runtime(runtime_options(runtime_global));
+
+  rpc::ServerOptions server_options;
+  server_options.host = options.host;
+  server_options.port = options.port;
+  server_options.port_end = options.port_end;
+  server_options.key = options.key;
+  server_options.tracker = options.tracker;
+  server_options.custom_addr = options.custom_addr;
+  if (options.work_dir) server_options.work_dir = *options.work_dir;
+  server_options.session_timeout_s = options.session_timeout;
+  server_options.max_sessions = options.max_sessions;
+  server_options.token = read_token(options);
+  server_options.runtime = &runtime;
+
+  // Signals are taken by sigwait below, not by whichever thread they land on.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  rpc::Server server(server_options);
+  std::printf("kiln rpc-server listening on %s:%d (key '%s', at most %d session%s%s%s)\n",
+              options.host.c_str(), server.port(), options.key.c_str(), options.max_sessions,
+              options.max_sessions == 1 ? "" : "s", server_options.token.empty() ? "" : ", token",
+              options.tracker ? fmt::format(", tracker {}", *options.tracker).c_str() : "");
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "kiln rpc-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  server.stop();
+  return kExitOk;
+}
+
+}  // namespace kiln::tool
