@@ -198,10 +198,10 @@ TEST(RpcSession, TokenIsRequiredAndNeverSent) {
   ConnectOptions c;
   c.key = "test";
   EXPECT_THAT([&] { connect("127.0.0.1", server.port(), c); },
-              ::testing::ThrowsMessage<RuntimeError>(HasSubstr("requires a token")));
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("requires a token")));
   c.token = "wrong";
   EXPECT_THAT([&] { connect("127.0.0.1", server.port(), c); },
-              ::testing::ThrowsMessage<RuntimeError>(HasSubstr("wrong token")));
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("wrong token")));
   c.token = "s3cret-token";
   RPCSession s = connect("127.0.0.1", server.port(), c);
   EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);

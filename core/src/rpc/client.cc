@@ -131,7 +131,6 @@ std::vector<Any> RPCSession::Impl::request(Code code, const std::vector<uint8_t>
     if (h.code != static_cast<uint32_t>(Code::kReturn)) {
       throw wire::ProtocolError(fmt::format("{} answered {} with a Data frame", peer, what));
     }
-    std::vector<uint8_t> reply;
     conn->read_body(h.body_length(), reply, "Return");
     wire::Reader r(reply.data(), reply.size(), "Return");
     const uint32_t n = r.u32("count");

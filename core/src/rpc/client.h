@@ -29,6 +29,7 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
   bool closed = false;
   std::string closed_reason;
   std::map<int32_t, Ref<DeviceBackend>> backends;  // by server device type
+  std::vector<uint8_t> reply;                      // reused for every reply (under mu)
 
   ~Impl();
 

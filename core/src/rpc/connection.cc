@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <cerrno>
@@ -24,10 +25,12 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 }  // namespace
 
 Connection::Connection(boost::asio::ip::tcp::socket socket, std::string peer)
-    : socket_(std::move(socket)), peer_(std::move(peer)), buffer_(kBufferBytes) {
+    : peer_(std::move(peer)), buffer_(kBufferBytes) {
   boost::system::error_code ec;
-  socket_.set_option(boost::asio::ip::tcp::no_delay(true), ec);
-  socket_.non_blocking(false, ec);
+  socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
+  socket.non_blocking(false, ec);
+  fd_ = socket.release(ec);
+  if (ec) fd_ = -1;
 }
 
 std::unique_ptr<Connection> Connection::connect(const std::string& host, int port,
@@ -62,15 +65,11 @@ std::unique_ptr<Connection> Connection::connect(const std::string& host, int por
   if (result) {
     throw ConnectionError(fmt::format("cannot connect to {}:{}: {}", host, port, result.message()));
   }
-  io->restart();
-  auto conn = std::make_unique<Connection>(std::move(socket), fmt::format("{}:{}", host, port));
-  conn->own_io_ = std::move(io);
-  return conn;
+  return std::make_unique<Connection>(std::move(socket), fmt::format("{}:{}", host, port));
 }
 
 Connection::~Connection() {
-  boost::system::error_code ec;
-  socket_.close(ec);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void Connection::set_timeouts(std::chrono::milliseconds receive, std::chrono::milliseconds send) {
@@ -79,10 +78,6 @@ void Connection::set_timeouts(std::chrono::milliseconds receive, std::chrono::mi
   ::setsockopt(fd(), SOL_SOCKET, SO_RCVTIMEO, &rtv, sizeof(rtv));
   ::setsockopt(fd(), SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof(stv));
   receive_timeout_ = receive;
-}
-
-int Connection::fd() const {
-  return const_cast<boost::asio::ip::tcp::socket&>(socket_).native_handle();
 }
 
 void Connection::fail_io(const char* op, const char* what, int err, bool eof) {

@@ -35,7 +35,8 @@ class ConnectionError : public RuntimeError {
 
 class Connection {
  public:
-  // Takes a connected socket; `peer` names it in errors ("127.0.0.1:9090").
+  // Takes a connected socket; `peer` names it in errors ("127.0.0.1:9090"). The descriptor
+  // leaves Asio's reactor: an io_context thread would otherwise wake on every packet.
   Connection(boost::asio::ip::tcp::socket socket, std::string peer);
   // Resolves and connects within `timeout`. Throws ConnectionError naming host:port.
   static std::unique_ptr<Connection> connect(const std::string& host, int port,
@@ -73,15 +74,14 @@ class Connection {
 
   // Stops reads and writes in both directions (wakes a thread blocked in a read).
   void shutdown() noexcept;
-  int fd() const;
+  int fd() const { return fd_; }
   const std::string& peer() const { return peer_; }
   // Bytes already received but not yet consumed.
   size_t buffered() const { return end_ - begin_; }
 
  private:
   [[noreturn]] void fail_io(const char* op, const char* what, int err, bool eof);
-  std::unique_ptr<boost::asio::io_context> own_io_;
-  boost::asio::ip::tcp::socket socket_;
+  int fd_ = -1;  // owned
   std::string peer_;
   std::vector<uint8_t> buffer_;
   size_t begin_ = 0;

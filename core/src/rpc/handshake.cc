@@ -119,9 +119,11 @@ std::string client(Connection& conn, const ConnectOptions& options) {
       return message;
     case wire::HelloStatus::kAuthRequired: {
       if (options.token.empty()) {
-        throw refused(
-            "the server requires a token (ConnectOptions::token, --token, or "
-            "remote.token in a run config) and none was given");
+        // Authentication problems are ValueErrors: retrying with the same token cannot help.
+        throw ValueError(fmt::format(
+            "{} refused the session: the server requires a token (ConnectOptions::token, "
+            "--token, or remote.token in a run config) and none was given",
+            conn.peer()));
       }
       const Mac mac = proof(options.token, nonce, key);
       conn.write_all(mac.data(), mac.size());
@@ -129,6 +131,9 @@ std::string client(Connection& conn, const ConnectOptions& options) {
       conn.read_exact(&result, 2, "the authentication result");
       const std::string result_message =
           read_string(conn, wire::kMaxHelloMessageBytes, "the authentication result");
+      if (static_cast<wire::HelloStatus>(result) == wire::HelloStatus::kAuthFailed) {
+        throw ValueError(fmt::format("{} refused the session: {}", conn.peer(), result_message));
+      }
       if (static_cast<wire::HelloStatus>(result) != wire::HelloStatus::kAccepted) {
         throw refused(result_message);
       }

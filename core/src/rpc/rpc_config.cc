@@ -129,6 +129,8 @@ RPCSession TrackerSession::request(const std::string& key, int priority, double 
       return rpc::connect(address.host, address.port, options);
     } catch (const NotFoundError&) {
       throw;  // the wait bound passed: asking again would wait again
+    } catch (const ValueError&) {
+      throw;  // a missing or wrong token: asking again cannot help
     } catch (const std::exception& e) {
       last_error = e.what();
     }

@@ -234,6 +234,9 @@ struct Server::Impl {
         handshake::send_auth_result(conn, wire::HelloStatus::kAuthFailed,
                                     "wrong token: the client does not hold the server's token");
         warn(fmt::format("refused {}: wrong token", conn.peer()));
+        // The tracker handed this key out and will not again: retire it so that the next
+        // maintain() registers a fresh one at once instead of after the unmatch timeout.
+        if (registration) registration->claim(key);
         return false;
       }
     }
