@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 
 #include "commands.h"
+#include "kiln/error.h"
 #include "kiln/logging.h"
 #include "kiln/rpc/server.h"
 
@@ -67,7 +69,13 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  rpc::Server server(server_options);
+  std::unique_ptr<rpc::Server> started;
+  try {
+    started = std::make_unique<rpc::Server>(server_options);
+  } catch (const ValueError& e) {
+    throw UsageError(e.what());  // a bad --tracker, --key, --port ...
+  }
+  rpc::Server& server = *started;
   std::printf("kiln rpc-server listening on %s:%d (key '%s', at most %d session%s%s%s)\n",
               options.host.c_str(), server.port(), options.key.c_str(), options.max_sessions,
               options.max_sessions == 1 ? "" : "s", server_options.token.empty() ? "" : ", token",
