@@ -69,6 +69,28 @@ std::shared_ptr<RPCSession::Impl> find_session_for(int32_t index) { return find_
 
 RPCSession::Impl::~Impl() { close(); }
 
+RPCSession::Impl::Exclusive::Exclusive(Impl& impl) : impl_(impl), lock_(impl.mu) {
+  impl_.owner = std::this_thread::get_id();
+  std::vector<uint64_t> frees;
+  {
+    std::lock_guard pending(impl_.pending_mu);
+    frees.swap(impl_.pending_frees);
+  }
+  if (impl_.closed) return;
+  for (uint64_t handle : frees) {
+    std::vector<uint8_t> body;
+    wire::Writer w(body);
+    w.u64(handle);
+    try {
+      impl_.conn->write_frame(Code::kFreeHandle, body);
+    } catch (const std::exception&) {
+      return;  // the request that follows reports the broken connection
+    }
+  }
+}
+
+RPCSession::Impl::Exclusive::~Exclusive() { impl_.owner = std::thread::id(); }
+
 void RPCSession::Impl::check_open_locked() const {
   if (closed) {
     throw RuntimeError(fmt::format("the RPC session with {} is closed{}", peer,
@@ -116,7 +138,7 @@ Connection::FrameHeader RPCSession::Impl::read_reply(const char* what) {
 
 std::vector<Any> RPCSession::Impl::request(Code code, const std::vector<uint8_t>& body,
                                            const void* payload, uint64_t payload_bytes) {
-  std::lock_guard lock(mu);
+  Exclusive exclusive(*this);
   check_open_locked();
   const char* what = wire::code_name(code);
   try {
@@ -152,7 +174,7 @@ std::vector<Any> RPCSession::Impl::request(Code code, const std::vector<uint8_t>
 
 void RPCSession::Impl::request_data(Code code, const std::vector<uint8_t>& body, void* dst,
                                     uint64_t expected_bytes) {
-  std::lock_guard lock(mu);
+  Exclusive exclusive(*this);
   check_open_locked();
   const char* what = wire::code_name(code);
   try {
@@ -174,7 +196,7 @@ void RPCSession::Impl::request_data(Code code, const std::vector<uint8_t>& body,
 }
 
 std::string RPCSession::Impl::request_file(const std::string& remote_path) {
-  std::lock_guard lock(mu);
+  Exclusive exclusive(*this);
   check_open_locked();
   std::vector<uint8_t> body;
   wire::Writer w(body);
@@ -199,6 +221,11 @@ std::string RPCSession::Impl::request_file(const std::string& remote_path) {
 }
 
 void RPCSession::Impl::free_handle(uint64_t handle) noexcept {
+  if (owner.load() == std::this_thread::get_id()) {
+    std::lock_guard pending(pending_mu);
+    pending_frees.push_back(handle);
+    return;
+  }
   std::lock_guard lock(mu);
   if (closed) return;
   std::vector<uint8_t> body;

@@ -3,11 +3,13 @@
 #ifndef KILN_SRC_RPC_CLIENT_H_
 #define KILN_SRC_RPC_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/any.h"
@@ -26,12 +28,31 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
   double session_timeout_s = 0;
 
   std::mutex mu;  // one request in flight
+  // The thread holding `mu` for a request. A remote object dropped on that thread (a reply
+  // that failed to decode) cannot send its FreeHandle then: it waits in `pending_frees`
+  // and goes out before the next request.
+  std::atomic<std::thread::id> owner{};
+  std::mutex pending_mu;
+  std::vector<uint64_t> pending_frees;
   bool closed = false;
   std::string closed_reason;
   std::map<int32_t, Ref<DeviceBackend>> backends;  // by server device type
   std::vector<uint8_t> reply;                      // reused for every reply (under mu)
 
   ~Impl();
+
+  // Holds `mu` for one exchange; sends the pending FreeHandles first.
+  class Exclusive {
+   public:
+    explicit Exclusive(Impl& impl);
+    ~Exclusive();
+    Exclusive(const Exclusive&) = delete;
+    Exclusive& operator=(const Exclusive&) = delete;
+
+   private:
+    Impl& impl_;
+    std::unique_lock<std::mutex> lock_;
+  };
 
   // Sends a request and returns the values of its Return reply. Throws RPCError (remote
   // error or lost connection) or RPCSessionTimeoutError.

@@ -151,4 +151,10 @@ class RemoteTimeEvaluator {
 
 }  // namespace kiln::rpc
 
+namespace kiln {
+// The RPC errors under the names the reference uses (kiln::RPCError, SPEC.md §4.2).
+using RPCError = rpc::RPCError;
+using RPCSessionTimeoutError = rpc::RPCSessionTimeoutError;
+}  // namespace kiln
+
 #endif  // KILN_RPC_SESSION_H_
