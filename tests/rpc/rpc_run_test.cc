@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "example_args.h"
 #include "kiln/kiln.h"
 #include "kiln/rpc/rpc_config.h"
 #include "kiln/rpc/server.h"
@@ -20,6 +21,7 @@
 #include "rpc/handshake.h"
 #include "rpc/protocol.h"
 #include "rpc/rpc_test_util.h"
+#include "test_util.h"
 
 namespace kiln::rpc {
 namespace {
@@ -72,46 +74,12 @@ RPCConfig config_for(int tracker_port, const std::string& key) {
   return c;
 }
 
-std::vector<Any> vector_add_args(int64_t n) {
-  Tensor a = Tensor::empty({n}, DataType::Float(32));
-  Tensor b = Tensor::empty({n}, DataType::Float(32));
-  Tensor out = Tensor::empty({n}, DataType::Float(32));
-  for (int64_t i = 0; i < n; ++i) {
-    a.host_span<float>()[i] = static_cast<float>(i);
-    b.host_span<float>()[i] = 2.0f;
-    out.host_span<float>()[i] = -1.0f;
-  }
-  return {Any(a), Any(b), Any(out), Any(0.25)};
-}
-
-// Restores an environment variable when it goes out of scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using kiln::test::vector_add_args;
 
 TEST(RpcConfig, MissingFieldsAreReportedBeforeAnyNetworkAccess) {
-  ScopedEnv a("KILN_TRACKER_HOST", nullptr), b("KILN_TRACKER_PORT", nullptr),
-      c("KILN_TRACKER_KEY", nullptr), d("TVM_TRACKER_HOST", nullptr),
-      e("TVM_TRACKER_PORT", nullptr), f("TVM_TRACKER_KEY", nullptr);
+  ScopedEnv a("KILN_TRACKER_HOST", std::nullopt), b("KILN_TRACKER_PORT", std::nullopt),
+      c("KILN_TRACKER_KEY", std::nullopt), d("TVM_TRACKER_HOST", std::nullopt),
+      e("TVM_TRACKER_PORT", std::nullopt), f("TVM_TRACKER_KEY", std::nullopt);
   EXPECT_THAT([] { RPCConfig::normalized(std::nullopt); },
               ::testing::ThrowsMessage<ValueError>(::testing::StrEq(
                   "RPCConfig.tracker_host is not provided. Please provide it explicitly,or set "
@@ -131,7 +99,7 @@ TEST(RpcConfig, MissingFieldsAreReportedBeforeAnyNetworkAccess) {
 TEST(RpcConfig, EnvironmentFallbacksKilnFirstAndPortsAsText) {
   ScopedEnv a("TVM_TRACKER_HOST", "tvm-host"), b("TVM_TRACKER_PORT", "9190"),
       c("TVM_TRACKER_KEY", "tvm-key"), d("KILN_TRACKER_HOST", "kiln-host"),
-      e("KILN_TRACKER_PORT", nullptr), f("KILN_TRACKER_KEY", "");
+      e("KILN_TRACKER_PORT", std::nullopt), f("KILN_TRACKER_KEY", "");
   RPCConfig config;
   config.tracker_host = "";  // empty falls back, as in the reference
   config.tracker_port = 0;

@@ -79,6 +79,22 @@ TEST(RpcSession, EchoesValuesAndCallsGlobals) {
   EXPECT_EQ(echo(echo).cast<Function>()(int64_t{3}).cast<int64_t>(), 3);
 }
 
+TEST(RpcSession, DeviceQueries) {
+  Server server(loopback());
+  RPCSession s = connect("127.0.0.1", server.port(), "test");
+  std::string why;
+  EXPECT_GE(s.device_count("cpu", &why), 1);
+  EXPECT_EQ(s.device_count("vulkan", &why), 0);
+  EXPECT_THAT(why, HasSubstr("no backend for device type"));
+  // The remote device's backend answers through the session.
+  Ref<DeviceBackend> backend = Runtime::global().backend(s.cpu().type);
+  EXPECT_GE(backend->device_count(), 1);
+  const auto attributes = backend->attributes(0);
+  EXPECT_FALSE(attributes.empty());
+  EXPECT_EQ(Device(s.cpu()).server_device(), Device::cpu());
+  EXPECT_THROW(s.device("no-such-type"), ValueError);
+}
+
 TEST(RpcSession, RemoteErrorsCarryTheRemoteMessage) {
   Server server(loopback());
   RPCSession s = connect("127.0.0.1", server.port(), "test");

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "example_args.h"
 #include "kiln/kiln.h"
 #include "test_util.h"
 
@@ -21,17 +22,7 @@ bool has_exporter(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::vector<Any> vector_add_args(int64_t n) {
-  Tensor a = Tensor::empty({n}, DataType::Float(32));
-  Tensor b = Tensor::empty({n}, DataType::Float(32));
-  Tensor out = Tensor::empty({n}, DataType::Float(32));
-  for (int64_t i = 0; i < n; ++i) {
-    a.host_span<float>()[i] = static_cast<float>(i);
-    b.host_span<float>()[i] = 2.0f;
-    out.host_span<float>()[i] = -1.0f;
-  }
-  return {Any(a), Any(b), Any(out), Any(0.25)};
-}
+using kiln::test::vector_add_args;
 
 void expect_vector_add_result(const RunResult& r, int64_t n) {
   ASSERT_EQ(r.outputs.size(), 4u);

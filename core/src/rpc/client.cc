@@ -136,12 +136,26 @@ Connection::FrameHeader RPCSession::Impl::read_reply(const char* what) {
   return h;
 }
 
-std::vector<Any> RPCSession::Impl::request(Code code, const std::vector<uint8_t>& body,
-                                           const void* payload, uint64_t payload_bytes) {
+template <typename Body>
+auto RPCSession::Impl::exchange(Code code, Body&& body) {
   Exclusive exclusive(*this);
   check_open_locked();
   const char* what = wire::code_name(code);
   try {
+    return body(what);
+  } catch (const ConnectionError& e) {
+    lost(e, what);
+  } catch (const wire::ProtocolError& e) {
+    closed = true;
+    closed_reason = e.what();
+    conn->shutdown();
+    throw RPCError(e.what(), 0);
+  }
+}
+
+std::vector<Any> RPCSession::Impl::request(Code code, const std::vector<uint8_t>& body,
+                                           const void* payload, uint64_t payload_bytes) {
+  return exchange(code, [&](const char* what) {
     try {
       conn->write_frame(code, body, payload, payload_bytes);
     } catch (const ConnectionError&) {
@@ -162,22 +176,12 @@ std::vector<Any> RPCSession::Impl::request(Code code, const std::vector<uint8_t>
     for (uint32_t i = 0; i < n; ++i) values.push_back(decode(r));
     r.finish();
     return values;
-  } catch (const ConnectionError& e) {
-    lost(e, what);
-  } catch (const wire::ProtocolError& e) {
-    closed = true;
-    closed_reason = e.what();
-    conn->shutdown();
-    throw RPCError(e.what(), 0);
-  }
+  });
 }
 
 void RPCSession::Impl::request_data(Code code, const std::vector<uint8_t>& body, void* dst,
                                     uint64_t expected_bytes) {
-  Exclusive exclusive(*this);
-  check_open_locked();
-  const char* what = wire::code_name(code);
-  try {
+  exchange(code, [&](const char* what) {
     conn->write_frame(code, body);
     const auto h = read_reply(what);
     if (h.code != static_cast<uint32_t>(Code::kData) || h.body_length() != expected_bytes) {
@@ -185,39 +189,23 @@ void RPCSession::Impl::request_data(Code code, const std::vector<uint8_t>& body,
                                             h.body_length(), expected_bytes));
     }
     conn->read_exact(dst, static_cast<size_t>(expected_bytes), "tensor data");
-  } catch (const ConnectionError& e) {
-    lost(e, what);
-  } catch (const wire::ProtocolError& e) {
-    closed = true;
-    closed_reason = e.what();
-    conn->shutdown();
-    throw RPCError(e.what(), 0);
-  }
+  });
 }
 
 std::string RPCSession::Impl::request_file(const std::string& remote_path) {
-  Exclusive exclusive(*this);
-  check_open_locked();
   std::vector<uint8_t> body;
   wire::Writer w(body);
   w.str(remote_path);
-  try {
+  return exchange(Code::kDownload, [&](const char* what) {
     conn->write_frame(Code::kDownload, body);
-    const auto h = read_reply("Download");
+    const auto h = read_reply(what);
     if (h.code != static_cast<uint32_t>(Code::kData)) {
       throw wire::ProtocolError(fmt::format("{} answered Download without data", peer));
     }
     std::string data(static_cast<size_t>(h.body_length()), '\0');
     if (!data.empty()) conn->read_exact(data.data(), data.size(), "file data");
     return data;
-  } catch (const ConnectionError& e) {
-    lost(e, "Download");
-  } catch (const wire::ProtocolError& e) {
-    closed = true;
-    closed_reason = e.what();
-    conn->shutdown();
-    throw RPCError(e.what(), 0);
-  }
+  });
 }
 
 void RPCSession::Impl::free_handle(uint64_t handle) noexcept {
@@ -252,31 +240,8 @@ void RPCSession::Impl::close() noexcept {
 }
 
 void RPCSession::Impl::encode(wire::Writer& w, const Any& v) {
+  if (wire::encode_plain_value(w, v)) return;
   switch (v.type_code()) {
-    case KILN_TYPE_NONE:
-      w.u8(static_cast<uint8_t>(Tag::kNone));
-      return;
-    case KILN_TYPE_INT:
-      w.u8(static_cast<uint8_t>(Tag::kInt));
-      w.i64(v.raw_int());
-      return;
-    case KILN_TYPE_FLOAT:
-      w.u8(static_cast<uint8_t>(Tag::kFloat));
-      w.f64(v.raw_float());
-      return;
-    case KILN_TYPE_BOOL:
-      w.u8(static_cast<uint8_t>(Tag::kBool));
-      w.u8(v.raw_int() != 0);
-      return;
-    case KILN_TYPE_STRING:
-      w.u8(static_cast<uint8_t>(Tag::kString));
-      w.str(v.cast<std::string>());
-      return;
-    case KILN_TYPE_BYTES: {
-      w.u8(static_cast<uint8_t>(Tag::kBytes));
-      w.str(v.cast<std::string>());
-      return;
-    }
     case KILN_TYPE_DEVICE: {
       const Device d = v.cast<Device>();
       if (!d.is_remote()) {
@@ -290,17 +255,6 @@ void RPCSession::Impl::encode(wire::Writer& w, const Any& v) {
       }
       w.u8(static_cast<uint8_t>(Tag::kDevice));
       w.device(d.server_device());
-      return;
-    }
-    case KILN_TYPE_DTYPE:
-      w.u8(static_cast<uint8_t>(Tag::kDType));
-      w.dtype(v.cast<DataType>());
-      return;
-    case KILN_TYPE_SHAPE: {
-      const auto dims = v.cast<std::vector<int64_t>>();
-      w.u8(static_cast<uint8_t>(Tag::kShape));
-      w.u32(static_cast<uint32_t>(dims.size()));
-      for (int64_t d : dims) w.i64(d);
       return;
     }
     case KILN_TYPE_TENSOR: {
@@ -359,30 +313,11 @@ void RPCSession::Impl::encode(wire::Writer& w, const Any& v) {
 
 Any RPCSession::Impl::decode(wire::Reader& r) {
   const auto tag = static_cast<Tag>(r.u8("tag"));
+  Any plain;
+  if (wire::decode_plain_value(r, tag, plain)) return plain;
   switch (tag) {
-    case Tag::kNone:
-      return Any();
-    case Tag::kInt:
-      return Any(r.i64("int"));
-    case Tag::kFloat:
-      return Any(r.f64("float"));
-    case Tag::kBool:
-      return Any(r.u8("bool") != 0);
-    case Tag::kString:
-      return Any(r.str("string"));
-    case Tag::kBytes:
-      return Any::bytes(r.str("bytes"));
     case Tag::kDevice:
       return Any(to_remote(r.device("device")));
-    case Tag::kDType:
-      return Any(r.dtype("dtype"));
-    case Tag::kShape: {
-      const uint32_t ndim = r.u32("ndim");
-      if (ndim > wire::kMaxNdim) r.fail("ndim", "too many dimensions");
-      std::vector<int64_t> dims(ndim);
-      for (auto& d : dims) d = r.i64("dim");
-      return Any::shape(std::move(dims));
-    }
     case Tag::kTensor: {
       const uint64_t handle = r.u64("handle");
       const uint64_t offset = r.u64("byte_offset");
@@ -410,6 +345,8 @@ Any RPCSession::Impl::decode(wire::Reader& r) {
       return Any::object(make_object<RemoteHandle>(shared_from_this(), r.u64("handle"), true));
     case Tag::kObject:
       return Any::object(make_object<RemoteHandle>(shared_from_this(), r.u64("handle"), false));
+    default:
+      break;
   }
   r.fail("tag", fmt::format("unknown value tag {}", static_cast<int>(tag)));
 }

@@ -76,6 +76,10 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
 
  private:
   void check_open_locked() const;
+  // Runs `body` holding the session for request `code`; a lost connection or a protocol
+  // violation closes the session and becomes an RPCError (RPCSessionTimeoutError on silence).
+  template <typename Body>
+  auto exchange(wire::Code code, Body&& body);
   // Reads a reply header, turning Exception frames into thrown errors.
   Connection::FrameHeader read_reply(const char* what);
   [[noreturn]] void lost(const ConnectionError& e, const char* what);

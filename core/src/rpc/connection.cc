@@ -192,17 +192,17 @@ void Connection::read_body(uint64_t n, std::vector<uint8_t>& body, const char* w
 
 void Connection::write_frame_start(wire::Code code, const std::vector<uint8_t>& body,
                                    uint64_t payload_bytes) {
-  uint8_t header[wire::kFrameHeaderBytes];
-  const uint64_t length = 4 + body.size() + payload_bytes;
-  const auto code_value = static_cast<uint32_t>(code);
-  std::memcpy(header, &length, 8);
-  std::memcpy(header + 8, &code_value, 4);
-  iovec iov[2] = {{header, sizeof(header)}, {const_cast<uint8_t*>(body.data()), body.size()}};
-  write_all(iov, body.empty() ? 1 : 2);
+  write_frame_parts(code, body, nullptr, 0, payload_bytes);
 }
 
 void Connection::write_frame(wire::Code code, const std::vector<uint8_t>& body, const void* payload,
                              uint64_t payload_bytes) {
+  write_frame_parts(code, body, payload, payload_bytes, payload_bytes);
+}
+
+void Connection::write_frame_parts(wire::Code code, const std::vector<uint8_t>& body,
+                                   const void* payload, uint64_t payload_sent,
+                                   uint64_t payload_bytes) {
   uint8_t header[wire::kFrameHeaderBytes];
   const uint64_t length = 4 + body.size() + payload_bytes;
   const auto code_value = static_cast<uint32_t>(code);
@@ -210,7 +210,7 @@ void Connection::write_frame(wire::Code code, const std::vector<uint8_t>& body, 
   std::memcpy(header + 8, &code_value, 4);
   iovec iov[3] = {{header, sizeof(header)},
                   {const_cast<uint8_t*>(body.data()), body.size()},
-                  {const_cast<void*>(payload), static_cast<size_t>(payload_bytes)}};
+                  {const_cast<void*>(payload), static_cast<size_t>(payload_sent)}};
   write_all(iov, 3);
 }
 

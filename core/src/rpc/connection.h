@@ -80,6 +80,9 @@ class Connection {
   size_t buffered() const { return end_ - begin_; }
 
  private:
+  // Header (length counting `payload_bytes`), body, then `payload_sent` bytes of `payload`.
+  void write_frame_parts(wire::Code code, const std::vector<uint8_t>& body, const void* payload,
+                         uint64_t payload_sent, uint64_t payload_bytes);
   [[noreturn]] void fail_io(const char* op, const char* what, int err, bool eof);
   int fd_ = -1;  // owned
   std::string peer_;

@@ -103,6 +103,83 @@ void Reader::finish() const {
   }
 }
 
+bool encode_plain_value(Writer& w, const Any& v) {
+  switch (v.type_code()) {
+    case KILN_TYPE_NONE:
+      w.u8(static_cast<uint8_t>(Tag::kNone));
+      return true;
+    case KILN_TYPE_INT:
+      w.u8(static_cast<uint8_t>(Tag::kInt));
+      w.i64(v.raw_int());
+      return true;
+    case KILN_TYPE_FLOAT:
+      w.u8(static_cast<uint8_t>(Tag::kFloat));
+      w.f64(v.raw_float());
+      return true;
+    case KILN_TYPE_BOOL:
+      w.u8(static_cast<uint8_t>(Tag::kBool));
+      w.u8(v.raw_int() != 0);
+      return true;
+    case KILN_TYPE_STRING:
+      w.u8(static_cast<uint8_t>(Tag::kString));
+      w.str(v.cast<std::string>());
+      return true;
+    case KILN_TYPE_BYTES:
+      w.u8(static_cast<uint8_t>(Tag::kBytes));
+      w.str(v.cast<std::string>());
+      return true;
+    case KILN_TYPE_DTYPE:
+      w.u8(static_cast<uint8_t>(Tag::kDType));
+      w.dtype(v.cast<DataType>());
+      return true;
+    case KILN_TYPE_SHAPE: {
+      const auto dims = v.cast<std::vector<int64_t>>();
+      w.u8(static_cast<uint8_t>(Tag::kShape));
+      w.u32(static_cast<uint32_t>(dims.size()));
+      for (int64_t d : dims) w.i64(d);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+bool decode_plain_value(Reader& r, Tag tag, Any& out) {
+  switch (tag) {
+    case Tag::kNone:
+      out = Any();
+      return true;
+    case Tag::kInt:
+      out = Any(r.i64("int"));
+      return true;
+    case Tag::kFloat:
+      out = Any(r.f64("float"));
+      return true;
+    case Tag::kBool:
+      out = Any(r.u8("bool") != 0);
+      return true;
+    case Tag::kString:
+      out = Any(r.str("string"));
+      return true;
+    case Tag::kBytes:
+      out = Any::bytes(r.str("bytes"));
+      return true;
+    case Tag::kDType:
+      out = Any(r.dtype("dtype"));
+      return true;
+    case Tag::kShape: {
+      const uint32_t ndim = r.u32("ndim");
+      if (ndim > kMaxNdim) r.fail("ndim", "too many dimensions");
+      std::vector<int64_t> dims(ndim);
+      for (auto& d : dims) d = r.i64("dim");
+      out = Any::shape(std::move(dims));
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 uint64_t checked_nbytes(const std::vector<int64_t>& shape, DataType dtype, const char* what) {
   uint64_t elements = 1;
   for (int64_t d : shape) {

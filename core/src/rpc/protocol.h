@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/any.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
@@ -170,6 +171,14 @@ class Reader {
   size_t off_ = 0;
   const char* what_;
 };
+
+// Writes `v` when it is a plain value (none, int, float, bool, string, bytes, dtype, shape)
+// and returns true; returns false, writing nothing, for the kinds each side encodes itself
+// (device, tensor, function, module, object).
+bool encode_plain_value(Writer& w, const Any& v);
+// Reads the payload of a plain-value `tag` into `out` and returns true; false for the other
+// tags (nothing read).
+bool decode_plain_value(Reader& r, Tag tag, Any& out);
 
 // Bytes of a dense tensor of `shape` and `dtype`; ProtocolError on overflow or a negative
 // dimension (`what` names the message).

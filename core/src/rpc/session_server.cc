@@ -125,7 +125,9 @@ class SessionServer {
           r.finish();
           std::string why;
           int32_t count = 0;
-          if (auto backend = runtime_.find_backend(type); backend && type < kRemoteDeviceMask) {
+          Ref<DeviceBackend> backend;
+          if (type >= 0 && type < kRemoteDeviceMask) backend = runtime_.find_backend(type);
+          if (backend) {
             count = backend->device_count(&why);
           } else {
             why = fmt::format("the server has no backend for device type {}", type);
@@ -282,30 +284,11 @@ class SessionServer {
 
   Any decode(wire::Reader& r) {
     const auto tag = static_cast<Tag>(r.u8("tag"));
+    Any plain;
+    if (wire::decode_plain_value(r, tag, plain)) return plain;
     switch (tag) {
-      case Tag::kNone:
-        return Any();
-      case Tag::kInt:
-        return Any(r.i64("int"));
-      case Tag::kFloat:
-        return Any(r.f64("float"));
-      case Tag::kBool:
-        return Any(r.u8("bool") != 0);
-      case Tag::kString:
-        return Any(r.str("string"));
-      case Tag::kBytes:
-        return Any::bytes(r.str("bytes"));
       case Tag::kDevice:
         return Any(local_device(r.device("device")));
-      case Tag::kDType:
-        return Any(r.dtype("dtype"));
-      case Tag::kShape: {
-        const uint32_t ndim = r.u32("ndim");
-        if (ndim > wire::kMaxNdim) r.fail("ndim", "too many dimensions");
-        std::vector<int64_t> dims(ndim);
-        for (auto& d : dims) d = r.i64("dim");
-        return Any::shape(std::move(dims));
-      }
       case Tag::kTensor: {
         const uint64_t handle = r.u64("handle");
         const uint64_t offset = r.u64("byte_offset");
@@ -337,51 +320,19 @@ class SessionServer {
         return Any(entry(r.u64("handle"), Entry::Kind::kModule, "module").module);
       case Tag::kObject:
         return entry(r.u64("handle"), Entry::Kind::kObject, "object").object;
+      default:
+        break;
     }
     r.fail("tag", fmt::format("unknown value tag {}", static_cast<int>(tag)));
   }
 
   void encode(wire::Writer& w, const Any& v) {
+    if (wire::encode_plain_value(w, v)) return;
     switch (v.type_code()) {
-      case KILN_TYPE_NONE:
-        w.u8(static_cast<uint8_t>(Tag::kNone));
-        return;
-      case KILN_TYPE_INT:
-        w.u8(static_cast<uint8_t>(Tag::kInt));
-        w.i64(v.raw_int());
-        return;
-      case KILN_TYPE_FLOAT:
-        w.u8(static_cast<uint8_t>(Tag::kFloat));
-        w.f64(v.raw_float());
-        return;
-      case KILN_TYPE_BOOL:
-        w.u8(static_cast<uint8_t>(Tag::kBool));
-        w.u8(v.raw_int() != 0);
-        return;
-      case KILN_TYPE_STRING:
-        w.u8(static_cast<uint8_t>(Tag::kString));
-        w.str(v.cast<std::string>());
-        return;
-      case KILN_TYPE_BYTES: {
-        w.u8(static_cast<uint8_t>(Tag::kBytes));
-        w.str(v.cast<std::string>());
-        return;
-      }
       case KILN_TYPE_DEVICE:
         w.u8(static_cast<uint8_t>(Tag::kDevice));
         w.device(v.cast<Device>());
         return;
-      case KILN_TYPE_DTYPE:
-        w.u8(static_cast<uint8_t>(Tag::kDType));
-        w.dtype(v.cast<DataType>());
-        return;
-      case KILN_TYPE_SHAPE: {
-        const auto dims = v.cast<std::vector<int64_t>>();
-        w.u8(static_cast<uint8_t>(Tag::kShape));
-        w.u32(static_cast<uint32_t>(dims.size()));
-        for (int64_t d : dims) w.i64(d);
-        return;
-      }
       case KILN_TYPE_TENSOR: {
         const Tensor t = v.cast<Tensor>();
         if (!t.is_contiguous()) throw ValueError("a strided tensor cannot be returned over RPC");

@@ -1,0 +1,774 @@
+// The tracker (SPEC.md §4.5, docs/tracker.md): one io_context on its own thread serves every
+// connection with asynchronous reads; all tracker state lives on that thread.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/logging.h"
+#include "kiln/rpc/tracker.h"
+#include "rpc/tracker_wire.h"
+
+namespace kiln::rpc {
+
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using tracker_wire::dumps;
+using tracker_wire::frame;
+using tracker_wire::Json;
+
+// Limits that bound what one peer can make the tracker hold (docs/tracker.md).
+constexpr size_t kMaxConnections = 4096;
+constexpr size_t kMaxFreeValuesPerConnection = 1024;  // PUT values not yet handed out
+constexpr size_t kMaxRequestsPerConnection = 1024;    // REQUESTs waiting
+constexpr size_t kMaxInfoBytes = 64 * 1024;           // UPDATE_INFO, merged, as JSON text
+constexpr size_t kMaxQueuedReplyBytes = 64 << 20;     // replies the peer has not read yet
+constexpr size_t kMaxFreeValues = 65536;              // over all connections
+constexpr size_t kMaxKeys = 16384;                    // schedulers (empty ones are dropped)
+constexpr double kMaxWaitSeconds = 30.0 * 24 * 3600;
+constexpr size_t kReadChunkBytes = 64 * 1024;
+
+void debug(const std::string& m) { log(LogLevel::kDebug, "tracker", m); }
+void info(const std::string& m) { log(LogLevel::kInfo, "tracker", m); }
+void warn(const std::string& m) { log(LogLevel::kWarn, "tracker", m); }
+
+std::string random_hex(size_t bytes) {
+  std::random_device rd;
+  std::string out;
+  for (size_t i = 0; i < bytes; i += 4) {
+    out += fmt::format("{:08x}", static_cast<uint32_t>(rd()));
+  }
+  return out.substr(0, 2 * bytes);
+}
+
+// A short, printable excerpt of a peer's message for a log line.
+std::string excerpt(const std::string& text) {
+  std::string out;
+  for (const char c : text.substr(0, 200)) {
+    out += (c >= 0x20 && c < 0x7F) ? c : '?';
+  }
+  if (text.size() > 200) out += "...";
+  return out;
+}
+
+bool is_integral(const Json& v) {
+  if (v.is_number_integer()) return true;
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    return std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15;
+  }
+  return false;
+}
+
+struct Connection;
+
+// One free resource: TVM's (conn, host, port, matchkey).
+struct Value {
+  std::weak_ptr<Connection> owner;
+  std::string key;  // the key it was PUT under
+  Json host;
+  Json port;
+  std::string matchkey;
+  bool dead = false;  // its server connection closed: never hand it out again
+};
+
+struct Request {
+  uint64_t seq = 0;
+  double priority = 0;
+  std::string key;
+  std::weak_ptr<Connection> conn;
+  std::unique_ptr<asio::steady_timer> timer;  // the wait bound, when given
+  double wait_s = 0;
+  bool active = true;
+};
+
+// Requests ordered by higher priority first, then arrival.
+using RequestOrder = std::pair<double, uint64_t>;  // (-priority, seq)
+
+struct Scheduler {
+  std::deque<std::shared_ptr<Value>> values;                  // FIFO
+  std::map<RequestOrder, std::shared_ptr<Request>> requests;  // best first
+};
+
+struct Connection {
+  explicit Connection(tcp::socket s) : socket(std::move(s)) {}
+  tcp::socket socket;
+  uint64_t id = 0;
+  std::string peer_ip;
+  std::string name;  // "ip:port"
+  bool open = true;
+  unsigned char header[4] = {0, 0, 0, 0};
+  std::string body;      // what has arrived of the current message
+  size_t body_size = 0;  // its announced length
+  std::deque<std::string> out;
+  size_t out_bytes = 0;
+  bool writing = false;
+  bool stop_after_flush = false;
+  Json info = Json::object();
+  std::vector<std::shared_ptr<Value>> free_values;        // PUT here, not yet handed out
+  std::map<uint64_t, std::shared_ptr<Request>> requests;  // waiting, by seq
+
+  bool is_server() const { return info.contains("key"); }
+};
+
+}  // namespace
+
+struct Tracker::Impl {
+  // Declared first so that it is destroyed last: everything below may hold its objects.
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  asio::steady_timer accept_retry{io};
+  TrackerOptions options;
+  std::string stop_key;
+  int port = 0;
+  std::thread thread;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopped = false;  // guarded by mu
+
+  // State of the io thread only.
+  bool stopping = false;
+  std::map<uint64_t, std::shared_ptr<Connection>> connections;  // by arrival
+  std::vector<std::string> key_order;                           // schedulers, by creation
+  std::unordered_map<std::string, std::unique_ptr<Scheduler>> schedulers;
+  uint64_t next_connection_id = 0;
+  uint64_t next_request_seq = 0;
+  size_t total_free_values = 0;
+
+  void bind();
+  void run();
+  void do_accept();
+  void do_stop();
+  // do_stop() once the current handler has returned (it clears what handlers may hold).
+  void post_stop() {
+    asio::post(io, [this] { do_stop(); });
+  }
+  void start(tcp::socket socket);
+  void read_magic(const std::shared_ptr<Connection>& c);
+  void read_header(const std::shared_ptr<Connection>& c);
+  void read_body(const std::shared_ptr<Connection>& c);
+  void handle(const std::shared_ptr<Connection>& c, const std::string& text);
+  bool send(const std::shared_ptr<Connection>& c, const std::string& bytes);
+  bool reply(const std::shared_ptr<Connection>& c, const Json& value) {
+    return send(c, frame(dumps(value)));
+  }
+  void write_more(const std::shared_ptr<Connection>& c);
+  void close(const std::shared_ptr<Connection>& c, LogLevel level, const std::string& why);
+  Scheduler& scheduler(const std::string& key);
+  Scheduler* find_scheduler(const std::string& key);
+  void schedule(const std::string& key);
+  void remove_request(const std::shared_ptr<Request>& r);
+  void expire(const std::shared_ptr<Request>& r);
+  Json summary() const;
+  int64_t servers_with_key(const std::string& key) const;
+
+  void on_put(const std::shared_ptr<Connection>& c, const Json& msg);
+  void on_request(const std::shared_ptr<Connection>& c, const Json& msg);
+  void on_update_info(const std::shared_ptr<Connection>& c, const Json& msg);
+
+  // Runs `f`; an exception closes `c` with a warning instead of leaving the io thread.
+  template <typename F>
+  void guarded(const std::shared_ptr<Connection>& c, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      close(c, LogLevel::kWarn, fmt::format("error handling {}: {}", c->name, e.what()));
+    }
+  }
+};
+
+namespace {
+struct BadMessage : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace
+
+void Tracker::Impl::bind() {
+  boost::system::error_code ec;
+  asio::ip::address address = asio::ip::make_address(options.host, ec);
+  if (ec) {
+    tcp::resolver resolver(io);
+    auto results = resolver.resolve(options.host, "", tcp::resolver::passive, ec);
+    if (ec || results.empty()) {
+      throw RuntimeError(fmt::format("tracker: cannot resolve host '{}': {}", options.host,
+                                     ec ? ec.message() : "no address"));
+    }
+    address = results.begin()->endpoint().address();
+  }
+  std::vector<int> ports;
+  const int first = options.port;
+  const int end = options.port_end > first ? options.port_end : first + 1;
+  if (first < 0 || first > 65535) {
+    throw RuntimeError(fmt::format("tracker: port {} is out of range", first));
+  }
+  for (int p = first; p < end && p <= 65535; ++p) ports.push_back(p);
+  std::string last_error = "no port to try";
+  for (const int p : ports) {
+    const tcp::endpoint endpoint(address, static_cast<uint16_t>(p));
+    acceptor.open(endpoint.protocol(), ec);
+    if (ec) {
+      last_error = ec.message();
+      continue;
+    }
+    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    acceptor.bind(endpoint, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) {
+      port = acceptor.local_endpoint().port();
+      return;
+    }
+    last_error = ec.message();
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+  }
+  throw RuntimeError(fmt::format("cannot bind to any port in [{}, {}) on {}: {}", first, end,
+                                 options.host, last_error));
+}
+
+void Tracker::Impl::run() {
+  while (true) {
+    try {
+      io.run();
+      break;
+    } catch (const std::exception& e) {
+      log(LogLevel::kError, "tracker", fmt::format("unexpected error: {}", e.what()));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopped = true;
+  }
+  cv.notify_all();
+}
+
+void Tracker::Impl::do_accept() {
+  acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+    if (stopping || ec == asio::error::operation_aborted) return;
+    if (ec) {
+      // E.g. out of file descriptors: try again shortly instead of spinning.
+      warn(fmt::format("accept failed: {}", ec.message()));
+      accept_retry.expires_after(std::chrono::milliseconds(100));
+      accept_retry.async_wait([this](const boost::system::error_code& e) {
+        if (!e && !stopping) do_accept();
+      });
+      return;
+    }
+    try {
+      start(std::move(socket));
+    } catch (const std::exception& e) {
+      warn(fmt::format("dropping a new connection: {}", e.what()));
+    }
+    do_accept();
+  });
+}
+
+void Tracker::Impl::start(tcp::socket socket) {
+  boost::system::error_code ec;
+  const tcp::endpoint peer = socket.remote_endpoint(ec);
+  if (ec) return;  // already gone
+  if (connections.size() >= kMaxConnections) {
+    warn(fmt::format("refusing a connection: {} connections are open", connections.size()));
+    socket.close(ec);
+    return;
+  }
+  auto c = std::make_shared<Connection>(std::move(socket));
+  c->id = next_connection_id++;
+  asio::ip::address address = peer.address();
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  }
+  c->peer_ip = address.to_string();
+  c->name = fmt::format("{}:{}", c->peer_ip, peer.port());
+  c->socket.non_blocking(true, ec);
+  c->socket.set_option(tcp::no_delay(true), ec);
+  connections[c->id] = c;
+  debug(fmt::format("connection from {}", c->name));
+  read_magic(c);
+}
+
+void Tracker::Impl::read_magic(const std::shared_ptr<Connection>& c) {
+  asio::async_read(
+      c->socket, asio::buffer(c->header), [this, c](const boost::system::error_code& ec, size_t) {
+        if (!c->open) return;
+        if (ec) {
+          close(c, LogLevel::kDebug, fmt::format("{} closed before the handshake", c->name));
+          return;
+        }
+        guarded(c, [&] {
+          if (tracker_wire::decode_int32(c->header) != kTrackerMagic) {
+            close(c, LogLevel::kWarn, fmt::format("Invalid magic from {}", c->name));
+            return;
+          }
+          if (send(c, tracker_wire::encode_int32(kTrackerMagic))) read_header(c);
+        });
+      });
+}
+
+void Tracker::Impl::read_header(const std::shared_ptr<Connection>& c) {
+  asio::async_read(
+      c->socket, asio::buffer(c->header), [this, c](const boost::system::error_code& ec, size_t) {
+        if (!c->open) return;
+        if (ec) {
+          close(c, LogLevel::kDebug, fmt::format("{} closed the connection", c->name));
+          return;
+        }
+        const int32_t size = tracker_wire::decode_int32(c->header);
+        if (size <= 0 || size > kMaxTrackerMessageBytes) {
+          close(c, LogLevel::kWarn,
+                fmt::format("Invalid msg_size {} from {} (must be in [1, {}]); closing it", size,
+                            c->name, kMaxTrackerMessageBytes));
+          return;
+        }
+        guarded(c, [&] {
+          c->body.clear();
+          c->body_size = static_cast<size_t>(size);
+          read_body(c);
+        });
+      });
+}
+
+void Tracker::Impl::read_body(const std::shared_ptr<Connection>& c) {
+  // The body grows with the bytes that arrive, so a peer that announces 1 MiB and sends
+  // nothing costs nothing.
+  const size_t have = c->body.size();
+  const size_t chunk = std::min(c->body_size - have, kReadChunkBytes);
+  c->body.resize(have + chunk);
+  c->socket.async_read_some(asio::buffer(c->body.data() + have, chunk),
+                            [this, c, have](const boost::system::error_code& ec, size_t n) {
+                              if (!c->open) return;
+                              if (ec) {
+                                close(c, LogLevel::kDebug,
+                                      fmt::format("{} closed the connection mid-message", c->name));
+                                return;
+                              }
+                              c->body.resize(have + n);
+                              if (c->body.size() < c->body_size) {
+                                guarded(c, [&] { read_body(c); });
+                                return;
+                              }
+                              std::string text;
+                              text.swap(c->body);
+                              guarded(c, [&] { handle(c, text); });
+                              if (c->open && !stopping) read_header(c);
+                            });
+}
+
+bool Tracker::Impl::send(const std::shared_ptr<Connection>& c, const std::string& bytes) {
+  if (!c->open) return false;
+  size_t sent = 0;
+  if (!c->writing) {
+    boost::system::error_code ec;
+    sent = c->socket.send(asio::buffer(bytes), 0, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      sent = 0;
+    } else if (ec) {
+      close(c, LogLevel::kDebug, fmt::format("sending to {} failed: {}", c->name, ec.message()));
+      return false;
+    }
+    if (sent == bytes.size()) return true;
+  }
+  c->out.push_back(bytes.substr(sent));
+  c->out_bytes += bytes.size() - sent;
+  if (c->out_bytes > kMaxQueuedReplyBytes) {
+    close(c, LogLevel::kWarn,
+          fmt::format("{} does not read its replies ({} bytes queued); closing it", c->name,
+                      c->out_bytes));
+    return false;
+  }
+  if (!c->writing) write_more(c);
+  return true;
+}
+
+void Tracker::Impl::write_more(const std::shared_ptr<Connection>& c) {
+  c->writing = true;
+  asio::async_write(c->socket, asio::buffer(c->out.front()),
+                    [this, c](const boost::system::error_code& ec, size_t n) {
+                      if (!c->open) return;
+                      if (ec) {
+                        close(c, LogLevel::kDebug,
+                              fmt::format("sending to {} failed: {}", c->name, ec.message()));
+                        return;
+                      }
+                      c->out_bytes -= n;
+                      c->out.pop_front();
+                      if (!c->out.empty()) {
+                        write_more(c);
+                        return;
+                      }
+                      c->writing = false;
+                      if (c->stop_after_flush) post_stop();
+                    });
+}
+
+void Tracker::Impl::close(const std::shared_ptr<Connection>& c, LogLevel level,
+                          const std::string& why) {
+  if (!c->open) return;
+  c->open = false;
+  log(level, "tracker", why);
+  boost::system::error_code ec;
+  c->socket.shutdown(tcp::socket::shutdown_both, ec);
+  c->socket.close(ec);
+  connections.erase(c->id);
+  // Its waiting requests go at once.
+  auto requests = std::move(c->requests);
+  c->requests.clear();
+  for (auto& [seq, r] : requests) remove_request(r);
+  // A server's resources leave with it (TVM: only connections that sent UPDATE_INFO).
+  if (c->is_server()) {
+    for (const auto& v : c->free_values) {
+      v->dead = true;
+      for (const std::string& key : {tracker_wire::matchkey_prefix(v->matchkey), v->key}) {
+        if (Scheduler* s = find_scheduler(key)) {
+          auto it = std::find(s->values.begin(), s->values.end(), v);
+          if (it != s->values.end()) {
+            s->values.erase(it);
+            --total_free_values;
+          }
+        }
+      }
+    }
+    c->free_values.clear();
+  }
+  if (c->stop_after_flush) post_stop();
+}
+
+Scheduler* Tracker::Impl::find_scheduler(const std::string& key) {
+  auto it = schedulers.find(key);
+  return it == schedulers.end() ? nullptr : it->second.get();
+}
+
+Scheduler& Tracker::Impl::scheduler(const std::string& key) {
+  if (Scheduler* s = find_scheduler(key)) return *s;
+  if (schedulers.size() >= kMaxKeys) {
+    // Drop the empty queues before refusing new keys.
+    std::vector<std::string> kept;
+    for (const std::string& k : key_order) {
+      const Scheduler& s = *schedulers.at(k);
+      if (s.values.empty() && s.requests.empty()) {
+        schedulers.erase(k);
+      } else {
+        kept.push_back(k);
+      }
+    }
+    key_order = std::move(kept);
+    if (schedulers.size() >= kMaxKeys) {
+      throw BadMessage(fmt::format("the tracker already has {} keys", schedulers.size()));
+    }
+  }
+  key_order.push_back(key);
+  return *(schedulers[key] = std::make_unique<Scheduler>());
+}
+
+void Tracker::Impl::remove_request(const std::shared_ptr<Request>& r) {
+  if (!r->active) return;
+  r->active = false;
+  if (r->timer) r->timer->cancel();
+  if (Scheduler* s = find_scheduler(r->key)) s->requests.erase({-r->priority, r->seq});
+  if (auto c = r->conn.lock()) c->requests.erase(r->seq);
+}
+
+void Tracker::Impl::schedule(const std::string& key) {
+  Scheduler* s = find_scheduler(key);
+  if (s == nullptr) return;
+  while (!s->values.empty() && !s->requests.empty()) {
+    std::shared_ptr<Value> v = s->values.front();
+    s->values.pop_front();
+    std::shared_ptr<Request> r = s->requests.begin()->second;
+    remove_request(r);
+    std::shared_ptr<Connection> c = r->conn.lock();
+    const bool granted =
+        c && c->open && reply(c, Json::array({0, Json::array({v->host, v->port, v->matchkey})}));
+    if (granted) {
+      --total_free_values;
+      if (auto owner = v->owner.lock()) {
+        auto& fv = owner->free_values;
+        auto it = std::find(fv.begin(), fv.end(), v);
+        if (it != fv.end()) fv.erase(it);
+      }
+      debug(fmt::format("granted {} ({}:{}) to {}", v->matchkey, tracker_wire::python_str(v->host),
+                        tracker_wire::python_str(v->port), c->name));
+    } else if (!v->dead) {
+      s->values.push_back(v);  // the requester is gone: the value stays free
+    } else {
+      --total_free_values;
+    }
+  }
+}
+
+int64_t Tracker::Impl::servers_with_key(const std::string& key) const {
+  int64_t n = 0;
+  for (const auto& [id, c] : connections) {
+    const auto it = c->info.find("key");
+    if (it != c->info.end() && it->is_string() && it->get<std::string>() == "server:" + key) ++n;
+  }
+  return n;
+}
+
+void Tracker::Impl::expire(const std::shared_ptr<Request>& r) {
+  if (!r->active) return;
+  remove_request(r);
+  std::shared_ptr<Connection> c = r->conn.lock();
+  if (!c || !c->open) return;
+  const int64_t servers = servers_with_key(r->key);
+  const Scheduler* s = find_scheduler(r->key);
+  const size_t free = s ? s->values.size() : 0;
+  std::string message;
+  if (servers == 0 && free == 0) {
+    message = fmt::format(
+        "no free server with key '{}' within {:g} s: no server is registered with this key "
+        "(check the key; `kiln query` lists the tracker's servers and queues)",
+        r->key, r->wait_s);
+  } else {
+    message = fmt::format(
+        "no free server with key '{}' within {:g} s: {} server{} registered with this key, "
+        "{} free, {} other request{} waiting",
+        r->key, r->wait_s, servers, servers == 1 ? "" : "s", free, s ? s->requests.size() : 0,
+        s && s->requests.size() == 1 ? "" : "s");
+  }
+  debug(fmt::format("request of {} for '{}' expired", c->name, r->key));
+  reply(c, Json::array({-1, message}));
+}
+
+Json Tracker::Impl::summary() const {
+  Json queue_info = Json::object();
+  for (const std::string& k : key_order) {
+    const Scheduler& s = *schedulers.at(k);
+    queue_info[k] = Json{{"free", s.values.size()}, {"pending", s.requests.size()}};
+  }
+  Json server_info = Json::array();
+  for (const auto& [id, c] : connections) {
+    const auto it = c->info.find("key");
+    if (it != c->info.end() && it->is_string() && it->get<std::string>().rfind("server", 0) == 0) {
+      server_info.push_back(c->info);
+    }
+  }
+  return Json{{"queue_info", std::move(queue_info)}, {"server_info", std::move(server_info)}};
+}
+
+void Tracker::Impl::on_put(const std::shared_ptr<Connection>& c, const Json& msg) {
+  // [3, key, [port, matchkey], custom_addr_or_null]
+  if (msg.size() < 3 || !msg[1].is_string() || !msg[2].is_array() || msg[2].size() != 2 ||
+      !msg[2][1].is_string() || !(msg[2][0].is_number() || msg[2][0].is_string())) {
+    throw BadMessage("PUT must be [3, key, [port, matchkey], custom_addr or null]");
+  }
+  if (msg.size() >= 4 && !msg[3].is_null() && !msg[3].is_string()) {
+    throw BadMessage("PUT's custom_addr must be a string or null");
+  }
+  if (c->free_values.size() >= kMaxFreeValuesPerConnection) {
+    throw BadMessage(
+        fmt::format("more than {} free values from one connection", kMaxFreeValuesPerConnection));
+  }
+  if (total_free_values >= kMaxFreeValues) {
+    throw BadMessage(fmt::format("the tracker already holds {} free values", total_free_values));
+  }
+  auto v = std::make_shared<Value>();
+  v->owner = c;
+  v->key = msg[1].get<std::string>();
+  v->port = msg[2][0];
+  v->matchkey = msg[2][1].get<std::string>();
+  v->host = (msg.size() >= 4 && !msg[3].is_null()) ? msg[3] : Json(c->peer_ip);
+  Scheduler& s = scheduler(v->key);
+  c->free_values.push_back(v);
+  s.values.push_back(v);
+  ++total_free_values;
+  reply(c, 0);
+  schedule(v->key);
+}
+
+void Tracker::Impl::on_request(const std::shared_ptr<Connection>& c, const Json& msg) {
+  // [4, key, user, priority] and Kiln's optional fifth element: a wait bound in seconds.
+  if (msg.size() < 4 || !msg[1].is_string() || !msg[3].is_number()) {
+    throw BadMessage("REQUEST must be [4, key, user, priority]");
+  }
+  std::optional<double> wait;
+  if (msg.size() >= 5 && !msg[4].is_null()) {
+    if (!msg[4].is_number() || !(msg[4].get<double>() >= 0)) {
+      throw BadMessage("REQUEST's wait bound must be a number of seconds >= 0");
+    }
+    wait = std::min(msg[4].get<double>(), kMaxWaitSeconds);
+  }
+  if (c->requests.size() >= kMaxRequestsPerConnection) {
+    throw BadMessage(fmt::format("more than {} waiting requests from one connection",
+                                 kMaxRequestsPerConnection));
+  }
+  auto r = std::make_shared<Request>();
+  r->seq = next_request_seq++;
+  r->priority = msg[3].get<double>();
+  r->key = msg[1].get<std::string>();
+  r->conn = c;
+  Scheduler& s = scheduler(r->key);
+  s.requests.emplace(RequestOrder{-r->priority, r->seq}, r);
+  c->requests.emplace(r->seq, r);
+  if (wait) {
+    r->wait_s = *wait;
+    r->timer = std::make_unique<asio::steady_timer>(io);
+    r->timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(*wait)));
+    std::weak_ptr<Request> weak = r;
+    r->timer->async_wait([this, weak](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (auto req = weak.lock()) {
+        std::shared_ptr<Connection> owner = req->conn.lock();
+        if (!owner) return;
+        guarded(owner, [&] { expire(req); });
+      }
+    });
+  }
+  schedule(r->key);
+}
+
+void Tracker::Impl::on_update_info(const std::shared_ptr<Connection>& c, const Json& msg) {
+  // [5, {"key": "server:<k>", "addr": [host_or_null, port]}]
+  if (msg.size() < 2 || !msg[1].is_object() || !msg[1].contains("addr") ||
+      !msg[1]["addr"].is_array() || msg[1]["addr"].empty()) {
+    throw BadMessage("UPDATE_INFO must be [5, {\"key\": ..., \"addr\": [host or null, port]}]");
+  }
+  if (msg[1].contains("key") && !msg[1]["key"].is_string()) {
+    throw BadMessage("UPDATE_INFO's key must be a string");
+  }
+  Json update = msg[1];
+  if (update["addr"][0].is_null()) update["addr"][0] = c->peer_ip;
+  Json merged = c->info;
+  for (const auto& [k, v] : update.items()) merged[k] = v;
+  if (dumps(merged).size() > kMaxInfoBytes) {
+    throw BadMessage(fmt::format("the info of one connection exceeds {} bytes", kMaxInfoBytes));
+  }
+  c->info = std::move(merged);
+  reply(c, 0);
+}
+
+void Tracker::Impl::handle(const std::shared_ptr<Connection>& c, const std::string& text) {
+  Json msg = Json::parse(text, nullptr, false);
+  if (msg.is_discarded()) {
+    close(c, LogLevel::kWarn,
+          fmt::format("malformed JSON from {}: '{}'; closing it", c->name, excerpt(text)));
+    return;
+  }
+  if (!msg.is_array() || msg.empty() || !is_integral(msg[0])) {
+    close(c, LogLevel::kWarn,
+          fmt::format("a message from {} is not [code, ...]: '{}'; closing it", c->name,
+                      excerpt(text)));
+    return;
+  }
+  const int64_t code = msg[0].is_number_integer() ? msg[0].get<int64_t>()
+                                                  : static_cast<int64_t>(msg[0].get<double>());
+  try {
+    switch (code) {
+      case static_cast<int64_t>(TrackerCode::kPing):
+        reply(c, 0);
+        return;
+      case static_cast<int64_t>(TrackerCode::kStop): {
+        if (msg.size() < 2) throw BadMessage("STOP must be [2, stop_key]");
+        if (!(msg[1].is_string() && msg[1].get<std::string>() == stop_key)) {
+          warn(fmt::format("STOP with a wrong key from {}", c->name));
+          reply(c, static_cast<int>(TrackerCode::kFail));
+          return;
+        }
+        info(fmt::format("STOP from {}", c->name));
+        reply(c, 0);
+        if (c->open && c->writing) {
+          c->stop_after_flush = true;
+        } else {
+          post_stop();
+        }
+        return;
+      }
+      case static_cast<int64_t>(TrackerCode::kPut):
+        on_put(c, msg);
+        return;
+      case static_cast<int64_t>(TrackerCode::kRequest):
+        on_request(c, msg);
+        return;
+      case static_cast<int64_t>(TrackerCode::kUpdateInfo):
+        on_update_info(c, msg);
+        return;
+      case static_cast<int64_t>(TrackerCode::kSummary):
+        reply(c, Json::array({0, summary()}));
+        return;
+      case static_cast<int64_t>(TrackerCode::kGetPendingMatchkeys): {
+        Json keys = Json::array();
+        std::vector<std::string> seen;
+        for (const auto& v : c->free_values) {
+          if (std::find(seen.begin(), seen.end(), v->matchkey) != seen.end()) continue;
+          seen.push_back(v->matchkey);
+          keys.push_back(v->matchkey);
+        }
+        reply(c, keys);
+        return;
+      }
+      default:
+        close(c, LogLevel::kWarn,
+              fmt::format("Unknown tracker code {} from {}; closing it", code, c->name));
+        return;
+    }
+  } catch (const BadMessage& e) {
+    close(c, LogLevel::kWarn,
+          fmt::format("bad message from {}: {} (got '{}'); closing it", c->name, e.what(),
+                      excerpt(text)));
+  }
+}
+
+void Tracker::Impl::do_stop() {
+  if (stopping) return;
+  stopping = true;
+  info(fmt::format("tracker on {}:{} stopping", options.host, port));
+  boost::system::error_code ec;
+  acceptor.close(ec);
+  accept_retry.cancel();
+  for (auto& [id, c] : connections) {
+    c->open = false;
+    c->socket.shutdown(tcp::socket::shutdown_both, ec);
+    c->socket.close(ec);
+    for (auto& [seq, r] : c->requests) {
+      if (r->timer) r->timer->cancel();
+    }
+  }
+  connections.clear();
+  schedulers.clear();
+  key_order.clear();
+  io.stop();
+}
+
+Tracker::Tracker(TrackerOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->stop_key = impl_->options.stop_key.empty() ? random_hex(16) : impl_->options.stop_key;
+  impl_->bind();
+  impl_->do_accept();
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+Tracker::~Tracker() {
+  stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+int Tracker::port() const { return impl_->port; }
+const std::string& Tracker::host() const { return impl_->options.host; }
+const std::string& Tracker::stop_key() const { return impl_->stop_key; }
+
+void Tracker::stop() { impl_->post_stop(); }
+
+bool Tracker::wait(std::optional<std::chrono::milliseconds> timeout) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  if (!timeout) {
+    impl_->cv.wait(lock, [&] { return impl_->stopped; });
+    return true;
+  }
+  return impl_->cv.wait_for(lock, *timeout, [&] { return impl_->stopped; });
+}
+
+}  // namespace kiln::rpc

@@ -1,0 +1,566 @@
+// The tracker's clients: TrackerSession (users, `kiln query`) and TrackerRegistration (RPC
+// servers). Blocking sockets whose every read and write is bounded by SO_RCVTIMEO /
+// SO_SNDTIMEO, except an unbounded REQUEST (TVM's semantics without a wait bound).
+// TrackerSession::request() lives with the client sessions (rpc_config.cc).
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "kiln/error.h"
+#include "kiln/logging.h"
+#include "kiln/rpc/tracker.h"
+#include "rpc/tracker_wire.h"
+
+namespace kiln::rpc {
+
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using tracker_wire::dumps;
+using tracker_wire::Json;
+
+// Replies may be larger than what the tracker accepts (a SUMMARY of a large farm).
+constexpr int32_t kMaxReplyBytes = 16 * kMaxTrackerMessageBytes;
+
+// A failed connect, read or write.
+struct WireError : RuntimeError {
+  WireError(const std::string& message, bool timed_out = false, bool refused = false)
+      : RuntimeError(message), timed_out(timed_out), refused(refused) {}
+  bool timed_out;
+  bool refused;
+};
+
+timeval to_timeval(milliseconds ms) {
+  if (ms.count() <= 0) return timeval{0, 0};
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+milliseconds remaining(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  return std::max(left, milliseconds(1));
+}
+
+// A connected TCP socket speaking the tracker protocol.
+class WireSocket {
+ public:
+  // Resolves and connects within `timeout`.
+  static std::unique_ptr<WireSocket> connect(const std::string& host, int port,
+                                             milliseconds timeout) {
+    auto s = std::unique_ptr<WireSocket>(new WireSocket(host, port));
+    boost::system::error_code result = asio::error::timed_out;
+    bool done = false;
+    tcp::resolver resolver(s->io_);
+    resolver.async_resolve(
+        host, std::to_string(port),
+        [&](const boost::system::error_code& ec, tcp::resolver::results_type results) {
+          if (ec) {
+            result = ec;
+            done = true;
+            return;
+          }
+          asio::async_connect(s->socket_, results,
+                              [&](const boost::system::error_code& ec2, const tcp::endpoint&) {
+                                result = ec2;
+                                done = true;
+                              });
+        });
+    s->io_.run_for(timeout);
+    if (!done) {
+      throw WireError(fmt::format("cannot connect to {}:{}: no answer within {} ms", host, port,
+                                  timeout.count()),
+                      true);
+    }
+    if (result) {
+      throw WireError(fmt::format("cannot connect to {}:{}: {}", host, port, result.message()),
+                      false, result == asio::error::connection_refused);
+    }
+    boost::system::error_code ec;
+    s->socket_.non_blocking(false, ec);
+    s->socket_.set_option(tcp::no_delay(true), ec);
+    return s;
+  }
+
+  ~WireSocket() {
+    boost::system::error_code ec;
+    socket_.close(ec);
+  }
+
+  const std::string& peer() const { return peer_; }
+
+  // Sends the magic and checks the answer.
+  void handshake(milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    send_all(tracker_wire::encode_int32(kTrackerMagic), deadline);
+    unsigned char magic[4];
+    try {
+      recv_exact(magic, 4, deadline);
+    } catch (const WireError& e) {
+      throw RuntimeError(fmt::format(
+          "{} is not an RPC tracker: {}", peer_,
+          e.timed_out ? fmt::format("no answer to the magic within {} ms", timeout.count())
+                      : std::string(e.what())));
+    }
+    if (tracker_wire::decode_int32(magic) != kTrackerMagic) {
+      throw RuntimeError(fmt::format("{} is not an RPC tracker", peer_));
+    }
+  }
+
+  void send_json(const Json& value, milliseconds timeout) {
+    send_all(tracker_wire::frame(dumps(value)), Clock::now() + timeout);
+  }
+
+  // Reads one message; `timeout` nullopt waits without bound.
+  Json recv_json(std::optional<milliseconds> timeout) {
+    std::optional<Clock::time_point> deadline;
+    if (timeout) deadline = Clock::now() + *timeout;
+    unsigned char header[4];
+    recv_exact(header, 4, deadline);
+    const int32_t size = tracker_wire::decode_int32(header);
+    if (size <= 0 || size > kMaxReplyBytes) {
+      throw WireError(fmt::format("{} sent a message of {} bytes (must be in [1, {}])", peer_, size,
+                                  kMaxReplyBytes));
+    }
+    std::string text(static_cast<size_t>(size), '\0');
+    recv_exact(text.data(), text.size(), deadline);
+    Json value = Json::parse(text, nullptr, false);
+    if (value.is_discarded()) {
+      throw WireError(fmt::format("{} sent malformed JSON: {}", peer_, text.substr(0, 200)));
+    }
+    return value;
+  }
+
+  Json call(const Json& message, milliseconds timeout) {
+    send_json(message, timeout);
+    return recv_json(timeout);
+  }
+
+ private:
+  WireSocket(const std::string& host, int port)
+      : socket_(io_), peer_(fmt::format("{}:{}", host, port)) {}
+
+  int fd() { return socket_.native_handle(); }
+
+  void send_all(const std::string& bytes, Clock::time_point deadline) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const timeval tv = to_timeval(remaining(deadline));
+      ::setsockopt(fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      const ssize_t n = ::send(fd(), bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          throw WireError(fmt::format("sending to {} timed out", peer_), true);
+        }
+        throw WireError(fmt::format("sending to {} failed: {}", peer_, std::strerror(errno)));
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+
+  void recv_exact(void* dst, size_t n, std::optional<Clock::time_point> deadline) {
+    auto* out = static_cast<char*>(dst);
+    size_t done = 0;
+    while (done < n) {
+      const timeval tv = deadline ? to_timeval(remaining(*deadline)) : timeval{0, 0};
+      ::setsockopt(fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      const ssize_t got = ::recv(fd(), out + done, n - done, 0);
+      if (got == 0) throw WireError(fmt::format("{} closed the connection", peer_));
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          if (deadline && Clock::now() < *deadline) continue;
+          throw WireError(fmt::format("{} did not answer in time", peer_), true);
+        }
+        throw WireError(fmt::format("receiving from {} failed: {}", peer_, std::strerror(errno)));
+      }
+      done += static_cast<size_t>(got);
+    }
+  }
+
+  asio::io_context io_;
+  tcp::socket socket_;
+  std::string peer_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// TrackerSession
+
+struct TrackerSession::Impl {
+  std::string host;
+  int port = 0;
+  milliseconds connect_timeout{10000};
+  std::unique_ptr<WireSocket> socket;
+
+  milliseconds io_timeout() const { return std::max(connect_timeout, milliseconds(5000)); }
+
+  void connect() {
+    const auto deadline = Clock::now() + connect_timeout;
+    std::string last_error;
+    while (true) {
+      try {
+        auto s = WireSocket::connect(host, port, remaining(deadline));
+        s->handshake(std::max(remaining(deadline), milliseconds(1000)));
+        socket = std::move(s);
+        return;
+      } catch (const WireError& e) {
+        last_error = e.what();
+        if (!e.refused || Clock::now() + milliseconds(500) >= deadline) break;
+      }
+      std::this_thread::sleep_for(milliseconds(500));
+    }
+    throw RuntimeError(fmt::format("cannot connect to the tracker at {}:{} within {} ms: {}", host,
+                                   port, connect_timeout.count(), last_error));
+  }
+
+  // One exchange; a failure closes the connection (the next call connects again).
+  Json call(const Json& message) {
+    if (!socket) connect();
+    try {
+      return socket->call(message, io_timeout());
+    } catch (const WireError& e) {
+      socket.reset();
+      throw RuntimeError(fmt::format("tracker {}:{}: {}", host, port, e.what()));
+    }
+  }
+
+  Json summary_data() {
+    const Json reply = call(Json::array({static_cast<int>(TrackerCode::kSummary)}));
+    if (!reply.is_array() || reply.size() != 2 || reply[0] != 0 || !reply[1].is_object()) {
+      throw RuntimeError("Invalid return value " + dumps(reply));
+    }
+    return reply[1];
+  }
+};
+
+TrackerSession::TrackerSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TrackerSession::TrackerSession(TrackerSession&&) noexcept = default;
+TrackerSession& TrackerSession::operator=(TrackerSession&&) noexcept = default;
+TrackerSession::~TrackerSession() = default;
+
+TrackerSession TrackerSession::connect(const std::string& host, int port,
+                                       std::chrono::milliseconds connect_timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->host = host;
+  impl->port = port;
+  impl->connect_timeout = std::max(connect_timeout, milliseconds(1));
+  impl->connect();
+  return TrackerSession(std::move(impl));
+}
+
+TrackerSummary TrackerSession::summary() {
+  const Json data = impl_->summary_data();
+  TrackerSummary out;
+  out.json = dumps(data);
+  auto number = [](const Json& v) -> int64_t {
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number()) return static_cast<int64_t>(v.get<double>());
+    return 0;
+  };
+  if (data.contains("queue_info") && data["queue_info"].is_object()) {
+    for (const auto& [k, v] : data["queue_info"].items()) {
+      TrackerQueue q;
+      q.key = k;
+      if (v.is_object()) {
+        if (v.contains("free")) q.free = number(v["free"]);
+        if (v.contains("pending")) q.pending = number(v["pending"]);
+      }
+      out.queues.push_back(std::move(q));
+    }
+  }
+  std::sort(out.queues.begin(), out.queues.end(),
+            [](const TrackerQueue& a, const TrackerQueue& b) { return a.key < b.key; });
+  if (data.contains("server_info") && data["server_info"].is_array()) {
+    for (const auto& item : data["server_info"]) {
+      TrackerServerInfo s;
+      s.json = dumps(item);
+      if (item.is_object()) {
+        if (item.contains("key") && item["key"].is_string()) s.key = item["key"];
+        if (item.contains("addr") && item["addr"].is_array()) {
+          const Json& addr = item["addr"];
+          if (!addr.empty()) s.host = tracker_wire::python_str(addr[0]);
+          if (addr.size() > 1) {
+            if (addr[1].is_number()) {
+              s.port = static_cast<int>(number(addr[1]));
+            } else if (addr[1].is_string()) {
+              try {
+                s.port = std::stoi(addr[1].get<std::string>());  // TVM's C++ server
+              } catch (const std::exception&) {
+                s.port = 0;
+              }
+            }
+          }
+        }
+      }
+      out.servers.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+std::string TrackerSession::text_summary() {
+  return tracker_wire::text_summary(impl_->summary_data());
+}
+
+ServerAddress TrackerSession::request_server(const std::string& key, int priority,
+                                             std::optional<std::chrono::milliseconds> wait) {
+  Json message = Json::array({static_cast<int>(TrackerCode::kRequest), key, "", priority});
+  const double wait_s = wait ? std::max<double>(0, wait->count()) / 1000.0 : 0;
+  if (wait) message.push_back(wait_s);
+  if (!impl_->socket) impl_->connect();
+  Json reply;
+  try {
+    impl_->socket->send_json(message, impl_->io_timeout());
+    std::optional<milliseconds> bound;
+    if (wait) bound = std::max(*wait, milliseconds(0)) + milliseconds(5000);
+    reply = impl_->socket->recv_json(bound);
+  } catch (const WireError& e) {
+    impl_->socket.reset();  // the request may still be queued: drop it with the connection
+    if (e.timed_out && wait) {
+      throw NotFoundError(fmt::format(
+          "no free server with key '{}' within {:g} s (the tracker at {}:{} did not answer; a "
+          "tracker without Kiln's wait bound, such as TVM's, keeps requests waiting)",
+          key, wait_s, impl_->host, impl_->port));
+    }
+    throw RuntimeError(fmt::format("tracker {}:{}: {}", impl_->host, impl_->port, e.what()));
+  }
+  if (reply.is_array() && reply.size() == 2 && reply[0] == static_cast<int>(TrackerCode::kFail) &&
+      reply[1].is_string()) {
+    throw NotFoundError(reply[1].get<std::string>());
+  }
+  if (!reply.is_array() || reply.size() != 2 || reply[0] != 0 || !reply[1].is_array() ||
+      reply[1].size() != 3 || !reply[1][2].is_string()) {
+    throw RuntimeError("Invalid return value " + dumps(reply));
+  }
+  ServerAddress out;
+  const Json& v = reply[1];
+  out.host = tracker_wire::python_str(v[0]);
+  if (v[1].is_number_integer()) {
+    out.port = v[1].get<int>();
+  } else if (v[1].is_string()) {
+    try {
+      out.port = std::stoi(v[1].get<std::string>());
+    } catch (const std::exception&) {
+      throw RuntimeError("Invalid return value " + dumps(reply));
+    }
+  } else {
+    throw RuntimeError("Invalid return value " + dumps(reply));
+  }
+  out.matchkey = v[2].get<std::string>();
+  return out;
+}
+
+bool TrackerSession::ping() {
+  try {
+    return impl_->call(Json::array({static_cast<int>(TrackerCode::kPing)})) == 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool TrackerSession::stop(const std::string& stop_key) {
+  const Json reply = impl_->call(Json::array({static_cast<int>(TrackerCode::kStop), stop_key}));
+  if (reply == 0) {
+    impl_->socket.reset();  // the tracker is going away
+    return true;
+  }
+  return false;
+}
+
+const std::string& TrackerSession::host() const { return impl_->host; }
+int TrackerSession::port() const { return impl_->port; }
+
+// ---------------------------------------------------------------------------------------------
+// TrackerRegistration
+
+struct TrackerRegistration::Impl {
+  RegistrationOptions o;
+
+  struct Key {
+    std::string matchkey;
+    Clock::time_point last_seen_pending;  // PUT time, then the last check that listed it
+  };
+  mutable std::mutex mu;  // guards keys and connected
+  std::vector<Key> keys;
+  bool connected = false;
+
+  std::mutex io_mu;  // one maintain() at a time; guards everything below
+  std::unique_ptr<WireSocket> socket;
+  std::optional<Clock::time_point> last_attempt;
+  Clock::time_point last_ping;
+  bool reported_unreachable = false;
+  std::random_device random;
+  uint64_t counter = 0;
+
+  std::string tracker() const { return fmt::format("{}:{}", o.tracker_host, o.tracker_port); }
+  Json custom_addr() const { return o.custom_addr ? Json(*o.custom_addr) : Json(nullptr); }
+
+  std::string new_matchkey() {
+    const uint64_t r = (static_cast<uint64_t>(random()) << 32) ^ random();
+    return fmt::format("{}:{:016x}{:x}", o.key, r, counter++);
+  }
+
+  void expect_success(const Json& reply, const char* what) {
+    if (reply != 0) {
+      throw RuntimeError(
+          fmt::format("the tracker {} answered {} with {}", tracker(), what, dumps(reply)));
+    }
+  }
+
+  bool try_connect(Clock::time_point now) {
+    if (last_attempt && now - *last_attempt < o.reconnect_period) return false;
+    last_attempt = now;
+    try {
+      auto s = WireSocket::connect(o.tracker_host, o.tracker_port, o.io_timeout);
+      s->handshake(o.io_timeout);
+      Json info = Json::object();
+      info["key"] = "server:" + o.key;
+      info["addr"] = Json::array({custom_addr(), o.server_port});
+      expect_success(
+          s->call(Json::array({static_cast<int>(TrackerCode::kUpdateInfo), info}), o.io_timeout),
+          "UPDATE_INFO");
+      socket = std::move(s);
+    } catch (const std::exception& e) {
+      const std::string m =
+          fmt::format("cannot register key '{}' with the tracker {}: {} (retrying every {} ms)",
+                      o.key, tracker(), e.what(), o.reconnect_period.count());
+      log(reported_unreachable ? LogLevel::kDebug : LogLevel::kWarn, "tracker", m);
+      reported_unreachable = true;
+      return false;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      keys.clear();  // a new connection: the tracker knows none of the old keys
+      connected = true;
+    }
+    reported_unreachable = false;
+    last_ping = now;
+    log(LogLevel::kInfo, "tracker",
+        fmt::format("registered key '{}' (port {}) with the tracker {}", o.key, o.server_port,
+                    tracker()));
+    return true;
+  }
+
+  void drop_connection(const std::string& why) {
+    socket.reset();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      connected = false;
+    }
+    last_attempt = Clock::now();
+    log(LogLevel::kWarn, "tracker",
+        fmt::format("lost the tracker {}: {}; registering again in {} ms", tracker(), why,
+                    o.reconnect_period.count()));
+  }
+
+  void put_missing(int free_slots) {
+    while (true) {
+      std::string matchkey;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (static_cast<int>(keys.size()) >= free_slots) return;
+        matchkey = new_matchkey();
+        // Outstanding before the tracker hears of it: a client may use it at once.
+        keys.push_back(Key{matchkey, Clock::now()});
+      }
+      expect_success(
+          socket->call(Json::array({static_cast<int>(TrackerCode::kPut), o.key,
+                                    Json::array({o.server_port, matchkey}), custom_addr()}),
+                       o.io_timeout),
+          "PUT");
+    }
+  }
+
+  void check_pending(Clock::time_point now) {
+    const Json reply = socket->call(
+        Json::array({static_cast<int>(TrackerCode::kGetPendingMatchkeys)}), o.io_timeout);
+    if (!reply.is_array()) {
+      throw RuntimeError(fmt::format("the tracker {} answered GET_PENDING_MATCHKEYS with {}",
+                                     tracker(), dumps(reply)));
+    }
+    std::set<std::string> pending;
+    for (const auto& k : reply) {
+      if (k.is_string()) pending.insert(k.get<std::string>());
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = keys.begin(); it != keys.end();) {
+      if (pending.count(it->matchkey) != 0) {
+        it->last_seen_pending = now;
+      } else if (now - it->last_seen_pending > o.unmatch_timeout + o.ping_period) {
+        // A client took it but never came: replace it with a fresh one.
+        log(LogLevel::kInfo, "tracker",
+            fmt::format("match key {} was handed out but not used; registering a new one",
+                        it->matchkey));
+        it = keys.erase(it);
+        continue;
+      }
+      ++it;
+    }
+  }
+};
+
+TrackerRegistration::TrackerRegistration(RegistrationOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->o = std::move(options);
+}
+
+TrackerRegistration::~TrackerRegistration() = default;
+
+void TrackerRegistration::maintain(int free_slots) {
+  std::unique_lock<std::mutex> io(impl_->io_mu, std::try_to_lock);
+  if (!io.owns_lock()) return;  // another thread is at it
+  try {
+    const auto now = Clock::now();
+    if (!impl_->socket && !impl_->try_connect(now)) return;
+    if (now - impl_->last_ping >= impl_->o.ping_period) {
+      impl_->last_ping = now;
+      impl_->check_pending(now);
+    }
+    impl_->put_missing(free_slots);
+  } catch (const std::exception& e) {
+    impl_->drop_connection(e.what());
+  }
+}
+
+bool TrackerRegistration::claim(const std::string& matchkey) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& keys = impl_->keys;
+  auto it = std::find_if(keys.begin(), keys.end(),
+                         [&](const Impl::Key& k) { return k.matchkey == matchkey; });
+  if (it == keys.end()) return false;
+  keys.erase(it);
+  return true;
+}
+
+bool TrackerRegistration::connected() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->connected;
+}
+
+std::vector<std::string> TrackerRegistration::outstanding() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<std::string> out;
+  for (const auto& k : impl_->keys) out.push_back(k.matchkey);
+  return out;
+}
+
+}  // namespace kiln::rpc
