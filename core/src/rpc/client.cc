@@ -270,13 +270,9 @@ void RPCSession::Impl::encode(wire::Writer& w, const Any& v) {
         throw ValueError(fmt::format("cannot pass tensor {} of another RPC session", t.str()));
       }
       if (!t.is_contiguous()) throw ValueError("strided tensors cannot be passed over RPC");
-      w.u8(static_cast<uint8_t>(Tag::kTensor));
-      w.u64(reinterpret_cast<uint64_t>(t.dl()->data));
-      w.u64(t.dl()->byte_offset);
-      w.device(d.server_device());
-      w.dtype(t.dtype());
-      w.u32(static_cast<uint32_t>(t.ndim()));
-      for (int64_t s : t.shape()) w.i64(s);
+      DLTensor header = *t.dl();
+      header.device = d.server_device().to_dlpack();
+      wire::write_tensor_header(w, reinterpret_cast<uint64_t>(t.dl()->data), header);
       return;
     }
     case KILN_TYPE_FUNCTION: {
@@ -319,25 +315,10 @@ Any RPCSession::Impl::decode(wire::Reader& r) {
     case Tag::kDevice:
       return Any(to_remote(r.device("device")));
     case Tag::kTensor: {
-      const uint64_t handle = r.u64("handle");
-      const uint64_t offset = r.u64("byte_offset");
-      const Device device = to_remote(r.device("device"));
-      const DataType dtype = r.dtype("dtype");
-      const uint32_t ndim = r.u32("ndim");
-      if (ndim > wire::kMaxNdim) r.fail("ndim", "too many dimensions");
-      auto obj = make_object<TensorObj>();
-      obj->shape.resize(ndim);
-      for (auto& d : obj->shape) d = r.i64("shape");
-      wire::checked_nbytes(obj->shape, dtype, "returned tensor");
-      obj->storage = make_object<RemoteHandle>(shared_from_this(), handle, false);
-      obj->dl.data = reinterpret_cast<void*>(handle);
-      obj->dl.byte_offset = offset;
-      obj->dl.device = device.to_dlpack();
-      obj->dl.dtype = dtype;
-      obj->dl.ndim = static_cast<int32_t>(ndim);
-      obj->dl.shape = obj->shape.data();
-      obj->dl.strides = nullptr;
-      return Any(Tensor(std::move(obj)));
+      const wire::TensorHeader h = wire::read_tensor_header(r);
+      return Any(Tensor(
+          wire::make_tensor(h, reinterpret_cast<void*>(h.handle), to_remote(h.device),
+                            make_object<RemoteHandle>(shared_from_this(), h.handle, false))));
     }
     case Tag::kFunction:
       return Any(remote_function(shared_from_this(), r.u64("handle"), "remote function"));

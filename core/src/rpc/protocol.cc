@@ -180,6 +180,44 @@ bool decode_plain_value(Reader& r, Tag tag, Any& out) {
   }
 }
 
+void write_tensor_header(Writer& w, uint64_t handle, const DLTensor& t) {
+  w.u8(static_cast<uint8_t>(Tag::kTensor));
+  w.u64(handle);
+  w.u64(t.byte_offset);
+  w.device(Device::from_dlpack(t.device));
+  w.dtype(t.dtype);
+  w.u32(static_cast<uint32_t>(t.ndim));
+  for (int32_t i = 0; i < t.ndim; ++i) w.i64(t.shape[i]);
+}
+
+TensorHeader read_tensor_header(Reader& r) {
+  TensorHeader h;
+  h.handle = r.u64("handle");
+  h.byte_offset = r.u64("byte_offset");
+  h.device = r.device("device");
+  h.dtype = r.dtype("dtype");
+  const uint32_t ndim = r.u32("ndim");
+  if (ndim > kMaxNdim) r.fail("ndim", "too many dimensions");
+  h.shape.resize(ndim);
+  for (auto& d : h.shape) d = r.i64("shape");
+  h.nbytes = checked_nbytes(h.shape, h.dtype, "tensor value");
+  return h;
+}
+
+Ref<TensorObj> make_tensor(const TensorHeader& h, void* data, Device device, Ref<Object> storage) {
+  auto obj = make_object<TensorObj>();
+  obj->shape = h.shape;
+  obj->storage = std::move(storage);
+  obj->dl.data = data;
+  obj->dl.byte_offset = h.byte_offset;
+  obj->dl.device = device.to_dlpack();
+  obj->dl.dtype = h.dtype;
+  obj->dl.ndim = static_cast<int32_t>(h.shape.size());
+  obj->dl.shape = obj->shape.data();
+  obj->dl.strides = nullptr;
+  return obj;
+}
+
 uint64_t checked_nbytes(const std::vector<int64_t>& shape, DataType dtype, const char* what) {
   uint64_t elements = 1;
   for (int64_t d : shape) {

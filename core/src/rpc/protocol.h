@@ -15,6 +15,7 @@
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/tensor.h"
 
 namespace kiln::rpc::wire {
 
@@ -179,6 +180,20 @@ bool encode_plain_value(Writer& w, const Any& v);
 // Reads the payload of a plain-value `tag` into `out` and returns true; false for the other
 // tags (nothing read).
 bool decode_plain_value(Reader& r, Tag tag, Any& out);
+
+// A tensor value's fields (after its tag): where its memory is, and what it holds.
+struct TensorHeader {
+  uint64_t handle = 0;  // the server's memory handle
+  uint64_t byte_offset = 0;
+  Device device;  // the server's device
+  DataType dtype;
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;  // of shape and dtype, checked for overflow when read
+};
+void write_tensor_header(Writer& w, uint64_t handle, const DLTensor& t);
+TensorHeader read_tensor_header(Reader& r);
+// A dense tensor object over `data` (dl.data) described by `h` on `device`, keeping `storage`.
+Ref<TensorObj> make_tensor(const TensorHeader& h, void* data, Device device, Ref<Object> storage);
 
 // Bytes of a dense tensor of `shape` and `dtype`; ProtocolError on overflow or a negative
 // dimension (`what` names the message).

@@ -290,29 +290,14 @@ class SessionServer {
       case Tag::kDevice:
         return Any(local_device(r.device("device")));
       case Tag::kTensor: {
-        const uint64_t handle = r.u64("handle");
-        const uint64_t offset = r.u64("byte_offset");
-        const Device device = local_device(r.device("device"));
-        const DataType dtype = r.dtype("dtype");
-        const uint32_t ndim = r.u32("ndim");
-        if (ndim > wire::kMaxNdim) r.fail("ndim", "too many dimensions");
-        auto obj = make_object<TensorObj>();
-        obj->shape.resize(ndim);
-        for (auto& d : obj->shape) d = r.i64("shape");
-        const uint64_t nbytes = wire::checked_nbytes(obj->shape, dtype, "tensor argument");
-        Entry& e = buffer_range(handle, offset, nbytes);
+        const wire::TensorHeader h = wire::read_tensor_header(r);
+        const Device device = local_device(h.device);
+        Entry& e = buffer_range(h.handle, h.byte_offset, h.nbytes);
         if (e.device != device) {
           throw ValueError(fmt::format("tensor argument on {} refers to memory on {}", device.str(),
                                        e.device.str()));
         }
-        obj->storage = Ref<Object>(e.buffer.get());
-        obj->dl.data = e.base;
-        obj->dl.byte_offset = offset;
-        obj->dl.device = device.to_dlpack();
-        obj->dl.dtype = dtype;
-        obj->dl.ndim = static_cast<int32_t>(ndim);
-        obj->dl.shape = obj->shape.data();
-        return Any(Tensor(std::move(obj)));
+        return Any(Tensor(wire::make_tensor(h, e.base, device, Ref<Object>(e.buffer.get()))));
       }
       case Tag::kFunction:
         return Any(entry(r.u64("handle"), Entry::Kind::kFunction, "function").function);
@@ -336,13 +321,7 @@ class SessionServer {
       case KILN_TYPE_TENSOR: {
         const Tensor t = v.cast<Tensor>();
         if (!t.is_contiguous()) throw ValueError("a strided tensor cannot be returned over RPC");
-        w.u8(static_cast<uint8_t>(Tag::kTensor));
-        w.u64(add_buffer(t));
-        w.u64(t.dl()->byte_offset);
-        w.device(t.device());
-        w.dtype(t.dtype());
-        w.u32(static_cast<uint32_t>(t.ndim()));
-        for (int64_t s : t.shape()) w.i64(s);
+        wire::write_tensor_header(w, add_buffer(t), *t.dl());
         return;
       }
       case KILN_TYPE_FUNCTION: {
