@@ -73,6 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     kiln::rpc::SessionState state;
     state.conn = std::move(server_end);
+    state.max_memory_bytes = 64 << 20;  // allocations are bounded like every other length
     static const std::filesystem::path work =
         std::filesystem::temp_directory_path() / ("kiln-fuzz-rpc-" + std::to_string(getpid()));
     char mode;

@@ -143,6 +143,25 @@ TEST(RpcSession, LargeTensorRoundTrip) {
   EXPECT_EQ(copy.to_host().host_span<float>()[5041 * 720 - 1], (5041 * 720 - 1) * 0.5f);
 }
 
+TEST(RpcSession, AllocationsAreBoundedByTheSessionsMemoryLimit) {
+  ServerOptions o = loopback();
+  o.max_session_memory = 1 << 20;
+  Server server(o);
+  RPCSession s = connect("127.0.0.1", server.port(), "test");
+  Tensor half = Tensor::empty({128 * 1024}, DataType::Float(32), s.cpu());  // 512 KiB
+  try {
+    Tensor::empty({1 << 20}, DataType::Float(32), s.cpu());
+    FAIL() << "expected an RPCError";
+  } catch (const RPCError& e) {
+    EXPECT_THAT(e.remote_message(), ::testing::StartsWith("allocating 4194304 bytes would exceed "
+                                                          "the session's memory limit of 1048576"));
+  }
+  EXPECT_THROW(Tensor::empty({int64_t{1} << 62}, DataType::UInt(8), s.cpu()), RPCError);
+  half = Tensor();  // freed: its bytes count no more
+  Tensor again = Tensor::empty({192 * 1024}, DataType::Float(32), s.cpu());  // 768 KiB
+  EXPECT_EQ(again.numel(), 192 * 1024);
+}
+
 TEST(RpcSession, FilesStayInTheSessionsWorkDirectory) {
   Server server(loopback());
   RPCSession s = connect("127.0.0.1", server.port(), "test");

@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/profiling/report.h"
@@ -86,6 +87,7 @@ struct RpcServerOptions {
   std::optional<std::filesystem::path> work_dir;
   double session_timeout = 0;
   int max_sessions = 1;
+  uint64_t max_session_memory = 0;
   std::optional<std::string> token;
   std::optional<std::filesystem::path> token_file;
   std::optional<std::filesystem::path> plugins;  // plugin set YAML
@@ -94,6 +96,31 @@ struct RpcServerOptions {
 
 // `kiln rpc-server`: serves RPC sessions until SIGINT or SIGTERM.
 int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global);
+
+// Options of `kiln tracker` (docs/tracker.md).
+struct TrackerCommandOptions {
+  std::string host = "127.0.0.1";
+  int port = 9190;  // 0: any free port
+  int port_end = 9199;
+  std::string stop_key;  // empty: a random one
+};
+
+// `kiln tracker`: serves the tracker protocol until SIGINT, SIGTERM or STOP.
+int run_tracker(const TrackerCommandOptions& options);
+
+// Options of `kiln query` (docs/tracker.md).
+struct QueryOptions {
+  std::optional<std::string> tracker;  // HOST:PORT; default from the environment
+  bool json = false;
+  double timeout = 5;  // seconds to connect
+};
+
+// `kiln query`: prints the tracker's text summary (or its SUMMARY JSON); exit 3 when the
+// tracker cannot be reached, 2 for a malformed HOST:PORT.
+int run_query(const QueryOptions& options);
+
+// Splits "HOST:PORT" (also "[v6]:PORT") at the last ':'; UsageError when malformed.
+std::pair<std::string, int> parse_host_port(const std::string& text);
 
 // `kiln plugins`: every plugin considered, its version, ABI, state and reason.
 int run_plugins(const GlobalOptions& options);

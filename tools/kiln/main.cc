@@ -110,6 +110,8 @@ int main(int argc, char** argv) {
                    "Sessions served at once; more are refused as busy")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  server->add_option("--max-session-memory", server_options.max_session_memory,
+                     "Bytes of device memory one session may allocate; 0 = no limit (default: 0)");
   auto* token_opt = server->add_option(
       "--token", server_options.token,
       "Shared token clients must prove they hold (visible in ps: prefer --token-file or "
@@ -122,6 +124,29 @@ int main(int argc, char** argv) {
                      "Plugin set YAML for the sessions' runtime (default: as --plugin-set)");
   server->add_flag("-v,--verbose", server_options.verbose, "Log sessions as they start and end");
 
+  TrackerCommandOptions tracker_options;
+  auto* tracker = app.add_subcommand(
+      "tracker", "Serve the RPC tracker protocol (TVM-compatible; docs/tracker.md)");
+  tracker->add_option("--host", tracker_options.host, "Address to listen on")
+      ->capture_default_str();
+  tracker->add_option("--port", tracker_options.port, "First port to try (0: any free port)")
+      ->capture_default_str();
+  tracker
+      ->add_option("--port-end", tracker_options.port_end,
+                   "Listen on the first free port in [port, port-end)")
+      ->capture_default_str();
+  tracker->add_option("--stop-key", tracker_options.stop_key,
+                      "Key a STOP command must carry (default: a random key)");
+  QueryOptions query_options;
+  auto* query = app.add_subcommand(
+      "query", "Print a tracker's servers and queues (like TVM's query_rpc_tracker)");
+  query->add_option("--tracker", query_options.tracker,
+                    "The tracker's HOST:PORT (default: $KILN_TRACKER_HOST / $KILN_TRACKER_PORT, "
+                    "else $TVM_TRACKER_HOST / $TVM_TRACKER_PORT, else 127.0.0.1:9190)");
+  query->add_flag("--json", query_options.json, "Print the SUMMARY reply's JSON instead of text");
+  query->add_option("--timeout", query_options.timeout, "Seconds to wait for the tracker")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -131,6 +156,8 @@ int main(int argc, char** argv) {
   try {
     if (plugins->parsed()) return run_plugins(options);
     if (server->parsed()) return run_rpc_server(server_options, options);
+    if (tracker->parsed()) return run_tracker(tracker_options);
+    if (query->parsed()) return run_query(query_options);
     if (devices->parsed()) return run_devices(options);
     if (profile->parsed()) return run_profile(profile_options);
     if (vm->parsed()) {

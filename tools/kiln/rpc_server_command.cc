@@ -59,6 +59,7 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
   if (options.work_dir) server_options.work_dir = *options.work_dir;
   server_options.session_timeout_s = options.session_timeout;
   server_options.max_sessions = options.max_sessions;
+  server_options.max_session_memory = options.max_session_memory;
   server_options.token = read_token(options);
   server_options.runtime = &runtime;
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -33,9 +34,10 @@ RPCError::RPCError(const std::string& what, const std::string& remote_message, i
     : RuntimeError(what, code), remote_message_(remote_message), remote_code_(remote_code) {}
 
 RPCError RPCError::from_what(const std::string& what) {
-  const std::string prefix = kRpcErrorPrefix;
-  if (what.rfind(prefix, 0) == 0) return RPCError(what.substr(prefix.size()), 0);
-  return RPCError(what, 0);
+  // A plugin slot or packed call in between may have put its context in front.
+  const auto at = what.find(kRpcErrorPrefix);
+  if (at == std::string::npos) return RPCError(what, 0);
+  return RPCError(what, what.substr(at + std::strlen(kRpcErrorPrefix)), 0, kErrorCodeRpc);
 }
 
 RPCSessionTimeoutError::RPCSessionTimeoutError(const std::string& message)

@@ -159,6 +159,7 @@ struct Server::Impl {
     auto state = std::make_shared<SessionState>();
     state->conn = std::make_unique<Connection>(std::move(socket), peer);
     state->id = next_id++;
+    state->max_memory_bytes = options.max_session_memory;
     connections.push_back(Running{state, {}});
     connections.back().thread = std::thread([this, state] { run_connection(*state); });
   }

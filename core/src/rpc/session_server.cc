@@ -59,6 +59,7 @@ struct Entry {
   Function function;
   Module module;
   Any object;
+  uint64_t allocated = 0;  // bytes counted against the session's memory limit (Alloc only)
 };
 
 class SessionServer {
@@ -101,9 +102,13 @@ class SessionServer {
     if (code == Code::kFreeHandle) {
       const uint64_t handle = r.u64("handle");
       r.finish();
-      if (handles_.erase(handle) == 0) {
+      auto it = handles_.find(handle);
+      if (it == handles_.end()) {
         log(LogLevel::kDebug, "rpc", fmt::format("FreeHandle of unknown handle {}", handle));
+        return;
       }
+      allocated_bytes_ -= it->second.allocated;
+      handles_.erase(it);
       return;
     }
     std::vector<Any> result;
@@ -149,8 +154,22 @@ class SessionServer {
           const uint64_t nbytes = r.u64("nbytes");
           r.u64("alignment");  // the server's allocator aligns to at least 64 bytes
           r.finish();
+          // The size is a length from the network too: bounded before allocating.
+          const uint64_t limit = state_.max_memory_bytes;
+          if (limit > 0 && (nbytes > limit || allocated_bytes_ > limit - nbytes)) {
+            throw OutOfMemoryError(fmt::format(
+                "allocating {} bytes would exceed the session's memory limit of {} bytes ({} "
+                "allocated; the server's --max-session-memory)",
+                nbytes, limit, allocated_bytes_));
+          }
+          if (nbytes > static_cast<uint64_t>(INT64_MAX)) {
+            throw OutOfMemoryError(fmt::format("cannot allocate {} bytes", nbytes));
+          }
           Tensor t = Tensor::empty({static_cast<int64_t>(nbytes)}, DataType::UInt(8), d, runtime_);
-          result.emplace_back(static_cast<int64_t>(add_buffer(t)));
+          const uint64_t handle = add_buffer(t);
+          handles_.at(handle).allocated = nbytes;
+          allocated_bytes_ += nbytes;
+          result.emplace_back(static_cast<int64_t>(handle));
           break;
         }
         case Code::kCopyFromRemote:
@@ -583,6 +602,7 @@ class SessionServer {
   Runtime& runtime_;
   std::unordered_map<uint64_t, Entry> handles_;
   uint64_t next_handle_ = 1;
+  uint64_t allocated_bytes_ = 0;  // live Alloc bytes
   std::vector<uint8_t> body_;
   std::vector<uint8_t> reply_;
   std::vector<uint8_t> staging_;

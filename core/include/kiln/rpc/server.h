@@ -31,6 +31,9 @@ struct ServerOptions {
   double session_timeout_s = 0;
   int max_sessions = 1;  // sessions served at once; more are refused with "busy"
   std::string token;     // when set, clients must prove they hold it
+  // The most device memory one session may hold through allocations (bytes); 0 = no limit
+  // beyond the device's own.
+  uint64_t max_session_memory = 0;
   // Seconds a client has to complete the handshake.
   double handshake_timeout_s = 10;
   // The runtime sessions load modules and allocate with (default: Runtime::global()).

@@ -38,7 +38,8 @@ enum class TrackerCode : int32_t {
 struct TrackerOptions {
   std::string host = "127.0.0.1";
   int port = 9190;
-  int port_end = 9199;  // binds the first free port in [port, port_end); port_end <= port: only port
+  int port_end =
+      9199;  // binds the first free port in [port, port_end); port_end <= port: only port
   // The key that STOP must carry; empty: a random one (see Tracker::stop_key()).
   std::string stop_key;
 };
@@ -86,7 +87,7 @@ struct TrackerServerInfo {
 
 // What SUMMARY answers.
 struct TrackerSummary {
-  std::vector<TrackerQueue> queues;       // sorted by key
+  std::vector<TrackerQueue> queues;        // sorted by key
   std::vector<TrackerServerInfo> servers;  // in the tracker's order
   std::string json;                        // the reply's second element, verbatim
 };
@@ -105,8 +106,9 @@ class TrackerSession {
   // `connect_timeout` has passed, then throws RuntimeError naming host:port and the last
   // error; a peer that answers another magic: RuntimeError("<host>:<port> is not an RPC
   // tracker").
-  static TrackerSession connect(const std::string& host, int port,
-                                std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
+  static TrackerSession connect(
+      const std::string& host, int port,
+      std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
   TrackerSession(TrackerSession&&) noexcept;
   TrackerSession& operator=(TrackerSession&&) noexcept;
   ~TrackerSession();
@@ -144,9 +146,9 @@ class TrackerSession {
 };
 
 // Shorthand for TrackerSession::connect.
-inline TrackerSession connect_tracker(const std::string& host, int port,
-                                      std::chrono::milliseconds connect_timeout =
-                                          std::chrono::seconds(10)) {
+inline TrackerSession connect_tracker(
+    const std::string& host, int port,
+    std::chrono::milliseconds connect_timeout = std::chrono::seconds(10)) {
   return TrackerSession::connect(host, port, connect_timeout);
 }
 
@@ -154,9 +156,9 @@ inline TrackerSession connect_tracker(const std::string& host, int port,
 struct RegistrationOptions {
   std::string tracker_host;
   int tracker_port = 9190;
-  std::string key;                         // the server's rpc key
-  std::optional<std::string> custom_addr;  // host the tracker hands out (default: peer IP)
-  int server_port = 0;                     // the port the server listens on
+  std::string key;                                  // the server's rpc key
+  std::optional<std::string> custom_addr;           // host the tracker hands out (default: peer IP)
+  int server_port = 0;                              // the port the server listens on
   std::chrono::milliseconds ping_period{2000};      // idle GET_PENDING_MATCHKEYS period
   std::chrono::milliseconds unmatch_timeout{4000};  // + ping_period: a taken key is stale
   std::chrono::milliseconds reconnect_period{1000};  // after losing the tracker

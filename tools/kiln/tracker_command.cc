@@ -1,0 +1,128 @@
+// `kiln tracker` and `kiln query`: docs/tracker.md.
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <utility>
+
+#include "commands.h"
+#include "kiln/logging.h"
+#include "kiln/rpc/tracker.h"
+
+namespace kiln::tool {
+
+namespace {
+
+int parse_port(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  int port = -1;
+  try {
+    port = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size() || port < 1 || port > 65535) {
+    throw UsageError(fmt::format("{}: '{}' is not a port (1-65535)", what, text));
+  }
+  return port;
+}
+
+std::string env_or(const char* kiln_name, const char* tvm_name, std::string fallback,
+                   std::string* source) {
+  for (const char* name : {kiln_name, tvm_name}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') {
+      *source = name;
+      return v;
+    }
+  }
+  return fallback;
+}
+
+}  // namespace
+
+std::pair<std::string, int> parse_host_port(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw UsageError(fmt::format("--tracker: '{}' is not HOST:PORT", text));
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // [::1]:9190
+  }
+  if (host.empty()) throw UsageError(fmt::format("--tracker: '{}' is not HOST:PORT", text));
+  return {host, parse_port(text.substr(colon + 1), "--tracker")};
+}
+
+int run_tracker(const TrackerCommandOptions& options) {
+  if (options.port < 0 || options.port > 65535) {
+    throw UsageError(fmt::format("--port {} is out of range (0-65535)", options.port));
+  }
+  // Signals are taken by sigtimedwait below; the tracker's thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  rpc::TrackerOptions tracker_options;
+  tracker_options.host = options.host;
+  tracker_options.port = options.port;
+  tracker_options.port_end = options.port_end;
+  tracker_options.stop_key = options.stop_key;
+  rpc::Tracker tracker(tracker_options);
+  std::printf("kiln tracker listening on %s:%d\n", options.host.c_str(), tracker.port());
+  std::fflush(stdout);
+  log(LogLevel::kDebug, "tracker", fmt::format("stop key: {}", tracker.stop_key()));
+
+  while (!tracker.wait(std::chrono::milliseconds(0))) {
+    timespec ts{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&signals, nullptr, &ts);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::fprintf(stderr, "kiln tracker: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      break;
+    }
+  }
+  tracker.stop();
+  tracker.wait(std::chrono::seconds(5));
+  return kExitOk;
+}
+
+int run_query(const QueryOptions& options) {
+  std::string host;
+  int port = 0;
+  if (options.tracker) {
+    std::tie(host, port) = parse_host_port(*options.tracker);
+  } else {
+    std::string host_source, port_source;
+    host = env_or("KILN_TRACKER_HOST", "TVM_TRACKER_HOST", "127.0.0.1", &host_source);
+    const std::string port_text =
+        env_or("KILN_TRACKER_PORT", "TVM_TRACKER_PORT", "9190", &port_source);
+    port = parse_port(port_text, port_source.empty() ? "port" : port_source);
+  }
+  if (!(options.timeout > 0)) throw UsageError("--timeout must be > 0");
+  std::optional<rpc::TrackerSession> session;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout * 1000));
+  try {
+    session.emplace(rpc::TrackerSession::connect(host, port, timeout));
+    if (options.json) {
+      std::printf("%s\n", session->summary().json.c_str());
+    } else {
+      std::fputs(session->text_summary().c_str(), stdout);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: error: cannot query the tracker at %s:%d: %s\n", host.c_str(), port,
+                 e.what());
+    return kExitRuntime;
+  }
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+}  // namespace kiln::tool
