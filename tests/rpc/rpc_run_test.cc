@@ -187,8 +187,8 @@ TEST(RpcRun, TarAndSoRoundTripsLeaveNothingOnTheServer) {
     for (int64_t i = 0; i < 1000; ++i) ASSERT_FLOAT_EQ(out.host_span<float>()[i], i + 0.5f);
     EXPECT_DOUBLE_EQ(r.outputs[3].cast<double>(), 0.25);
     EXPECT_EQ(r.profile.results().size(), 3u) << "exactly evaluator_config.repeat entries";
-    EXPECT_EQ(steps, (std::vector<std::string>{"connect", "export", "upload", "upload", "load",
-                                               "time", "call", "download", "cleanup"}));
+    EXPECT_EQ(steps, (std::vector<std::string>{"connect", "export", "upload_module", "upload",
+                                               "load", "time", "call", "download", "cleanup"}));
     EXPECT_FLOAT_EQ(args[2].cast<Tensor>().host_span<float>()[0], -1.0f) << "inputs copied";
     // Remote cleanup: no session directory, file or loaded library is left on the server.
     EXPECT_TRUE(wait_until([&] { return fs::is_empty(s.work_dir()); }, 5s));

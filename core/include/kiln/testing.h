@@ -80,8 +80,8 @@ RunResult local_run(const Module& mod, const std::string& device_type, const std
 // reference's order, "kiln_tmp_mod.<format>", "kiln_tmp_mod.<format>.<format>", "" (a
 // no-op), and also "kiln_tmp_mod.<format>.so", and releases every remote object (the loaded
 // module included) before it closes the session. hooks.on_repeat is not forwarded (the
-// measurement runs remotely); steps are "export", "connect", "upload", "load", "time",
-// "call", "download", "cleanup".
+// measurement runs remotely); steps are "connect", "export", "upload_module" (the artifact),
+// "upload" (the arguments), "load", "time", "call", "download", "cleanup".
 RunResult rpc_run(const Module& mod, const std::string& device_type, const std::vector<Any>& args,
                   const std::optional<EvaluatorConfig>& evaluator_config = std::nullopt,
                   const std::optional<rpc::RPCConfig>& rpc_config = std::nullopt,

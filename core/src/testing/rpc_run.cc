@@ -49,7 +49,7 @@ RunResult rpc_run(const Module& mod, const std::string& device_type, const std::
   std::exception_ptr failure;
   try {
     // 6. Remote objects live in this scope only, so they are released before the cleanup.
-    step(hooks, "upload", [&] { session.upload(artifact, remote_path); });
+    step(hooks, "upload_module", [&] { session.upload(artifact, remote_path); });
     std::vector<Any> device_args =
         step(hooks, "upload", [&] { return detail::args_to_device(args, device); });
     rpc::RemoteModule remote_mod =
