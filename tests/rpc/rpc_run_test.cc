@@ -111,6 +111,32 @@ TEST(RpcConfig, EnvironmentFallbacksKilnFirstAndPortsAsText) {
   EXPECT_THROW(RPCConfig::normalized(config), ValueError);
 }
 
+TEST(RpcConfig, UnreachableTrackerAndMissingServersAreExplained) {
+  // A port nobody listens on: bind one, note it, close it.
+  int port = 0;
+  {
+    Tracker probe(tracker_options());
+    port = probe.port();
+  }
+  RPCConfig c = config_for(port, "k");
+  c.session_timeout_sec = 1;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT([&] { c.connect_tracker(); },
+              ::testing::ThrowsMessage<ValueError>(::testing::AllOf(
+                  ::testing::StartsWith(
+                      "Unable to connect to the tracker using the following configuration:"),
+                  HasSubstr(fmt::format("kiln query --tracker 127.0.0.1:{}", port)))));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "bounded by session_timeout_sec";
+
+  Tracker tracker(tracker_options());
+  const RPCConfig none = config_for(tracker.port(), "no-such-key");
+  EXPECT_EQ(none.count_num_servers(), 0);
+  EXPECT_THAT([&] { none.count_num_servers(false); },
+              ::testing::ThrowsMessage<ValueError>(::testing::StartsWith(
+                  "Unable to find servers with the specific key using the following "
+                  "configuration:")));
+}
+
 TEST(RpcTracker, ServersRegisterAndReturnToTheFreePool) {
   Tracker tracker(tracker_options());
   Server s1(board(tracker.port(), "test_device"));

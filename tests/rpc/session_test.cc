@@ -222,6 +222,14 @@ TEST(RpcSession, RemoteModuleCallAndTimeEvaluator) {
   EXPECT_EQ(r.results().size(), 3u);
   for (double t : r.results()) EXPECT_GT(t, 0.0);
   EXPECT_FALSE(r.timer.empty());
+  // The evaluator lives on the server: like a local one, its number grows to min_repeat_ms and
+  // stays grown across calls.
+  options.min_repeat_ms = 20;
+  RemoteTimeEvaluator grown = m.time_evaluator("vector_add", s.cpu(), options);
+  const BenchmarkResult first = grown({a, b, out, 0.25});
+  const BenchmarkResult second = grown({a, b, out, 0.25});
+  EXPECT_GT(first.numbers.back(), 5);
+  EXPECT_GE(second.numbers.front(), first.numbers.back());
   EXPECT_THROW(m.get_function("no_such_kernel"), RPCError);
   EXPECT_THROW(s.load_module("missing.so"), RPCError);
 }
