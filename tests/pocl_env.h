@@ -1,8 +1,9 @@
 // Running PoCL (the OpenCL CPU driver) inside tests: its kernel cache goes into the build tree
 // (unless POCL_CACHE_DIR says otherwise), and in sanitizer builds a process that loaded it skips
 // LeakSanitizer's exit-time scan, which crashes now and then while PoCL's worker threads run
-// ("Tracer caught signal 11"). AddressSanitizer itself stays on. Include in exactly one source
-// file of a test binary, and set kiln::test::pocl_loaded once PoCL may have been loaded.
+// ("Tracer caught signal 11"). AddressSanitizer itself stays on, without its alternate signal
+// stacks (see __asan_default_options below). Include in exactly one source file of a test
+// binary, and set kiln::test::pocl_loaded once PoCL may have been loaded.
 #ifndef KILN_TESTS_POCL_ENV_H_
 #define KILN_TESTS_POCL_ENV_H_
 
@@ -28,6 +29,12 @@ inline const bool pocl_cache_dir_set = [] {
 #if defined(__SANITIZE_ADDRESS__)
 // LeakSanitizer's hook: consulted once at exit.
 extern "C" int __lsan_is_turned_off() { return kiln::test::pocl_loaded ? 1 : 0; }
+// PoCL compiles kernels with LLVM on the calling thread, and LLVM replaces that thread's
+// alternate signal stack with one from malloc. When such a thread exits (an RPC session's
+// thread does), ASan would munmap that heap block as if it were its own stack and abort
+// ("unable to unmap"). Without ASan's own alternate stacks it leaves them alone. Options
+// given in ASAN_OPTIONS still apply on top of these defaults.
+extern "C" const char* __asan_default_options() { return "use_sigaltstack=0"; }
 #endif
 
 #endif  // KILN_TESTS_POCL_ENV_H_
