@@ -254,10 +254,16 @@ struct Server::Impl {
       }
       ++active;
     }
-    if (options.token.empty()) {
-      handshake::send_server_hello(conn, wire::HelloStatus::kAccepted, server_key, nonce);
-    } else {
-      handshake::send_auth_result(conn, wire::HelloStatus::kAccepted, server_key);
+    try {
+      if (options.token.empty()) {
+        handshake::send_server_hello(conn, wire::HelloStatus::kAccepted, server_key, nonce);
+      } else {
+        handshake::send_auth_result(conn, wire::HelloStatus::kAccepted, server_key);
+      }
+    } catch (...) {
+      std::lock_guard lock(mu);
+      --active;  // the client left before its session started: the slot is free again
+      throw;
     }
     double timeout = hello.session_timeout_s;
     if (options.session_timeout_s > 0 && (timeout <= 0 || options.session_timeout_s < timeout)) {
