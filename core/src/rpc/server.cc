@@ -315,10 +315,10 @@ struct Server::Impl {
       cv.wait_for(lock, kHousekeepingPeriod);
       const auto now = std::chrono::steady_clock::now();
       std::vector<std::shared_ptr<SessionState>> expired;
+      std::list<Running> done;  // joined below, without `mu`: a thread may still be leaving
       for (auto it = connections.begin(); it != connections.end();) {
         if (it->state->finished) {
-          it->thread.join();
-          it = connections.erase(it);
+          done.splice(done.end(), connections, it++);
           continue;
         }
         if (it->state->deadline && now >= *it->state->deadline && !it->state->timed_out) {
@@ -328,6 +328,7 @@ struct Server::Impl {
       }
       const int free_slots = options.max_sessions - active;
       lock.unlock();
+      for (auto& r : done) r.thread.join();
       for (auto& s : expired) {
         info(fmt::format("session {} with {} reached its timeout of {} s", s->id, s->conn->peer(),
                          s->timeout_s));

@@ -633,7 +633,6 @@ void serve_session(SessionState& state, const fs::path& work_dir, Runtime& runti
   log(LogLevel::kInfo, "rpc",
       fmt::format("session {} with {} ended: {}", state.id, state.conn->peer(), why));
   state.conn->shutdown();
-  state.finished = true;
 }
 
 }  // namespace kiln::rpc

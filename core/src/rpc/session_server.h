@@ -21,8 +21,8 @@ struct SessionState {
   std::mutex write_mu;  // held while a whole reply is written
   std::optional<std::chrono::steady_clock::time_point> deadline;
   double timeout_s = 0;
-  uint64_t max_memory_bytes = 0;  // live Alloc bytes allowed; 0 = no limit
-  std::atomic<bool> finished{false};
+  uint64_t max_memory_bytes = 0;      // live Alloc bytes allowed; 0 = no limit
+  std::atomic<bool> finished{false};  // set by the connection's thread as its last step
   std::atomic<bool> timed_out{false};
   uint64_t id = 0;
 };
