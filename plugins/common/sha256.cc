@@ -108,6 +108,31 @@ Sha256::Digest Sha256::of(const void* data, size_t size) {
   return s.finish();
 }
 
+Sha256::Digest Sha256::hmac(std::string_view key, const void* data, size_t size) {
+  constexpr size_t kBlockBytes = 64;
+  std::array<uint8_t, kBlockBytes> block{};
+  if (key.size() > kBlockBytes) {
+    const Digest digest = of(key.data(), key.size());
+    std::memcpy(block.data(), digest.data(), digest.size());
+  } else {
+    std::memcpy(block.data(), key.data(), key.size());
+  }
+  std::array<uint8_t, kBlockBytes> inner_pad{};
+  std::array<uint8_t, kBlockBytes> outer_pad{};
+  for (size_t i = 0; i < kBlockBytes; ++i) {
+    inner_pad[i] = block[i] ^ 0x36;
+    outer_pad[i] = block[i] ^ 0x5c;
+  }
+  Sha256 inner;
+  inner.update(inner_pad.data(), inner_pad.size());
+  inner.update(data, size);
+  const Digest inner_digest = inner.finish();
+  Sha256 outer;
+  outer.update(outer_pad.data(), outer_pad.size());
+  outer.update(inner_digest.data(), inner_digest.size());
+  return outer.finish();
+}
+
 std::string Sha256::hex(const Digest& digest) {
   static const char kDigits[] = "0123456789abcdef";
   std::string out;

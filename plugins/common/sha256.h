@@ -1,6 +1,7 @@
 // SHA-256 (FIPS 180-4): the integrity checks of package artifacts (plugins/package) and of the
-// OpenCL program cache, whose keys name programs by the hash of their source and options. A
-// local implementation: neither plugin otherwise needs a crypto library.
+// OpenCL program cache, whose keys name programs by the hash of their source and options; and
+// HMAC-SHA256 (RFC 2104) for the RPC token challenge. A local implementation: nothing else in
+// Kiln needs a crypto library.
 #ifndef KILN_PLUGINS_COMMON_SHA256_H_
 #define KILN_PLUGINS_COMMON_SHA256_H_
 
@@ -26,6 +27,8 @@ class Sha256 {
   // One-shot helpers.
   static Digest of(const void* data, size_t size);
   static std::string hex(const Digest& digest);  // 64 lowercase hex digits
+  // HMAC-SHA256 of `size` bytes at `data` under `key` (any length; RFC 2104 / RFC 4231).
+  static Digest hmac(std::string_view key, const void* data, size_t size);
 
  private:
   void block(const uint8_t* p);

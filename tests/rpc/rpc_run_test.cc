@@ -111,6 +111,35 @@ TEST(RpcConfig, EnvironmentFallbacksKilnFirstAndPortsAsText) {
   EXPECT_THROW(RPCConfig::normalized(config), ValueError);
 }
 
+TEST(RpcConfig, HostPortParsing) {
+  HostPort hp = parse_host_port("board7.lab:9190");
+  EXPECT_EQ(hp.host, "board7.lab");
+  EXPECT_EQ(hp.port, 9190);
+  hp = parse_host_port("[::1]:9091");
+  EXPECT_EQ(hp.host, "::1");
+  EXPECT_EQ(hp.port, 9091);
+  for (const std::string bad :
+       {"nowhere", ":9190", "host:", "host:http", "host:0", "host:65536", "host:91x", "[]:9190"}) {
+    EXPECT_THAT(
+        [&] { parse_host_port(bad); },
+        ::testing::ThrowsMessage<ValueError>(HasSubstr(fmt::format("'{}' is not HOST:PORT", bad))))
+        << bad;
+  }
+}
+
+TEST(RpcConfig, TokenFiles) {
+  const kiln::TemporaryDirectory dir("kiln_token_test_");
+  const fs::path token = dir.path() / "token";
+  std::ofstream(token) << "s3cret \r\nsecond line\n";
+  EXPECT_EQ(read_token_file(token), "s3cret") << "first line, trailing spaces and CR removed";
+  const fs::path empty = dir.path() / "empty";
+  std::ofstream(empty) << "\nsecond line\n";
+  EXPECT_THAT([&] { read_token_file(empty); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("has an empty first line")));
+  EXPECT_THAT([&] { read_token_file(dir.path() / "missing"); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("cannot read the token file")));
+}
+
 TEST(RpcConfig, UnreachableTrackerAndMissingServersAreExplained) {
   // A port nobody listens on: bind one, note it, close it.
   int port = 0;

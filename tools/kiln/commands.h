@@ -6,7 +6,6 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "kiln/profiling/report.h"
@@ -118,9 +117,6 @@ struct QueryOptions {
 // `kiln query`: prints the tracker's text summary (or its SUMMARY JSON); exit 3 when the
 // tracker cannot be reached, 2 for a malformed HOST:PORT.
 int run_query(const QueryOptions& options);
-
-// Splits "HOST:PORT" (also "[v6]:PORT") at the last ':'; UsageError when malformed.
-std::pair<std::string, int> parse_host_port(const std::string& text);
 
 // `kiln plugins`: every plugin considered, its version, ABI, state and reason.
 int run_plugins(const GlobalOptions& options);

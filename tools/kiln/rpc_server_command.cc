@@ -5,12 +5,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 
 #include "commands.h"
 #include "kiln/error.h"
 #include "kiln/logging.h"
+#include "kiln/rpc/rpc_config.h"
 #include "kiln/rpc/server.h"
 
 namespace kiln::tool {
@@ -23,19 +23,11 @@ std::string read_token(const RpcServerOptions& options) {
     return *options.token;
   }
   if (options.token_file) {
-    std::ifstream in(*options.token_file);
-    if (!in) {
-      throw UsageError(
-          fmt::format("cannot read the token file '{}'", options.token_file->string()));
+    try {
+      return rpc::read_token_file(*options.token_file);
+    } catch (const ValueError& e) {
+      throw UsageError(fmt::format("--token-file: {}", e.what()));
     }
-    std::string token;
-    std::getline(in, token);
-    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-    if (token.empty()) {
-      throw UsageError(
-          fmt::format("the token file '{}' has an empty first line", options.token_file->string()));
-    }
-    return token;
   }
   if (const char* env = std::getenv("KILN_RPC_TOKEN"); env != nullptr && *env != '\0') return env;
   return {};

@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <ctime>
 #include <string>
-#include <utility>
 
 #include "commands.h"
 #include "kiln/logging.h"
+#include "kiln/rpc/rpc_config.h"
 #include "kiln/rpc/tracker.h"
 
 namespace kiln::tool {
@@ -20,17 +20,11 @@ namespace kiln::tool {
 namespace {
 
 int parse_port(const std::string& text, const std::string& what) {
-  size_t used = 0;
-  int port = -1;
   try {
-    port = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
+    return rpc::RPCConfig::parse_port(text, what);
+  } catch (const ValueError& e) {
+    throw UsageError(e.what());
   }
-  if (text.empty() || used != text.size() || port < 1 || port > 65535) {
-    throw UsageError(fmt::format("{}: '{}' is not a port (1-65535)", what, text));
-  }
-  return port;
 }
 
 std::string env_or(const char* kiln_name, const char* tvm_name, std::string fallback,
@@ -46,19 +40,6 @@ std::string env_or(const char* kiln_name, const char* tvm_name, std::string fall
 }
 
 }  // namespace
-
-std::pair<std::string, int> parse_host_port(const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    throw UsageError(fmt::format("--tracker: '{}' is not HOST:PORT", text));
-  }
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);  // [::1]:9190
-  }
-  if (host.empty()) throw UsageError(fmt::format("--tracker: '{}' is not HOST:PORT", text));
-  return {host, parse_port(text.substr(colon + 1), "--tracker")};
-}
 
 int run_tracker(const TrackerCommandOptions& options) {
   if (options.port < 0 || options.port > 65535) {
@@ -98,7 +79,13 @@ int run_query(const QueryOptions& options) {
   std::string host;
   int port = 0;
   if (options.tracker) {
-    std::tie(host, port) = parse_host_port(*options.tracker);
+    try {
+      const rpc::HostPort tracker = rpc::parse_host_port(*options.tracker);
+      host = tracker.host;
+      port = tracker.port;
+    } catch (const ValueError& e) {
+      throw UsageError(fmt::format("--tracker: {}", e.what()));
+    }
   } else {
     std::string host_source, port_source;
     host = env_or("KILN_TRACKER_HOST", "TVM_TRACKER_HOST", "127.0.0.1", &host_source);

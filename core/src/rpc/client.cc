@@ -5,7 +5,6 @@
 
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "ffi/error_object.h"
 #include "kiln/logging.h"
@@ -80,11 +79,8 @@ RPCSession::Impl::Exclusive::Exclusive(Impl& impl) : impl_(impl), lock_(impl.mu)
   }
   if (impl_.closed) return;
   for (uint64_t handle : frees) {
-    std::vector<uint8_t> body;
-    wire::Writer w(body);
-    w.u64(handle);
     try {
-      impl_.conn->write_frame(Code::kFreeHandle, body);
+      impl_.send_free_handle(handle);
     } catch (const std::exception&) {
       return;  // the request that follows reports the broken connection
     }
@@ -111,7 +107,7 @@ void RPCSession::Impl::lost(const ConnectionError& e, const char* what) {
   }
   throw RPCError(
       fmt::format("lost the connection to the RPC server {} during {}: {}", peer, what, e.what()),
-      5);
+      0);
 }
 
 Connection::FrameHeader RPCSession::Impl::read_reply(const char* what) {
@@ -218,15 +214,31 @@ void RPCSession::Impl::free_handle(uint64_t handle) noexcept {
   }
   std::lock_guard lock(mu);
   if (closed) return;
-  std::vector<uint8_t> body;
-  wire::Writer w(body);
-  w.u64(handle);
   try {
-    conn->write_frame(Code::kFreeHandle, body);
+    send_free_handle(handle);
   } catch (const std::exception& e) {
     closed = true;
     closed_reason = e.what();
   }
+}
+
+void RPCSession::Impl::send_free_handle(uint64_t handle) {
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.u64(handle);
+  conn->write_frame(Code::kFreeHandle, body);
+}
+
+RPCError RPCSession::Impl::malformed_reply(const char* what) const {
+  return RPCError(fmt::format("{} sent a malformed reply to {}", peer, what), 0);
+}
+
+Function RPCSession::Impl::function_reply(Code code, const std::vector<uint8_t>& body) {
+  auto values = request(code, body);
+  if (values.size() != 1 || values[0].type_code() != KILN_TYPE_FUNCTION) {
+    throw malformed_reply(wire::code_name(code));
+  }
+  return values[0].cast<Function>();
 }
 
 void RPCSession::Impl::close() noexcept {
@@ -413,7 +425,7 @@ int32_t RPCSession::device_count(const std::string& type, std::string* why_none)
   wire::Writer w(body);
   w.i32(device_code(type));
   auto values = require(impl_).request(Code::kDeviceCount, body);
-  if (values.size() != 2) throw RPCError("DeviceCount: malformed reply", 0);
+  if (values.size() != 2) throw require(impl_).malformed_reply("DeviceCount");
   if (why_none != nullptr) *why_none = values[1].cast<std::string>();
   return static_cast<int32_t>(values[0].cast<int64_t>());
 }
@@ -453,20 +465,15 @@ std::vector<std::string> RPCSession::listdir(const std::string& remote_path) con
 RemoteModule RPCSession::load_module(const std::string& remote_path) const {
   auto& impl = require(impl_);
   auto values = impl.request(Code::kLoadModule, body_with_string(remote_path));
-  if (values.size() != 2) throw RPCError("LoadModule: malformed reply", 0);
   auto obj = std::make_shared<RemoteModule::Obj>();
-  obj->handle = values[0].as_object<RemoteHandle>();
-  if (!obj->handle) throw RPCError("LoadModule: the reply carries no module", 0);
+  if (values.size() == 2) obj->handle = values[0].as_object<RemoteHandle>();
+  if (!obj->handle) throw impl.malformed_reply("LoadModule");
   obj->entry_name = values[1].cast<std::string>();
   return RemoteModule(std::move(obj));
 }
 
 Function RPCSession::get_function(const std::string& name) const {
-  auto values = require(impl_).request(Code::kGetGlobalFunc, body_with_string(name));
-  if (values.size() != 1 || values[0].type_code() != KILN_TYPE_FUNCTION) {
-    throw RPCError("GetGlobalFunc: malformed reply", 0);
-  }
-  return values[0].cast<Function>();
+  return require(impl_).function_reply(Code::kGetGlobalFunc, body_with_string(name));
 }
 
 void RPCSession::close() const {
@@ -491,11 +498,7 @@ Function RemoteModule::get_function(const std::string& name) const {
   wire::Writer w(body);
   w.u64(obj_->handle->handle);
   w.str(name);
-  auto values = obj_->handle->session->request(Code::kModuleGetFunction, body);
-  if (values.size() != 1 || values[0].type_code() != KILN_TYPE_FUNCTION) {
-    throw RPCError("ModuleGetFunction: malformed reply", 0);
-  }
-  return values[0].cast<Function>();
+  return obj_->handle->session->function_reply(Code::kModuleGetFunction, body);
 }
 
 const std::string& RemoteModule::entry_name() const {
@@ -518,11 +521,7 @@ RemoteTimeEvaluator RemoteModule::time_evaluator(const std::string& name, Device
   w.u64(remote_handle_of(f)->handle);
   w.device(device.server_device());
   encode_evaluator_options(w, options);
-  auto values = obj_->handle->session->request(Code::kTimeEvaluator, body);
-  if (values.size() != 1 || values[0].type_code() != KILN_TYPE_FUNCTION) {
-    throw RPCError("TimeEvaluator: malformed reply", 0);
-  }
-  return RemoteTimeEvaluator(values[0].cast<Function>());
+  return RemoteTimeEvaluator(obj_->handle->session->function_reply(Code::kTimeEvaluator, body));
 }
 
 BenchmarkResult RemoteTimeEvaluator::operator()(const std::vector<Any>& args) const {

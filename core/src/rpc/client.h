@@ -58,12 +58,17 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
   // error or lost connection) or RPCSessionTimeoutError.
   std::vector<Any> request(wire::Code code, const std::vector<uint8_t>& body,
                            const void* payload = nullptr, uint64_t payload_bytes = 0);
-  // CopyFromRemote / Download: the reply's payload goes to `sink` in pieces.
+  // The single function a GetGlobalFunc / ModuleGetFunction / TimeEvaluator request returns.
+  Function function_reply(wire::Code code, const std::vector<uint8_t>& body);
+  // CopyFromRemote: the reply's payload of `expected_bytes` is received straight into `dst`.
   void request_data(wire::Code code, const std::vector<uint8_t>& body, void* dst,
                     uint64_t expected_bytes);
+  // Download: the whole file at `remote_path`.
   std::string request_file(const std::string& remote_path);
   // FreeHandle; never throws (a closed session has nothing left to free).
   void free_handle(uint64_t handle) noexcept;
+  // The error for a reply to `what` that does not have the shape of its request's reply.
+  RPCError malformed_reply(const char* what) const;
   void close() noexcept;
 
   // Argument and result encoding.
@@ -76,6 +81,8 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
 
  private:
   void check_open_locked() const;
+  // Writes a FreeHandle frame (`mu` held). Throws ConnectionError.
+  void send_free_handle(uint64_t handle);
   // Runs `body` holding the session for request `code`; a lost connection or a protocol
   // violation closes the session and becomes an RPCError (RPCSessionTimeoutError on silence).
   template <typename Body>

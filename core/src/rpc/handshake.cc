@@ -14,30 +14,6 @@ using plugin_common::Sha256;
 namespace {
 constexpr char kProofContext[] = "kiln-rpc-v1";
 
-Sha256::Digest hmac_sha256(const std::string& key, const std::vector<uint8_t>& message) {
-  std::array<uint8_t, 64> block{};
-  if (key.size() > block.size()) {
-    const auto digest = Sha256::of(key.data(), key.size());
-    std::memcpy(block.data(), digest.data(), digest.size());
-  } else {
-    std::memcpy(block.data(), key.data(), key.size());
-  }
-  std::array<uint8_t, 64> inner_pad{};
-  std::array<uint8_t, 64> outer_pad{};
-  for (size_t i = 0; i < block.size(); ++i) {
-    inner_pad[i] = block[i] ^ 0x36;
-    outer_pad[i] = block[i] ^ 0x5c;
-  }
-  Sha256 inner;
-  inner.update(inner_pad.data(), inner_pad.size());
-  inner.update(message.data(), message.size());
-  const auto inner_digest = inner.finish();
-  Sha256 outer;
-  outer.update(outer_pad.data(), outer_pad.size());
-  outer.update(inner_digest.data(), inner_digest.size());
-  return outer.finish();
-}
-
 std::string read_string(Connection& conn, uint32_t limit, const char* what) {
   uint32_t len = 0;
   conn.read_exact(&len, sizeof(len), what);
@@ -61,7 +37,7 @@ Mac proof(const std::string& token, const Nonce& nonce, const std::string& key) 
   std::vector<uint8_t> message(kProofContext, kProofContext + sizeof(kProofContext) - 1);
   message.insert(message.end(), nonce.begin(), nonce.end());
   message.insert(message.end(), key.begin(), key.end());
-  return hmac_sha256(token, message);
+  return Sha256::hmac(token, message.data(), message.size());
 }
 
 bool equal(const Mac& a, const Mac& b) {

@@ -24,7 +24,7 @@ KilnError* invoke_remote(void* self, const KilnAny* args, int32_t num_args, Kiln
     w.u32(static_cast<uint32_t>(num_args));
     for (int32_t i = 0; i < num_args; ++i) handle->session->encode(w, Any::from_abi(args[i]));
     auto values = handle->session->request(wire::Code::kCallFunc, body);
-    if (values.size() != 1) throw RPCError("CallFunc: malformed reply", 0);
+    if (values.size() != 1) throw handle->session->malformed_reply("CallFunc");
     ::kiln::detail::store_result(std::move(values[0]), ret);
     return nullptr;
   } catch (...) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "kiln/error.h"
 
@@ -42,6 +43,33 @@ int RPCConfig::parse_port(const std::string& text, const std::string& what) {
   } catch (const std::exception&) {
   }
   throw ValueError(fmt::format("{} '{}' is not a port number (1-65535)", what, text));
+}
+
+HostPort parse_host_port(const std::string& text) {
+  const auto colon = text.rfind(':');
+  std::string host = colon == std::string::npos ? std::string() : text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // [::1]:9190
+  }
+  if (host.empty()) throw ValueError(fmt::format("'{}' is not HOST:PORT", text));
+  try {
+    return {host, RPCConfig::parse_port(text.substr(colon + 1), "port")};
+  } catch (const ValueError& e) {
+    throw ValueError(fmt::format("'{}' is not HOST:PORT: {}", text, e.what()));
+  }
+}
+
+std::string read_token_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string token;
+  if (!in || !std::getline(in, token)) {
+    throw ValueError(fmt::format("cannot read the token file '{}'", path.string()));
+  }
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.empty()) {
+    throw ValueError(fmt::format("the token file '{}' has an empty first line", path.string()));
+  }
+  return token;
 }
 
 RPCConfig RPCConfig::normalized(const std::optional<RPCConfig>& config) {

@@ -13,6 +13,7 @@
 #include "kiln/error.h"
 #include "kiln/function.h"
 #include "kiln/logging.h"
+#include "kiln/rpc/rpc_config.h"
 #include "kiln/rpc/tracker.h"
 #include "kiln/runtime.h"
 #include "rpc/handshake.h"
@@ -55,23 +56,6 @@ void register_diagnostic_functions() {
       }));
   add("rpc.test.nop",
       Function::from_packed("rpc.test.nop", [](const Any*, int32_t) { return Any(); }));
-}
-
-std::pair<std::string, int> split_host_port(const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    throw ValueError(fmt::format("'{}' is not HOST:PORT", text));
-  }
-  int port = 0;
-  try {
-    size_t used = 0;
-    port = std::stoi(text.substr(colon + 1), &used);
-    if (used != text.size() - colon - 1) throw std::invalid_argument("trailing");
-  } catch (const std::exception&) {
-    throw ValueError(fmt::format("'{}' is not HOST:PORT: bad port", text));
-  }
-  if (port <= 0 || port > 65535) throw ValueError(fmt::format("'{}': port out of range", text));
-  return {text.substr(0, colon), port};
 }
 
 }  // namespace
@@ -206,14 +190,14 @@ struct Server::Impl {
                                 wire::kProtocolVersion, hello.version));
     }
     const std::string prefix = "client:";
-    const std::string key =
-        hello.key.rfind(prefix, 0) == 0 ? hello.key.substr(prefix.size()) : std::string();
+    const bool from_client = hello.key.rfind(prefix, 0) == 0;
+    const std::string key = from_client ? hello.key.substr(prefix.size()) : std::string();
     bool key_ok = key == options.key;
     if (registration) {
       const auto keys = registration->outstanding();
       key_ok = std::find(keys.begin(), keys.end(), key) != keys.end();
     }
-    if (hello.key.rfind(prefix, 0) != 0 || !key_ok) {
+    if (!from_client || !key_ok) {
       return refuse(wire::HelloStatus::kKeyMismatch,
                     fmt::format("key '{}' does not match this server{}", key,
                                 registration ? " (request a server through the tracker)"
@@ -228,6 +212,14 @@ struct Server::Impl {
       }
     }
     const std::string server_key = "server:" + options.key;
+    // With a token the final answer is the authentication result; without, the hello.
+    const auto answer = [&](wire::HelloStatus status, const std::string& message) {
+      if (options.token.empty()) {
+        handshake::send_server_hello(conn, status, message, nonce);
+      } else {
+        handshake::send_auth_result(conn, status, message);
+      }
+    };
     if (!options.token.empty()) {
       handshake::send_server_hello(conn, wire::HelloStatus::kAuthRequired, server_key, nonce);
       const handshake::Mac got = handshake::read_proof(conn);
@@ -244,22 +236,13 @@ struct Server::Impl {
     {
       std::lock_guard lock(mu);
       if (active >= options.max_sessions || (registration && !registration->claim(key))) {
-        const std::string why = "the server is busy";
-        if (options.token.empty()) {
-          handshake::send_server_hello(conn, wire::HelloStatus::kBusy, why, nonce);
-        } else {
-          handshake::send_auth_result(conn, wire::HelloStatus::kBusy, why);
-        }
+        answer(wire::HelloStatus::kBusy, "the server is busy");
         return false;
       }
       ++active;
     }
     try {
-      if (options.token.empty()) {
-        handshake::send_server_hello(conn, wire::HelloStatus::kAccepted, server_key, nonce);
-      } else {
-        handshake::send_auth_result(conn, wire::HelloStatus::kAccepted, server_key);
-      }
+      answer(wire::HelloStatus::kAccepted, server_key);
     } catch (...) {
       std::lock_guard lock(mu);
       --active;  // the client left before its session started: the slot is free again
@@ -393,10 +376,10 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   fs::create_directories(s.work_dir);
   s.work_dir = fs::canonical(s.work_dir);
   if (s.options.tracker) {
-    const auto [host, port] = split_host_port(*s.options.tracker);
+    const HostPort tracker = parse_host_port(*s.options.tracker);
     RegistrationOptions r;
-    r.tracker_host = host;
-    r.tracker_port = port;
+    r.tracker_host = tracker.host;
+    r.tracker_port = tracker.port;
     r.key = s.options.key;
     r.custom_addr = s.options.custom_addr;
     r.server_port = s.port;

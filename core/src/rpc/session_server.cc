@@ -53,9 +53,10 @@ constexpr uint64_t kStagingBytes = 4ull << 20;
 struct Entry {
   enum class Kind { kBuffer, kFunction, kModule, kObject } kind = Kind::kObject;
   Tensor buffer;  // keeps the memory alive
-  void* base = nullptr;
-  uint64_t size = 0;
-  Device device;
+  // The memory of a buffer: its base address (as the backend allocated it), size and device.
+  void* base() const { return buffer.dl()->data; }
+  uint64_t size() const { return buffer.dl()->byte_offset + buffer.nbytes(); }
+  Device device() const { return buffer.device(); }
   Function function;
   Module module;
   Any object;
@@ -64,6 +65,7 @@ struct Entry {
 
 class SessionServer {
  public:
+  // `work_dir` exists and is canonical.
   SessionServer(SessionState& state, fs::path work_dir, Runtime& runtime)
       : state_(state), conn_(*state.conn), work_dir_(std::move(work_dir)), runtime_(runtime) {}
 
@@ -189,7 +191,7 @@ class SessionServer {
           const fs::path p = sandboxed_path(work_dir_, r.str("path", wire::kMaxPathBytes));
           r.finish();
           // Never the work directory itself (rpc_run removes "" as TVM does: a no-op).
-          if (p != fs::canonical(work_dir_)) {
+          if (p != work_dir_) {
             std::error_code ec;
             fs::remove_all(p, ec);
           }
@@ -200,7 +202,7 @@ class SessionServer {
           r.finish();
           if (!fs::is_directory(p)) {
             throw NotFoundError(fmt::format("'{}' is not a directory of the session",
-                                            fs::relative(p, fs::canonical(work_dir_)).string()));
+                                            fs::relative(p, work_dir_).string()));
           }
           std::vector<std::string> names;
           for (const auto& e : fs::directory_iterator(p)) {
@@ -253,7 +255,7 @@ class SessionServer {
     } catch (const Error& e) {
       return send_exception(e.code(), e.what());
     } catch (const std::exception& e) {
-      return send_exception(5, e.what());
+      return send_exception(KILN_ERROR_RUNTIME, e.what());
     }
     send_return(result);
   }
@@ -285,18 +287,15 @@ class SessionServer {
     Entry e;
     e.kind = Entry::Kind::kBuffer;
     e.buffer = t;
-    e.base = t.dl()->data;
-    e.size = t.dl()->byte_offset + t.nbytes();
-    e.device = t.device();
     return add(std::move(e));
   }
 
   // The memory [offset, offset + n) of buffer `handle`, checked.
   Entry& buffer_range(uint64_t handle, uint64_t offset, uint64_t n) {
     Entry& e = entry(handle, Entry::Kind::kBuffer, "memory");
-    if (offset > e.size || n > e.size - offset) {
+    if (offset > e.size() || n > e.size() - offset) {
       throw IndexError(fmt::format("bytes [{}, {}) are outside the {} bytes of memory handle {}",
-                                   offset, offset + n, e.size, handle));
+                                   offset, offset + n, e.size(), handle));
     }
     return e;
   }
@@ -312,11 +311,11 @@ class SessionServer {
         const wire::TensorHeader h = wire::read_tensor_header(r);
         const Device device = local_device(h.device);
         Entry& e = buffer_range(h.handle, h.byte_offset, h.nbytes);
-        if (e.device != device) {
+        if (e.device() != device) {
           throw ValueError(fmt::format("tensor argument on {} refers to memory on {}", device.str(),
-                                       e.device.str()));
+                                       e.device().str()));
         }
-        return Any(Tensor(wire::make_tensor(h, e.base, device, Ref<Object>(e.buffer.get()))));
+        return Any(Tensor(wire::make_tensor(h, e.base(), device, Ref<Object>(e.buffer.get()))));
       }
       case Tag::kFunction:
         return Any(entry(r.u64("handle"), Entry::Kind::kFunction, "function").function);
@@ -408,7 +407,7 @@ class SessionServer {
 
   // ---- copies and files ----
 
-  bool host_memory(const Entry& e) const { return e.device.type == kDLCPU; }
+  bool host_memory(const Entry& e) const { return e.device().type == kDLCPU; }
 
   void copy_to_remote(uint64_t body_length) {
     struct {
@@ -431,9 +430,9 @@ class SessionServer {
       return send_exception(err.code(), err.what());
     }
     if (host_memory(*e)) {
-      conn_.read_exact(static_cast<uint8_t*>(e->base) + h.offset, h.nbytes, "CopyToRemote data");
+      conn_.read_exact(static_cast<uint8_t*>(e->base()) + h.offset, h.nbytes, "CopyToRemote data");
     } else {
-      auto backend = runtime_.backend(e->device.type);
+      auto backend = runtime_.backend(e->device().type);
       std::vector<uint8_t>& staging = staging_buffer();
       uint64_t done = 0;
       std::string error;
@@ -442,15 +441,15 @@ class SessionServer {
         conn_.read_exact(staging.data(), n, "CopyToRemote data");
         if (error.empty()) {
           try {
-            backend->copy_to_device(e->device.id, staging.data(), e->base, h.offset + done, n);
-            backend->synchronize(e->device.id);  // the staging buffer is reused
+            backend->copy_to_device(e->device().id, staging.data(), e->base(), h.offset + done, n);
+            backend->synchronize(e->device().id);  // the staging buffer is reused
           } catch (const Error& err) {
             error = err.what();
           }
         }
         done += n;
       }
-      if (!error.empty()) return send_exception(5, error);
+      if (!error.empty()) return send_exception(KILN_ERROR_RUNTIME, error);
     }
     send_return({});
   }
@@ -463,23 +462,23 @@ class SessionServer {
     Entry* e = nullptr;
     try {
       e = &buffer_range(handle, offset, nbytes);
-      if (!host_memory(*e)) runtime_.backend(e->device.type)->synchronize(e->device.id);
+      if (!host_memory(*e)) runtime_.backend(e->device().type)->synchronize(e->device().id);
     } catch (const Error& err) {
       return send_exception(err.code(), err.what());
     }
     std::lock_guard lock(state_.write_mu);
     conn_.write_frame_start(Code::kData, {}, nbytes);
     if (host_memory(*e)) {
-      conn_.write_all(static_cast<uint8_t*>(e->base) + offset, nbytes);
+      conn_.write_all(static_cast<uint8_t*>(e->base()) + offset, nbytes);
       return;
     }
     // Once the header is out, a failing device copy can only end the session.
-    auto backend = runtime_.backend(e->device.type);
+    auto backend = runtime_.backend(e->device().type);
     std::vector<uint8_t>& staging = staging_buffer();
     for (uint64_t done = 0; done < nbytes;) {
       const uint64_t n = std::min<uint64_t>(staging.size(), nbytes - done);
-      backend->copy_to_host(e->device.id, e->base, offset + done, staging.data(), n);
-      backend->synchronize(e->device.id);
+      backend->copy_to_host(e->device().id, e->base(), offset + done, staging.data(), n);
+      backend->synchronize(e->device().id);
       conn_.write_all(staging.data(), n);
       done += n;
     }
@@ -494,13 +493,13 @@ class SessionServer {
     r.finish();
     Entry& s = buffer_range(src, src_offset, nbytes);
     Entry& d = buffer_range(dst, dst_offset, nbytes);
-    if (s.device != d.device) {
+    if (s.device() != d.device()) {
       throw ValueError(fmt::format("copy between devices {} and {}: copy through the host",
-                                   s.device.str(), d.device.str()));
+                                   s.device().str(), d.device().str()));
     }
-    auto backend = runtime_.backend(s.device.type);
-    backend->copy_on_device(s.device.id, s.base, src_offset, d.base, dst_offset, nbytes);
-    backend->synchronize(s.device.id);
+    auto backend = runtime_.backend(s.device().type);
+    backend->copy_on_device(s.device().id, s.base(), src_offset, d.base(), dst_offset, nbytes);
+    backend->synchronize(s.device().id);
   }
 
   void upload(uint64_t body_length) {
@@ -522,7 +521,7 @@ class SessionServer {
     std::ofstream out;
     fs::path temp;
     std::string error;
-    int32_t error_code = 5;
+    int32_t error_code = KILN_ERROR_RUNTIME;
     try {
       if (relative.empty()) throw ValueError("Upload needs a file name");
       target = sandboxed_path(work_dir_, relative);
@@ -614,7 +613,7 @@ void serve_session(SessionState& state, const fs::path& work_dir, Runtime& runti
   std::string why;
   try {
     fs::create_directories(work_dir);
-    SessionServer server(state, work_dir, runtime);
+    SessionServer server(state, fs::canonical(work_dir), runtime);
     why = server.serve();
   } catch (const wire::ProtocolError& e) {
     why = fmt::format("protocol error: {}", e.what());

@@ -32,9 +32,9 @@ struct SessionState {
 // directory (created here, removed on return) are released before it returns.
 void serve_session(SessionState& state, const std::filesystem::path& work_dir, Runtime& runtime);
 
-// Resolves `relative` inside `root` (both must exist for `must_exist`): refuses absolute
-// paths, `..` components and paths that symlinks lead out of `root`. Throws ValueError
-// naming the path. "" is `root` itself.
+// Resolves `relative` inside the existing directory `root`: refuses absolute paths, NUL
+// bytes, `..` components and paths that symlinks lead out of `root`. Throws ValueError naming
+// the path. "" is `root` itself (canonical).
 std::filesystem::path sandboxed_path(const std::filesystem::path& root,
                                      const std::string& relative);
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <system_error>
@@ -472,14 +471,11 @@ RemoteSpec parse_remote(MapReader& reader, const fs::path& base_dir) {
   RemoteSpec r;
   if (reader.contains("tracker")) {
     const std::string text = reader.required<std::string>("tracker");
-    const auto colon = text.rfind(':');
-    if (colon == std::string::npos || colon == 0) {
-      throw reader.error("tracker", fmt::format("'{}' is not HOST:PORT", text));
-    }
-    r.tracker_host = text.substr(0, colon);
     try {
-      r.tracker_port = rpc::RPCConfig::parse_port(text.substr(colon + 1), "the tracker port");
-    } catch (const Error& e) {
+      const rpc::HostPort tracker = rpc::parse_host_port(text);
+      r.tracker_host = tracker.host;
+      r.tracker_port = tracker.port;
+    } catch (const ValueError& e) {
       throw reader.error("tracker", e.what());
     }
   }
@@ -497,14 +493,10 @@ RemoteSpec parse_remote(MapReader& reader, const fs::path& base_dir) {
   if (reader.contains("token_file")) {
     const fs::path file =
         resolve_path(reader, "token_file", reader.required<std::string>("token_file"), base_dir);
-    std::ifstream in(file);
-    std::getline(in, r.token);
-    while (!r.token.empty() && (r.token.back() == '\r' || r.token.back() == ' ')) {
-      r.token.pop_back();
-    }
-    if (!in || r.token.empty()) {
-      throw reader.error("token_file",
-                         fmt::format("cannot read a token from '{}' (first line)", file.string()));
+    try {
+      r.token = rpc::read_token_file(file);
+    } catch (const ValueError& e) {
+      throw reader.error("token_file", e.what());
     }
   }
   return r;

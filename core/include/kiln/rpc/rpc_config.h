@@ -3,6 +3,7 @@
 #ifndef KILN_RPC_RPC_CONFIG_H_
 #define KILN_RPC_RPC_CONFIG_H_
 
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -43,6 +44,20 @@ struct RPCConfig {
   // using the following configuration: ...").
   int count_num_servers(bool allow_missing = true) const;
 };
+
+// A tracker's or a server's address.
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+// Splits "HOST:PORT" (also "[v6]:PORT") at the last ':'. Throws ValueError "'<text>' is not
+// HOST:PORT", with the reason, when a part is missing or the port is not 1-65535.
+HostPort parse_host_port(const std::string& text);
+
+// The shared token in the first line of the token file `path`, without trailing spaces or
+// CR. Throws ValueError "cannot read the token file '<path>'" or "the token file '<path>' has
+// an empty first line".
+std::string read_token_file(const std::filesystem::path& path);
 
 }  // namespace kiln::rpc
 

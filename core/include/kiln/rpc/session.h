@@ -21,7 +21,8 @@
 namespace kiln::rpc {
 
 // A remote call failed. what() is "RPCError: Error caught from RPC call:\n<remote message>";
-// remote_message() is the server's message alone and remote_code() its KilnErrorCode.
+// remote_message() is the server's message alone and remote_code() its KilnErrorCode (0 when
+// the failure was on this side: a lost connection or a malformed reply).
 class RPCError : public RuntimeError {
  public:
   RPCError(const std::string& remote_message, int32_t remote_code);
