@@ -348,6 +348,24 @@ TEST(RpcFaults, ServersRegisterAgainAfterATrackerRestart) {
   EXPECT_EQ(session.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
 }
 
+TEST(RpcFaults, AnUnresponsiveTrackerDoesNotDelaySessionTimeouts) {
+  // A stopped tracker process: its kernel still accepts bytes, nothing answers, so each of the
+  // server's exchanges with it (a ping every 2 s after registering) blocks for the 5 s I/O
+  // bound. A 3 s session timeout always has a ping before it (at about 2 s), not after it.
+  auto tracker = kiln::test::start_tracker();
+  Server s(board(tracker.port, "frozen"));
+  ASSERT_TRUE(wait_until([&] { return free_count(tracker.port, "frozen") == 1; }, 10s));
+  RPCConfig config = config_for(tracker.port, "frozen");
+  config.session_timeout_sec = 3;
+  RPCSession session = config.connect_server();
+  Function sleep = session.get_function("rpc.test.sleep");
+  tracker.process->kill(SIGSTOP);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(sleep(6.0), RPCSessionTimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the 3 s timeout, on time";
+  tracker.process->kill(SIGCONT);
+}
+
 TEST(RpcCli, RunWithARemoteSection) {
   Tracker tracker(tracker_options());
   auto server = kiln::test::start_rpc_server({"--key", "cli-board", "--tracker",

@@ -89,6 +89,7 @@ struct Server::Impl {
   uint64_t next_id = 1;
   std::thread io_thread;
   std::thread housekeeping_thread;
+  std::thread registration_thread;
 
   void bind() {
     const auto address = asio::ip::make_address(options.host);
@@ -309,7 +310,6 @@ struct Server::Impl {
         }
         ++it;
       }
-      const int free_slots = options.max_sessions - active;
       lock.unlock();
       for (auto& r : done) r.thread.join();
       for (auto& s : expired) {
@@ -317,8 +317,21 @@ struct Server::Impl {
                          s->timeout_s));
         expire(*s);
       }
-      if (registration) registration->maintain(free_slots);
       lock.lock();
+    }
+  }
+
+  // Keeps one tracker resource per free slot. On a thread of its own: an exchange with a
+  // tracker that stopped answering blocks for up to its I/O timeout, and session timeouts
+  // must not wait for it. Wakes early when a session ends, to register again at once.
+  void keep_registered() {
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      const int free_slots = options.max_sessions - active;
+      lock.unlock();
+      registration->maintain(free_slots);
+      lock.lock();
+      cv.wait_for(lock, kHousekeepingPeriod);
     }
   }
 
@@ -335,6 +348,7 @@ struct Server::Impl {
     });
     if (io_thread.joinable()) io_thread.join();
     if (housekeeping_thread.joinable()) housekeeping_thread.join();
+    if (registration_thread.joinable()) registration_thread.join();
     std::list<Running> left;
     {
       std::lock_guard lock(mu);
@@ -384,11 +398,11 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
     r.custom_addr = s.options.custom_addr;
     r.server_port = s.port;
     s.registration = std::make_unique<TrackerRegistration>(r);
-    s.registration->maintain(s.options.max_sessions);
   }
   s.accept();
   s.io_thread = std::thread([&s] { s.io.run(); });
   s.housekeeping_thread = std::thread([&s] { s.housekeeping(); });
+  if (s.registration) s.registration_thread = std::thread([&s] { s.keep_registered(); });
 }
 
 Server::~Server() { impl_->stop(); }
