@@ -217,7 +217,7 @@ TEST(TrackerRegister, TwoServersThenRequestThenRelease) {
   EXPECT_EQ(granted.host, "127.0.0.1");
   EXPECT_EQ(granted.port, 9091);
   ASSERT_TRUE(contains(r1.outstanding(), granted.matchkey));
-  EXPECT_EQ(tracker_wire::matchkey_prefix(granted.matchkey), "test_device");
+  EXPECT_THAT(granted.matchkey, ::testing::StartsWith("test_device:"));
   EXPECT_EQ(free_of(session.summary(), "test_device"), 1);
 
   // The session starts (claims its key, no free slot), then ends: the server puts a fresh key.
@@ -399,11 +399,11 @@ TEST(TrackerKeys, KeysWithColonsWorkEverywhere) {
   EXPECT_THAT(session.text_summary(), HasSubstr("127.0.0.1:5555   1      1     0      \n"));
 
   const ServerAddress granted = session.request_server(key, 1, 2s);
-  EXPECT_EQ(tracker_wire::matchkey_prefix(granted.matchkey), key);
+  EXPECT_THAT(granted.matchkey, ::testing::StartsWith(key + ":"));
   EXPECT_TRUE(r->claim(granted.matchkey));
   r->maintain(1);
   EXPECT_EQ(free_of(session.summary(), key), 1);
-  // Closing the server removes its value from the right queue (split at the last ':').
+  // Closing the server removes its value from the queue it was PUT in.
   r.reset();
   EXPECT_TRUE(summary_until(tracker.port(), [&](const TrackerSummary& sum) {
     return free_of(sum, key) == 0 && servers_of(sum, key) == 0;
@@ -488,7 +488,8 @@ TEST(TrackerRobust, WrongMagicIsClosedWithoutAnswer) {
   Tracker tracker(loopback());
   RawPeer peer(tracker.port(), /*handshake=*/false);
   ASSERT_TRUE(peer.send(le32(0xFF271)));  // the RPC server's magic, not the tracker's
-  EXPECT_FALSE(peer.recv_exact(1, 2s).has_value());
+  EXPECT_FALSE(peer.recv_exact(1, 2s).has_value()) << "no answer";
+  EXPECT_TRUE(peer.closed_within(1s)) << "closed";
   EXPECT_TRUE(connect_tracker("127.0.0.1", tracker.port()).ping());
 }
 
@@ -544,6 +545,37 @@ TEST(TrackerRobust, PerConnectionLimits) {
   // A server connection's values left with it.
   EXPECT_TRUE(summary_until(tracker.port(),
                             [](const TrackerSummary& s) { return free_of(s, "cap") == 0; }));
+}
+
+TEST(TrackerRobust, AFullTrackerDropsFreeServersWhoseConnectionLeftOldestFirst) {
+  TrackerOptions o = loopback();
+  o.max_free_values = 4;
+  Tracker tracker(o);
+  {
+    // PUT without UPDATE_INFO: the values outlive the connection, as in TVM.
+    RawPeer stale(tracker.port());
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_EQ(stale.call(fmt::format(R"([3, "stale", [9000, "stale:{}"], null])", i)), 0);
+    }
+  }
+  TrackerSession session = connect_tracker("127.0.0.1", tracker.port());
+  EXPECT_EQ(free_of(session.summary(), "stale"), 4);
+  // The tracker is full of them: a live server's PUTs take their places, oldest first.
+  RawPeer live(tracker.port());
+  ASSERT_EQ(live.call(R"([5, {"key": "server:live", "addr": [null, 9001]}])"), 0);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(live.call(fmt::format(R"([3, "live", [9001, "live:{}"], null])", i)), 0);
+  }
+  const TrackerSummary full = session.summary();
+  EXPECT_EQ(free_of(full, "live"), 3);
+  EXPECT_EQ(free_of(full, "stale"), 1);
+  EXPECT_EQ(session.request_server("stale", 1, 2s).matchkey, "stale:3");
+  // Room for one more; then, with nothing left to drop, a PUT closes its connection.
+  ASSERT_EQ(live.call(R"([3, "live", [9001, "live:3"], null])"), 0);
+  ASSERT_TRUE(live.send_json(R"([3, "live", [9001, "live:4"], null])"));
+  EXPECT_TRUE(live.closed_within());
+  EXPECT_TRUE(summary_until(tracker.port(),
+                            [](const TrackerSummary& s) { return free_of(s, "live") == 0; }));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -727,18 +759,21 @@ TEST(TrackerClient, BindsTheFirstFreePortInRange) {
   Tracker first(loopback());
   TrackerOptions o;
   o.port = first.port();
+  // The first port is taken: the next free one of the range is bound.
+  o.port_end = first.port() + 20;
+  {
+    Tracker next(o);
+    EXPECT_GT(next.port(), first.port());
+    EXPECT_LT(next.port(), o.port_end);
+    EXPECT_TRUE(connect_tracker("127.0.0.1", next.port()).ping());
+  }
+  // A range of one taken port: the error names the range and the host.
   o.port_end = first.port() + 1;
-  EXPECT_THROW(
-      {
-        try {
-          Tracker clash(o);
-        } catch (const RuntimeError& e) {
-          EXPECT_THAT(e.what(), HasSubstr("cannot bind to any port in"));
-          EXPECT_THAT(e.what(), HasSubstr("127.0.0.1"));
-          throw;
-        }
-      },
-      RuntimeError);
+  EXPECT_THAT([&] { Tracker clash(o); },
+              ::testing::ThrowsMessage<RuntimeError>(
+                  ::testing::AllOf(HasSubstr(fmt::format("cannot bind to any port in [{}, {})",
+                                                         first.port(), first.port() + 1)),
+                                   HasSubstr("127.0.0.1"))));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -60,10 +60,13 @@ std::unique_ptr<Connection> Connection::connect(const std::string& host, int por
   if (!done) {
     throw ConnectionError(
         fmt::format("cannot connect to {}:{}: no answer within {} ms", host, port, timeout.count()),
-        true);
+        ConnectionError::Kind::kTimedOut);
   }
   if (result) {
-    throw ConnectionError(fmt::format("cannot connect to {}:{}: {}", host, port, result.message()));
+    throw ConnectionError(fmt::format("cannot connect to {}:{}: {}", host, port, result.message()),
+                          result == asio::error::connection_refused
+                              ? ConnectionError::Kind::kRefused
+                              : ConnectionError::Kind::kFailed);
   }
   return std::make_unique<Connection>(std::move(socket), fmt::format("{}:{}", host, port));
 }
@@ -78,6 +81,7 @@ void Connection::set_timeouts(std::chrono::milliseconds receive, std::chrono::mi
   ::setsockopt(fd(), SOL_SOCKET, SO_RCVTIMEO, &rtv, sizeof(rtv));
   ::setsockopt(fd(), SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof(stv));
   receive_timeout_ = receive;
+  send_timeout_ = send;
 }
 
 void Connection::fail_io(const char* op, const char* what, int err, bool eof) {
@@ -85,12 +89,16 @@ void Connection::fail_io(const char* op, const char* what, int err, bool eof) {
     throw ConnectionError(
         fmt::format("{} closed the connection while {} {}", peer_,
                     std::strcmp(op, "send") == 0 ? "sending" : "waiting for", what),
-        false, true);
+        ConnectionError::Kind::kClosed);
   }
   if (err == EAGAIN || err == EWOULDBLOCK) {
-    throw ConnectionError(fmt::format("{} sent nothing for {} ms while we waited for {}", peer_,
-                                      receive_timeout_.count(), what),
-                          true);
+    const bool sending = std::strcmp(op, "send") == 0;
+    throw ConnectionError(sending
+                              ? fmt::format("{} took no data for {} ms while we were sending {}",
+                                            peer_, send_timeout_.count(), what)
+                              : fmt::format("{} sent nothing for {} ms while we waited for {}",
+                                            peer_, receive_timeout_.count(), what),
+                          ConnectionError::Kind::kTimedOut);
   }
   throw ConnectionError(
       fmt::format("{} to {} failed while {}: {}", op, peer_, what, std::strerror(err)));

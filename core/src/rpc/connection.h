@@ -23,14 +23,20 @@ namespace kiln::rpc {
 // The connection failed, closed or timed out; the session cannot continue.
 class ConnectionError : public RuntimeError {
  public:
-  ConnectionError(const std::string& message, bool timed_out = false, bool closed = false)
-      : RuntimeError(message), timed_out_(timed_out), closed_(closed) {}
-  bool timed_out() const { return timed_out_; }
-  bool closed() const { return closed_; }  // orderly close or reset by the peer
+  enum class Kind {
+    kFailed,    // any other failure
+    kTimedOut,  // no answer within the time limit
+    kClosed,    // orderly close or reset by the peer
+    kRefused,   // nothing listens at the address (connect)
+  };
+  explicit ConnectionError(const std::string& message, Kind kind = Kind::kFailed)
+      : RuntimeError(message), kind_(kind) {}
+  bool timed_out() const { return kind_ == Kind::kTimedOut; }
+  bool closed() const { return kind_ == Kind::kClosed; }
+  bool refused() const { return kind_ == Kind::kRefused; }
 
  private:
-  bool timed_out_;
-  bool closed_;
+  Kind kind_;
 };
 
 class Connection {
@@ -90,6 +96,7 @@ class Connection {
   size_t begin_ = 0;
   size_t end_ = 0;
   std::chrono::milliseconds receive_timeout_{0};
+  std::chrono::milliseconds send_timeout_{0};
 };
 
 }  // namespace kiln::rpc

@@ -17,6 +17,7 @@
 #include "kiln/rpc/tracker.h"
 #include "kiln/runtime.h"
 #include "rpc/handshake.h"
+#include "rpc/listen.h"
 #include "rpc/session_server.h"
 
 namespace kiln::rpc {
@@ -90,29 +91,6 @@ struct Server::Impl {
   std::thread io_thread;
   std::thread housekeeping_thread;
   std::thread registration_thread;
-
-  void bind() {
-    const auto address = asio::ip::make_address(options.host);
-    const int first = options.port;
-    const int last = options.port_end > options.port ? options.port_end : options.port + 1;
-    std::string last_error;
-    for (int p = first; p < last; ++p) {
-      boost::system::error_code ec;
-      tcp::acceptor a(io);
-      a.open(address.is_v6() ? tcp::v6() : tcp::v4(), ec);
-      if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
-      if (!ec) a.bind(tcp::endpoint(address, static_cast<unsigned short>(p)), ec);
-      if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-      if (!ec) {
-        acceptor = std::move(a);
-        port = acceptor.local_endpoint().port();
-        return;
-      }
-      last_error = ec.message();
-    }
-    throw RuntimeError(fmt::format("cannot bind to any port in [{}, {}) on {}: {}", first, last,
-                                   options.host, last_error));
-  }
 
   void accept() {
     acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
@@ -380,7 +358,8 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
     throw ValueError(fmt::format("key '{}' contains whitespace", s.options.key));
   }
   register_diagnostic_functions();
-  s.bind();
+  s.port =
+      listen_on_first_free_port(s.acceptor, s.options.host, s.options.port, s.options.port_end);
   if (s.options.work_dir.empty()) {
     s.work_dir = fs::temp_directory_path() / fmt::format("kiln-rpc-{}-{}", getpid(), s.port);
     s.own_work_dir = true;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "kiln/error.h"
 #include "kiln/logging.h"
 #include "kiln/rpc/tracker.h"
+#include "rpc/listen.h"
 #include "rpc/tracker_wire.h"
 
 namespace kiln::rpc {
@@ -36,7 +38,6 @@ constexpr size_t kMaxFreeValuesPerConnection = 1024;  // PUT values not yet hand
 constexpr size_t kMaxRequestsPerConnection = 1024;    // REQUESTs waiting
 constexpr size_t kMaxInfoBytes = 64 * 1024;           // UPDATE_INFO, merged, as JSON text
 constexpr size_t kMaxQueuedReplyBytes = 64 << 20;     // replies the peer has not read yet
-constexpr size_t kMaxFreeValues = 65536;              // over all connections
 constexpr size_t kMaxKeys = 16384;                    // schedulers (empty ones are dropped)
 constexpr double kMaxWaitSeconds = 30.0 * 24 * 3600;
 constexpr size_t kReadChunkBytes = 64 * 1024;
@@ -148,6 +149,9 @@ struct Tracker::Impl {
   uint64_t next_connection_id = 0;
   uint64_t next_request_seq = 0;
   size_t total_free_values = 0;
+  // Free values whose connection left without sending UPDATE_INFO (they stay, as in TVM),
+  // oldest first: the first to go when the tracker is full.
+  std::deque<std::weak_ptr<Value>> orphans;
 
   void bind();
   void run();
@@ -178,6 +182,8 @@ struct Tracker::Impl {
 
   void on_put(const std::shared_ptr<Connection>& c, const Json& msg);
   void on_request(const std::shared_ptr<Connection>& c, const Json& msg);
+  // Takes a free value out of its queue for good.
+  void drop_free_value(const std::shared_ptr<Value>& v);
   void on_update_info(const std::shared_ptr<Connection>& c, const Json& msg);
 
   // Runs `f`; an exception closes `c` with a warning instead of leaving the io thread.
@@ -198,45 +204,10 @@ struct BadMessage : std::runtime_error {
 }  // namespace
 
 void Tracker::Impl::bind() {
-  boost::system::error_code ec;
-  asio::ip::address address = asio::ip::make_address(options.host, ec);
-  if (ec) {
-    tcp::resolver resolver(io);
-    auto results = resolver.resolve(options.host, "", tcp::resolver::passive, ec);
-    if (ec || results.empty()) {
-      throw RuntimeError(fmt::format("tracker: cannot resolve host '{}': {}", options.host,
-                                     ec ? ec.message() : "no address"));
-    }
-    address = results.begin()->endpoint().address();
+  if (options.port < 0 || options.port > 65535) {
+    throw RuntimeError(fmt::format("tracker: port {} is out of range", options.port));
   }
-  std::vector<int> ports;
-  const int first = options.port;
-  const int end = options.port_end > first ? options.port_end : first + 1;
-  if (first < 0 || first > 65535) {
-    throw RuntimeError(fmt::format("tracker: port {} is out of range", first));
-  }
-  for (int p = first; p < end && p <= 65535; ++p) ports.push_back(p);
-  std::string last_error = "no port to try";
-  for (const int p : ports) {
-    const tcp::endpoint endpoint(address, static_cast<uint16_t>(p));
-    acceptor.open(endpoint.protocol(), ec);
-    if (ec) {
-      last_error = ec.message();
-      continue;
-    }
-    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-    acceptor.bind(endpoint, ec);
-    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (!ec) {
-      port = acceptor.local_endpoint().port();
-      return;
-    }
-    last_error = ec.message();
-    boost::system::error_code ignored;
-    acceptor.close(ignored);
-  }
-  throw RuntimeError(fmt::format("cannot bind to any port in [{}, {}) on {}: {}", first, end,
-                                 options.host, last_error));
+  port = listen_on_first_free_port(acceptor, options.host, options.port, options.port_end);
 }
 
 void Tracker::Impl::run() {
@@ -428,22 +399,30 @@ void Tracker::Impl::close(const std::shared_ptr<Connection>& c, LogLevel level,
   c->requests.clear();
   for (auto& [seq, r] : requests) remove_request(r);
   // A server's resources leave with it (TVM: only connections that sent UPDATE_INFO).
-  if (c->is_server()) {
-    for (const auto& v : c->free_values) {
-      v->dead = true;
-      for (const std::string& key : {tracker_wire::matchkey_prefix(v->matchkey), v->key}) {
-        if (Scheduler* s = find_scheduler(key)) {
-          auto it = std::find(s->values.begin(), s->values.end(), v);
-          if (it != s->values.end()) {
-            s->values.erase(it);
-            --total_free_values;
-          }
-        }
-      }
+  for (const auto& v : c->free_values) {
+    if (c->is_server()) {
+      drop_free_value(v);
+    } else {
+      orphans.push_back(v);
     }
-    c->free_values.clear();
+  }
+  c->free_values.clear();
+  if (orphans.size() > options.max_free_values) {
+    // Handed out since: at most max_free_values of them are still free.
+    std::erase_if(orphans, [](const std::weak_ptr<Value>& w) { return w.expired(); });
   }
   if (c->stop_after_flush) post_stop();
+}
+
+void Tracker::Impl::drop_free_value(const std::shared_ptr<Value>& v) {
+  v->dead = true;
+  if (Scheduler* s = find_scheduler(v->key)) {  // the queue it was PUT in
+    auto it = std::find(s->values.begin(), s->values.end(), v);
+    if (it != s->values.end()) {
+      s->values.erase(it);
+      --total_free_values;
+    }
+  }
 }
 
 Scheduler* Tracker::Impl::find_scheduler(const std::string& key) {
@@ -572,7 +551,15 @@ void Tracker::Impl::on_put(const std::shared_ptr<Connection>& c, const Json& msg
     throw BadMessage(
         fmt::format("more than {} free values from one connection", kMaxFreeValuesPerConnection));
   }
-  if (total_free_values >= kMaxFreeValues) {
+  while (total_free_values >= options.max_free_values && !orphans.empty()) {
+    const std::shared_ptr<Value> orphan = orphans.front().lock();
+    orphans.pop_front();
+    if (orphan && !orphan->dead) {
+      debug(fmt::format("the tracker is full: dropping {}, whose server left", orphan->matchkey));
+      drop_free_value(orphan);
+    }
+  }
+  if (total_free_values >= options.max_free_values) {
     throw BadMessage(fmt::format("the tracker already holds {} free values", total_free_values));
   }
   auto v = std::make_shared<Value>();
@@ -701,11 +688,9 @@ void Tracker::Impl::handle(const std::shared_ptr<Connection>& c, const std::stri
         return;
       case static_cast<int64_t>(TrackerCode::kGetPendingMatchkeys): {
         Json keys = Json::array();
-        std::vector<std::string> seen;
+        std::set<std::string> seen;
         for (const auto& v : c->free_values) {
-          if (std::find(seen.begin(), seen.end(), v->matchkey) != seen.end()) continue;
-          seen.push_back(v->matchkey);
-          keys.push_back(v->matchkey);
+          if (seen.insert(v->matchkey).second) keys.push_back(v->matchkey);
         }
         reply(c, keys);
         return;

@@ -1,18 +1,11 @@
 // The tracker's clients: TrackerSession (users, `kiln query`) and TrackerRegistration (RPC
-// servers). Blocking sockets whose every read and write is bounded by SO_RCVTIMEO /
-// SO_SNDTIMEO, except an unbounded REQUEST (TVM's semantics without a wait bound).
+// servers). Blocking Connections whose every read and write is bounded, except an unbounded
+// REQUEST (TVM's semantics without a wait bound).
 // TrackerSession::request() lives with the client sessions (rpc_config.cc).
 #include <fmt/format.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 
 #include <algorithm>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <cerrno>
-#include <cstring>
+#include <charconv>
 #include <mutex>
 #include <random>
 #include <set>
@@ -21,14 +14,13 @@
 #include "kiln/error.h"
 #include "kiln/logging.h"
 #include "kiln/rpc/tracker.h"
+#include "rpc/connection.h"
 #include "rpc/tracker_wire.h"
 
 namespace kiln::rpc {
 
 namespace {
 
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using tracker_wire::dumps;
@@ -37,112 +29,76 @@ using tracker_wire::Json;
 // Replies may be larger than what the tracker accepts (a SUMMARY of a large farm).
 constexpr int32_t kMaxReplyBytes = 16 * kMaxTrackerMessageBytes;
 
-// A failed connect, read or write.
-struct WireError : RuntimeError {
-  WireError(const std::string& message, bool timed_out = false, bool refused = false)
-      : RuntimeError(message), timed_out(timed_out), refused(refused) {}
-  bool timed_out;
-  bool refused;
-};
-
-timeval to_timeval(milliseconds ms) {
-  if (ms.count() <= 0) return timeval{0, 0};
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-  return tv;
-}
-
 milliseconds remaining(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
   return std::max(left, milliseconds(1));
 }
 
-// A connected TCP socket speaking the tracker protocol.
-class WireSocket {
+// A server's port as trackers send it: a number, or a string of one (TVM's C++ server).
+std::optional<int> port_of(const Json& value) {
+  if (value.is_number_integer()) return value.get<int>();
+  if (!value.is_string()) return std::nullopt;
+  const std::string text = value.get<std::string>();
+  int port = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return port;
+}
+
+// A connection speaking the tracker protocol: the magic, then int32-length-prefixed JSON.
+// I/O failures, malformed replies included, are ConnectionErrors: the connection is done.
+class TrackerConnection {
  public:
   // Resolves and connects within `timeout`.
-  static std::unique_ptr<WireSocket> connect(const std::string& host, int port,
-                                             milliseconds timeout) {
-    auto s = std::unique_ptr<WireSocket>(new WireSocket(host, port));
-    boost::system::error_code result = asio::error::timed_out;
-    bool done = false;
-    tcp::resolver resolver(s->io_);
-    resolver.async_resolve(
-        host, std::to_string(port),
-        [&](const boost::system::error_code& ec, tcp::resolver::results_type results) {
-          if (ec) {
-            result = ec;
-            done = true;
-            return;
-          }
-          asio::async_connect(s->socket_, results,
-                              [&](const boost::system::error_code& ec2, const tcp::endpoint&) {
-                                result = ec2;
-                                done = true;
-                              });
-        });
-    s->io_.run_for(timeout);
-    if (!done) {
-      throw WireError(fmt::format("cannot connect to {}:{}: no answer within {} ms", host, port,
-                                  timeout.count()),
-                      true);
-    }
-    if (result) {
-      throw WireError(fmt::format("cannot connect to {}:{}: {}", host, port, result.message()),
-                      false, result == asio::error::connection_refused);
-    }
-    boost::system::error_code ec;
-    s->socket_.non_blocking(false, ec);
-    s->socket_.set_option(tcp::no_delay(true), ec);
-    return s;
+  static std::unique_ptr<TrackerConnection> connect(const std::string& host, int port,
+                                                    milliseconds timeout) {
+    return std::make_unique<TrackerConnection>(Connection::connect(host, port, timeout));
   }
+  explicit TrackerConnection(std::unique_ptr<Connection> conn) : conn_(std::move(conn)) {}
 
-  ~WireSocket() {
-    boost::system::error_code ec;
-    socket_.close(ec);
-  }
-
-  const std::string& peer() const { return peer_; }
+  const std::string& peer() const { return conn_->peer(); }
 
   // Sends the magic and checks the answer.
   void handshake(milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    send_all(tracker_wire::encode_int32(kTrackerMagic), deadline);
-    unsigned char magic[4];
+    conn_->set_timeouts(timeout, timeout);
+    const std::string magic = tracker_wire::encode_int32(kTrackerMagic);
+    conn_->write_all(magic.data(), magic.size());
+    unsigned char answer[4];
     try {
-      recv_exact(magic, 4, deadline);
-    } catch (const WireError& e) {
-      throw RuntimeError(fmt::format(
-          "{} is not an RPC tracker: {}", peer_,
-          e.timed_out ? fmt::format("no answer to the magic within {} ms", timeout.count())
-                      : std::string(e.what())));
+      conn_->read_exact(answer, 4, "the tracker's magic");
+    } catch (const ConnectionError& e) {
+      throw RuntimeError(fmt::format("{} is not an RPC tracker: {}", peer(), e.what()));
     }
-    if (tracker_wire::decode_int32(magic) != kTrackerMagic) {
-      throw RuntimeError(fmt::format("{} is not an RPC tracker", peer_));
+    if (tracker_wire::decode_int32(answer) != kTrackerMagic) {
+      throw RuntimeError(fmt::format("{} is not an RPC tracker", peer()));
     }
   }
 
   void send_json(const Json& value, milliseconds timeout) {
-    send_all(tracker_wire::frame(dumps(value)), Clock::now() + timeout);
+    const std::string bytes = tracker_wire::frame(dumps(value));
+    conn_->set_timeouts(timeout, timeout);
+    conn_->write_all(bytes.data(), bytes.size());
   }
 
   // Reads one message; `timeout` nullopt waits without bound.
   Json recv_json(std::optional<milliseconds> timeout) {
     std::optional<Clock::time_point> deadline;
     if (timeout) deadline = Clock::now() + *timeout;
+    const auto bound = [&] { return deadline ? remaining(*deadline) : milliseconds(0); };
+    conn_->set_timeouts(bound(), bound());
     unsigned char header[4];
-    recv_exact(header, 4, deadline);
+    conn_->read_exact(header, 4, "a tracker reply");
     const int32_t size = tracker_wire::decode_int32(header);
     if (size <= 0 || size > kMaxReplyBytes) {
-      throw WireError(fmt::format("{} sent a message of {} bytes (must be in [1, {}])", peer_, size,
-                                  kMaxReplyBytes));
+      throw ConnectionError(fmt::format("{} sent a message of {} bytes (must be in [1, {}])",
+                                        peer(), size, kMaxReplyBytes));
     }
     std::string text(static_cast<size_t>(size), '\0');
-    recv_exact(text.data(), text.size(), deadline);
+    conn_->set_timeouts(bound(), bound());
+    conn_->read_exact(text.data(), text.size(), "a tracker reply");
     Json value = Json::parse(text, nullptr, false);
     if (value.is_discarded()) {
-      throw WireError(fmt::format("{} sent malformed JSON: {}", peer_, text.substr(0, 200)));
+      throw ConnectionError(fmt::format("{} sent malformed JSON: {}", peer(), text.substr(0, 200)));
     }
     return value;
   }
@@ -153,51 +109,7 @@ class WireSocket {
   }
 
  private:
-  WireSocket(const std::string& host, int port)
-      : socket_(io_), peer_(fmt::format("{}:{}", host, port)) {}
-
-  int fd() { return socket_.native_handle(); }
-
-  void send_all(const std::string& bytes, Clock::time_point deadline) {
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const timeval tv = to_timeval(remaining(deadline));
-      ::setsockopt(fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-      const ssize_t n = ::send(fd(), bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          throw WireError(fmt::format("sending to {} timed out", peer_), true);
-        }
-        throw WireError(fmt::format("sending to {} failed: {}", peer_, std::strerror(errno)));
-      }
-      done += static_cast<size_t>(n);
-    }
-  }
-
-  void recv_exact(void* dst, size_t n, std::optional<Clock::time_point> deadline) {
-    auto* out = static_cast<char*>(dst);
-    size_t done = 0;
-    while (done < n) {
-      const timeval tv = deadline ? to_timeval(remaining(*deadline)) : timeval{0, 0};
-      ::setsockopt(fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-      const ssize_t got = ::recv(fd(), out + done, n - done, 0);
-      if (got == 0) throw WireError(fmt::format("{} closed the connection", peer_));
-      if (got < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          if (deadline && Clock::now() < *deadline) continue;
-          throw WireError(fmt::format("{} did not answer in time", peer_), true);
-        }
-        throw WireError(fmt::format("receiving from {} failed: {}", peer_, std::strerror(errno)));
-      }
-      done += static_cast<size_t>(got);
-    }
-  }
-
-  asio::io_context io_;
-  tcp::socket socket_;
-  std::string peer_;
+  std::unique_ptr<Connection> conn_;
 };
 
 }  // namespace
@@ -209,7 +121,7 @@ struct TrackerSession::Impl {
   std::string host;
   int port = 0;
   milliseconds connect_timeout{10000};
-  std::unique_ptr<WireSocket> socket;
+  std::unique_ptr<TrackerConnection> socket;
 
   milliseconds io_timeout() const { return std::max(connect_timeout, milliseconds(5000)); }
 
@@ -218,18 +130,19 @@ struct TrackerSession::Impl {
     std::string last_error;
     while (true) {
       try {
-        auto s = WireSocket::connect(host, port, remaining(deadline));
+        auto s = TrackerConnection::connect(host, port, remaining(deadline));
         s->handshake(std::max(remaining(deadline), milliseconds(1000)));
         socket = std::move(s);
         return;
-      } catch (const WireError& e) {
+      } catch (const ConnectionError& e) {
         last_error = e.what();
-        if (!e.refused || Clock::now() + milliseconds(500) >= deadline) break;
+        if (!e.refused() || Clock::now() + milliseconds(500) >= deadline) break;
       }
       std::this_thread::sleep_for(milliseconds(500));
     }
-    throw RuntimeError(fmt::format("cannot connect to the tracker at {}:{} within {} ms: {}", host,
-                                   port, connect_timeout.count(), last_error));
+    // `last_error` names host:port.
+    throw RuntimeError(
+        fmt::format("no tracker answered within {} ms: {}", connect_timeout.count(), last_error));
   }
 
   // One exchange; a failure closes the connection (the next call connects again).
@@ -237,9 +150,9 @@ struct TrackerSession::Impl {
     if (!socket) connect();
     try {
       return socket->call(message, io_timeout());
-    } catch (const WireError& e) {
+    } catch (const ConnectionError& e) {
       socket.reset();
-      throw RuntimeError(fmt::format("tracker {}:{}: {}", host, port, e.what()));
+      throw RuntimeError(fmt::format("the tracker connection failed: {}", e.what()));
     }
   }
 
@@ -298,17 +211,7 @@ TrackerSummary TrackerSession::summary() {
         if (item.contains("addr") && item["addr"].is_array()) {
           const Json& addr = item["addr"];
           if (!addr.empty()) s.host = tracker_wire::python_str(addr[0]);
-          if (addr.size() > 1) {
-            if (addr[1].is_number()) {
-              s.port = static_cast<int>(number(addr[1]));
-            } else if (addr[1].is_string()) {
-              try {
-                s.port = std::stoi(addr[1].get<std::string>());  // TVM's C++ server
-              } catch (const std::exception&) {
-                s.port = 0;
-              }
-            }
-          }
+          if (addr.size() > 1) s.port = port_of(addr[1]).value_or(0);
         }
       }
       out.servers.push_back(std::move(s));
@@ -333,15 +236,15 @@ ServerAddress TrackerSession::request_server(const std::string& key, int priorit
     std::optional<milliseconds> bound;
     if (wait) bound = std::max(*wait, milliseconds(0)) + milliseconds(5000);
     reply = impl_->socket->recv_json(bound);
-  } catch (const WireError& e) {
+  } catch (const ConnectionError& e) {
     impl_->socket.reset();  // the request may still be queued: drop it with the connection
-    if (e.timed_out && wait) {
+    if (e.timed_out() && wait) {
       throw NotFoundError(fmt::format(
           "no free server with key '{}' within {:g} s (the tracker at {}:{} did not answer; a "
           "tracker without Kiln's wait bound, such as TVM's, keeps requests waiting)",
           key, wait_s, impl_->host, impl_->port));
     }
-    throw RuntimeError(fmt::format("tracker {}:{}: {}", impl_->host, impl_->port, e.what()));
+    throw RuntimeError(fmt::format("the tracker connection failed: {}", e.what()));
   }
   if (reply.is_array() && reply.size() == 2 && reply[0] == static_cast<int>(TrackerCode::kFail) &&
       reply[1].is_string()) {
@@ -354,17 +257,9 @@ ServerAddress TrackerSession::request_server(const std::string& key, int priorit
   ServerAddress out;
   const Json& v = reply[1];
   out.host = tracker_wire::python_str(v[0]);
-  if (v[1].is_number_integer()) {
-    out.port = v[1].get<int>();
-  } else if (v[1].is_string()) {
-    try {
-      out.port = std::stoi(v[1].get<std::string>());
-    } catch (const std::exception&) {
-      throw RuntimeError("Invalid return value " + dumps(reply));
-    }
-  } else {
-    throw RuntimeError("Invalid return value " + dumps(reply));
-  }
+  const std::optional<int> port = port_of(v[1]);
+  if (!port) throw RuntimeError("Invalid return value " + dumps(reply));
+  out.port = *port;
   out.matchkey = v[2].get<std::string>();
   return out;
 }
@@ -404,7 +299,7 @@ struct TrackerRegistration::Impl {
   bool connected = false;
 
   std::mutex io_mu;  // one maintain() at a time; guards everything below
-  std::unique_ptr<WireSocket> socket;
+  std::unique_ptr<TrackerConnection> socket;
   std::optional<Clock::time_point> last_attempt;
   Clock::time_point last_ping;
   bool reported_unreachable = false;
@@ -430,7 +325,7 @@ struct TrackerRegistration::Impl {
     if (last_attempt && now - *last_attempt < o.reconnect_period) return false;
     last_attempt = now;
     try {
-      auto s = WireSocket::connect(o.tracker_host, o.tracker_port, o.io_timeout);
+      auto s = TrackerConnection::connect(o.tracker_host, o.tracker_port, o.io_timeout);
       s->handshake(o.io_timeout);
       Json info = Json::object();
       info["key"] = "server:" + o.key;

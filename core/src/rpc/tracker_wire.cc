@@ -69,11 +69,8 @@ std::string python_str(const Json& value) {
   return dumps(value);
 }
 
-std::string matchkey_prefix(const std::string& matchkey) {
-  const auto pos = matchkey.rfind(':');
-  return pos == std::string::npos ? matchkey : matchkey.substr(0, pos);
-}
-
+namespace {
+// The number of code points of UTF-8 text (what Python's len() counts).
 size_t utf8_length(const std::string& text) {
   size_t n = 0;
   for (const char c : text) {
@@ -82,7 +79,6 @@ size_t utf8_length(const std::string& text) {
   return n;
 }
 
-namespace {
 // Python's f"{s:<{width}}" (the width counts code points).
 std::string pad_right(const std::string& s, size_t width) {
   const size_t n = utf8_length(s);

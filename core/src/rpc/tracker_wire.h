@@ -27,16 +27,9 @@ std::string frame(const std::string& text);
 // are, null as None, booleans as True/False.
 std::string python_str(const Json& value);
 
-// The rpc key of a match key "<key>:<random>": the text before the last ':' (the whole text
-// when there is none), as TVM's split_random_key.
-std::string matchkey_prefix(const std::string& matchkey);
-
 // TrackerSession::text_summary() from SUMMARY's second element. Throws RuntimeError when
 // the data lacks queue_info or server_info.
 std::string text_summary(const Json& data);
-
-// The number of code points of UTF-8 text (what Python's len() counts).
-size_t utf8_length(const std::string& text);
 
 }  // namespace kiln::rpc::tracker_wire
 

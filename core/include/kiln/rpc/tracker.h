@@ -42,6 +42,10 @@ struct TrackerOptions {
       9199;  // binds the first free port in [port, port_end); port_end <= port: only port
   // The key that STOP must carry; empty: a random one (see Tracker::stop_key()).
   std::string stop_key;
+  // Free servers held in all. At the bound, free servers that outlived their connection (PUT
+  // without UPDATE_INFO) are dropped oldest first; a PUT that still finds no room closes its
+  // connection.
+  size_t max_free_values = 65536;
 };
 
 // A tracker serving on its own thread. Thread-safe.
@@ -125,7 +129,7 @@ class TrackerSession {
                                std::optional<std::chrono::milliseconds> wait = std::nullopt);
   // request_server + rpc::connect with the granted match key, up to `max_retry` attempts
   // (RuntimeError("Cannot request <key> after <n> retry, last_error:<e>")).
-  // `session_timeout_s` 0 means unlimited. Implemented in the client (session.cc).
+  // `session_timeout_s` 0 means unlimited. Implemented beside RPCConfig (rpc_config.cc).
   RPCSession request(const std::string& key, int priority = 1, double session_timeout_s = 0,
                      int max_retry = 5,
                      std::optional<std::chrono::milliseconds> wait = std::nullopt,
