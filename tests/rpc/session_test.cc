@@ -79,6 +79,18 @@ TEST(RpcSession, EchoesValuesAndCallsGlobals) {
   EXPECT_EQ(echo(echo).cast<Function>()(int64_t{3}).cast<int64_t>(), 3);
 }
 
+TEST(RpcSession, ServesOnAHostName) {
+  ServerOptions options = loopback();
+  options.host = "localhost";
+  Server server(options);
+  RPCSession s = connect("localhost", server.port(), "test");
+  EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
+  options.host = "no-such-host.invalid";
+  EXPECT_THAT([&] { Server unresolvable(options); },
+              ::testing::ThrowsMessage<RuntimeError>(
+                  HasSubstr("cannot resolve host 'no-such-host.invalid'")));
+}
+
 TEST(RpcSession, DeviceQueries) {
   Server server(loopback());
   RPCSession s = connect("127.0.0.1", server.port(), "test");

@@ -7,9 +7,9 @@
 
 namespace kiln::rpc {
 
-// Opens `acceptor` listening on `host` (an address, or a name resolved to its first address)
-// at the first port of [first, end) that binds; `end <= first` tries `first` only, and 0 asks
-// for an ephemeral port. Returns the port bound. Throws RuntimeError "cannot resolve host
+// Opens `acceptor` listening on `host` (an address, or a name: the first of its addresses that
+// binds) at the first port of [first, end) that binds; `end <= first` tries `first` only, and 0
+// asks for an ephemeral port. Returns the port bound. Throws RuntimeError "cannot resolve host
 // '<host>': ..." or "cannot bind to any port in [<first>, <end>) on <host>: <last error>".
 int listen_on_first_free_port(boost::asio::ip::tcp::acceptor& acceptor, const std::string& host,
                               int first, int end);

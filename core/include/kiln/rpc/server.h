@@ -17,7 +17,7 @@ class Runtime;
 namespace kiln::rpc {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";          // loopback unless asked otherwise
+  std::string host = "127.0.0.1";          // address or name; loopback unless asked otherwise
   int port = 9090;                         // 0: an ephemeral port
   int port_end = 9199;                     // binds the first free port in [port, port_end)
   std::string key;                         // the key clients (and the tracker) know this server by
@@ -43,7 +43,8 @@ struct ServerOptions {
 class Server {
  public:
   // Binds and starts serving on background threads. Throws ValueError for bad options and
-  // RuntimeError("cannot bind to any port in [p, e) on <host>: ...").
+  // RuntimeError("cannot resolve host '<host>': ..." or "cannot bind to any port in [p, e)
+  // on <host>: ...").
   explicit Server(ServerOptions options);
   // Stops: closes the listener, ends every session and removes its files.
   ~Server();
