@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "example_args.h"
 #include "kiln/kiln.h"
 #include "pocl_env.h"
 #include "rpc/rpc_test_util.h"
@@ -68,14 +69,9 @@ TEST(RpcOpenCL, RpcRunRunsAnOpenCLModuleOnTheServersDevice) {
   }
   Module m = load_module(kKernels + "/opencl/vector_add.cl");
   const int64_t n = 4096;
-  Tensor a = Tensor::empty({n}, DataType::Float(32));
-  Tensor b = Tensor::empty({n}, DataType::Float(32));
-  Tensor out = Tensor::empty({n}, DataType::Float(32));
-  for (int64_t i = 0; i < n; ++i) {
-    a.host_span<float>()[i] = static_cast<float>(i);
-    b.host_span<float>()[i] = 4.0f;
-    out.host_span<float>()[i] = 0.0f;
-  }
+  // The OpenCL kernel's launch geometry follows the arguments: n, work groups, group size.
+  std::vector<Any> args = kiln::test::vector_add_args(n);
+  args.insert(args.end(), {Any(n), Any(n / 256), Any(int64_t{256})});
   RPCConfig c;
   c.tracker_host = "127.0.0.1";
   c.tracker_port = tracker.port();
@@ -83,11 +79,10 @@ TEST(RpcOpenCL, RpcRunRunsAnOpenCLModuleOnTheServersDevice) {
   c.request_wait_sec = 10;
   testing::RunHooks hooks;
   hooks.function = "vector_add";  // device code modules have no entry function
-  testing::RunResult r =
-      testing::rpc_run(m, "opencl", {a, b, out, 0.5, n, n / 256, int64_t{256}},
-                       EvaluatorConfig{2, 2, 0, false}, c, std::string("tar"), std::nullopt, hooks);
+  testing::RunResult r = testing::rpc_run(m, "opencl", args, EvaluatorConfig{2, 2, 0, false}, c,
+                                          std::string("tar"), std::nullopt, hooks);
   Tensor got = r.outputs[2].cast<Tensor>();
-  for (int64_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(got.host_span<float>()[i], i + 2.0f) << i;
+  for (int64_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(got.host_span<float>()[i], i + 0.5f) << i;
   EXPECT_EQ(r.profile.results().size(), 2u);
   EXPECT_EQ(r.profile.timer, "device") << "the server's OpenCL event timer measured";
   EXPECT_TRUE(

@@ -17,9 +17,7 @@
 #include "kiln/rpc/server.h"
 #include "kiln/rpc/session.h"
 #include "kiln/rpc/tracker.h"
-#include "rpc/connection.h"
-#include "rpc/handshake.h"
-#include "rpc/protocol.h"
+#include "rpc/raw_session.h"
 #include "rpc/rpc_test_util.h"
 #include "test_util.h"
 
@@ -306,19 +304,9 @@ TEST(RpcFaults, ClientGoneMidUploadFreesTheSessionAndTheServerRegistersAgain) {
   const ServerAddress address =
       connect_tracker("127.0.0.1", tracker.port()).request_server("up", 1, 10s);
   {
-    auto conn = Connection::connect(address.host, address.port, 5s);
-    conn->set_timeouts(5s, 5s);
-    ConnectOptions options;
-    options.key = address.matchkey;
-    handshake::client(*conn, options);
+    auto conn = test::raw_session(address.host, address.port, address.matchkey);
     ASSERT_TRUE(wait_until([&] { return s.active_sessions() == 1; }, 5s));
-    std::vector<uint8_t> body;
-    wire::Writer w(body);
-    w.str("big.bin");
-    w.u64(256 << 20);
-    conn->write_frame_start(wire::Code::kUpload, body, 256 << 20);
-    std::vector<uint8_t> some(4 << 20, 1);
-    conn->write_all(some.data(), some.size());
+    test::start_upload(*conn, 256 << 20, 4 << 20);
   }  // the client vanishes mid-upload
   EXPECT_TRUE(wait_until([&] { return s.active_sessions() == 0; }, 5s));
   EXPECT_TRUE(wait_until([&] { return fs::is_empty(s.work_dir()); }, 5s));

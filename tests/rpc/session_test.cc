@@ -17,6 +17,7 @@
 #include "rpc/connection.h"
 #include "rpc/handshake.h"
 #include "rpc/protocol.h"
+#include "rpc/raw_session.h"
 #include "rpc/rpc_test_util.h"
 
 namespace kiln::rpc {
@@ -312,12 +313,7 @@ TEST(RpcSession, TheServersTimeoutCapsTheClients) {
 // ---- hostile and broken peers ----
 
 std::unique_ptr<Connection> raw_session(int port, const std::string& key = "test") {
-  auto conn = Connection::connect("127.0.0.1", port, 5s);
-  conn->set_timeouts(5s, 5s);
-  ConnectOptions o;
-  o.key = key;
-  handshake::client(*conn, o);
-  return conn;
+  return test::raw_session("127.0.0.1", port, key);
 }
 
 // Whether the server closed `conn` (reads EOF or reset within 5 s).
@@ -432,13 +428,7 @@ TEST(RpcServerFaults, ClientVanishingMidUploadFreesTheSession) {
   Server server(loopback());
   auto conn = raw_session(server.port());
   ASSERT_TRUE(kiln::test::wait_until([&] { return server.active_sessions() == 1; }, 5s));
-  std::vector<uint8_t> body;
-  wire::Writer w(body);
-  w.str("big.bin");
-  w.u64(64 << 20);
-  conn->write_frame_start(wire::Code::kUpload, body, 64 << 20);
-  std::vector<uint8_t> some(1 << 20, 7);
-  conn->write_all(some.data(), some.size());
+  test::start_upload(*conn, 64 << 20, 1 << 20);
   conn.reset();  // gone mid-upload
   EXPECT_TRUE(kiln::test::wait_until([&] { return server.active_sessions() == 0; }, 5s));
   EXPECT_TRUE(kiln::test::wait_until([&] { return fs::is_empty(server.work_dir()); }, 5s))
