@@ -52,15 +52,16 @@ constexpr uint64_t kStagingBytes = 4ull << 20;
 // One server-side object a client holds a handle to.
 struct Entry {
   enum class Kind { kBuffer, kFunction, kModule, kObject } kind = Kind::kObject;
-  Tensor buffer;  // keeps the memory alive
+  Tensor buffer{};  // kBuffer: keeps the memory alive
+  Function function{};
+  Module module{};
+  Any object{};
+  uint64_t allocated = 0;  // bytes counted against the session's memory limit (Alloc only)
+
   // The memory of a buffer: its base address (as the backend allocated it), size and device.
   void* base() const { return buffer.dl()->data; }
   uint64_t size() const { return buffer.dl()->byte_offset + buffer.nbytes(); }
   Device device() const { return buffer.device(); }
-  Function function;
-  Module module;
-  Any object;
-  uint64_t allocated = 0;  // bytes counted against the session's memory limit (Alloc only)
 };
 
 class SessionServer {
@@ -283,12 +284,7 @@ class SessionServer {
     return h;
   }
 
-  uint64_t add_buffer(const Tensor& t) {
-    Entry e;
-    e.kind = Entry::Kind::kBuffer;
-    e.buffer = t;
-    return add(std::move(e));
-  }
+  uint64_t add_buffer(const Tensor& t) { return add({.kind = Entry::Kind::kBuffer, .buffer = t}); }
 
   // The memory [offset, offset + n) of buffer `handle`, checked.
   Entry& buffer_range(uint64_t handle, uint64_t offset, uint64_t n) {
@@ -342,31 +338,21 @@ class SessionServer {
         wire::write_tensor_header(w, add_buffer(t), *t.dl());
         return;
       }
-      case KILN_TYPE_FUNCTION: {
-        Entry e;
-        e.kind = Entry::Kind::kFunction;
-        e.function = v.cast<Function>();
-        w.u8(static_cast<uint8_t>(Tag::kFunction));
-        w.u64(add(std::move(e)));
-        return;
-      }
-      case kTypeModule: {
-        Entry e;
-        e.kind = Entry::Kind::kModule;
-        e.module = v.cast<Module>();
-        w.u8(static_cast<uint8_t>(Tag::kModule));
-        w.u64(add(std::move(e)));
-        return;
-      }
-      default: {
-        Entry e;
-        e.kind = Entry::Kind::kObject;
-        e.object = v;
-        w.u8(static_cast<uint8_t>(Tag::kObject));
-        w.u64(add(std::move(e)));
-        return;
-      }
+      case KILN_TYPE_FUNCTION:
+        return write_handle(w, Tag::kFunction,
+                            {.kind = Entry::Kind::kFunction, .function = v.cast<Function>()});
+      case kTypeModule:
+        return write_handle(w, Tag::kModule,
+                            {.kind = Entry::Kind::kModule, .module = v.cast<Module>()});
+      default:
+        return write_handle(w, Tag::kObject, {.kind = Entry::Kind::kObject, .object = v});
     }
+  }
+
+  // Keeps `e` in the handle table and writes its handle as a `tag` value.
+  void write_handle(wire::Writer& w, Tag tag, Entry e) {
+    w.u8(static_cast<uint8_t>(tag));
+    w.u64(add(std::move(e)));
   }
 
   Any call(wire::Reader& r) {
