@@ -6,7 +6,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <string>
 
@@ -25,18 +24,6 @@ int parse_port(const std::string& text, const std::string& what) {
   } catch (const ValueError& e) {
     throw UsageError(e.what());
   }
-}
-
-std::string env_or(const char* kiln_name, const char* tvm_name, std::string fallback,
-                   std::string* source) {
-  for (const char* name : {kiln_name, tvm_name}) {
-    const char* v = std::getenv(name);
-    if (v != nullptr && *v != '\0') {
-      *source = name;
-      return v;
-    }
-  }
-  return fallback;
 }
 
 }  // namespace
@@ -87,11 +74,11 @@ int run_query(const QueryOptions& options) {
       throw UsageError(fmt::format("--tracker: {}", e.what()));
     }
   } else {
-    std::string host_source, port_source;
-    host = env_or("KILN_TRACKER_HOST", "TVM_TRACKER_HOST", "127.0.0.1", &host_source);
-    const std::string port_text =
-        env_or("KILN_TRACKER_PORT", "TVM_TRACKER_PORT", "9190", &port_source);
-    port = parse_port(port_text, port_source.empty() ? "port" : port_source);
+    host = "127.0.0.1";
+    port = 9190;
+    if (auto env_host = rpc::tracker_env("HOST")) host = env_host->value;
+    if (auto env_port = rpc::tracker_env("PORT"))
+      port = parse_port(env_port->value, env_port->variable);
   }
   if (!(options.timeout > 0)) throw UsageError("--timeout must be > 0");
   std::optional<rpc::TrackerSession> session;

@@ -11,14 +11,6 @@ namespace kiln::rpc {
 
 namespace {
 
-std::optional<std::string> env(const char* kiln_name, const char* tvm_name) {
-  for (const char* name : {kiln_name, tvm_name}) {
-    const char* v = std::getenv(name);
-    if (v != nullptr && *v != '\0') return std::string(v);
-  }
-  return std::nullopt;
-}
-
 ValueError missing(const char* field, const char* env_name) {
   return ValueError(fmt::format(
       "RPCConfig.{} is not provided. Please provide it explicitly,or set environment variable {}",
@@ -43,6 +35,15 @@ int RPCConfig::parse_port(const std::string& text, const std::string& what) {
   } catch (const std::exception&) {
   }
   throw ValueError(fmt::format("{} '{}' is not a port number (1-65535)", what, text));
+}
+
+std::optional<TrackerEnvValue> tracker_env(const std::string& field) {
+  for (const std::string prefix : {"KILN_TRACKER_", "TVM_TRACKER_"}) {
+    const std::string variable = prefix + field;
+    const char* value = std::getenv(variable.c_str());
+    if (value != nullptr && *value != '\0') return TrackerEnvValue{variable, value};
+  }
+  return std::nullopt;
 }
 
 HostPort parse_host_port(const std::string& text) {
@@ -75,20 +76,16 @@ std::string read_token_file(const std::filesystem::path& path) {
 RPCConfig RPCConfig::normalized(const std::optional<RPCConfig>& config) {
   RPCConfig c = config.value_or(RPCConfig{});
   if (!c.tracker_host || c.tracker_host->empty()) {
-    c.tracker_host = env("KILN_TRACKER_HOST", "TVM_TRACKER_HOST");
+    c.tracker_host.reset();
+    if (auto host = tracker_env("HOST")) c.tracker_host = host->value;
   }
   if (!c.tracker_port || *c.tracker_port == 0) {
     c.tracker_port.reset();
-    for (const char* name : {"KILN_TRACKER_PORT", "TVM_TRACKER_PORT"}) {
-      const char* v = std::getenv(name);
-      if (v != nullptr && *v != '\0') {
-        c.tracker_port = parse_port(v, name);
-        break;
-      }
-    }
+    if (auto port = tracker_env("PORT")) c.tracker_port = parse_port(port->value, port->variable);
   }
   if (!c.tracker_key || c.tracker_key->empty()) {
-    c.tracker_key = env("KILN_TRACKER_KEY", "TVM_TRACKER_KEY");
+    c.tracker_key.reset();
+    if (auto key = tracker_env("KEY")) c.tracker_key = key->value;
   }
   if (!c.tracker_host) throw missing("tracker_host", "TVM_TRACKER_HOST");
   if (!c.tracker_port) throw missing("tracker_port", "TVM_TRACKER_PORT");

@@ -45,6 +45,14 @@ struct RPCConfig {
   int count_num_servers(bool allow_missing = true) const;
 };
 
+// A tracker setting from the environment: KILN_TRACKER_<field>, else TVM_TRACKER_<field>
+// (`field`: "HOST", "PORT" or "KEY"), the first that is set and not empty.
+struct TrackerEnvValue {
+  std::string variable;  // which one, for messages
+  std::string value;
+};
+std::optional<TrackerEnvValue> tracker_env(const std::string& field);
+
 // A tracker's or a server's address.
 struct HostPort {
   std::string host;
