@@ -15,7 +15,9 @@
 #include <system_error>
 #include <utility>
 
+#include "kiln/device_context.h"
 #include "kiln/error.h"
+#include "kiln/tensor.h"
 
 namespace kiln {
 
@@ -563,6 +565,27 @@ void write_npy(const std::filesystem::path& path, DataType dtype, std::span<cons
   if (::rename(tmp.c_str(), name.c_str()) != 0) {
     fail("cannot rename temporary file '" + tmp + "' to it", errno);
   }
+}
+
+// ---- tensors ----
+
+Tensor Tensor::load_npy(const std::filesystem::path& path) {
+  NpyArray array = read_npy(path);
+  Tensor host = empty_host(array.shape, array.dtype);
+  host.copy_from(array.data.data(), array.data.size());
+  return host;
+}
+
+Tensor Tensor::load_npy(const std::filesystem::path& path, Device device,
+                        const DeviceContext& context) {
+  Tensor host = load_npy(path);
+  return device.type == kDLCPU && device.id == 0 ? host : host.to(device, context);
+}
+
+void Tensor::save_npy(const std::filesystem::path& path) const {
+  Tensor host = device().type == kDLCPU ? *this : to_host();
+  if (!host.is_contiguous()) throw ValueError("save_npy: the tensor is not contiguous");
+  write_npy(path, dtype(), shape(), host.data(), host.nbytes());
 }
 
 }  // namespace kiln

@@ -69,7 +69,7 @@ class DeviceConformance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "opencl") test::pocl_loaded = true;
-    auto code = device_types::find(GetParam());
+    auto code = Runtime::global().device_types().find(GetParam());
     backend_ = code ? Runtime::global().find_backend(*code) : Ref<DeviceBackend>();
     if (!backend_) {
       std::string why = "no plugin serving it is loaded";

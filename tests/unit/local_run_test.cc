@@ -125,7 +125,7 @@ TEST(LocalRun, RejectsBadArgumentsBeforeAnyWork) {
   EXPECT_TRUE(dir.empty()) << "no temporary directory was made";
   EXPECT_THROW(local_run(m, "cpu", {}, std::nullopt, std::string("zip")), ValueError);
   try {
-    normalize_export_func(std::string("zip"), std::nullopt);
+    normalize_export_func(std::string("zip"), std::nullopt, Runtime::global());
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_STREQ(e.what(), "Unsupported export_func: zip");
@@ -134,9 +134,14 @@ TEST(LocalRun, RejectsBadArgumentsBeforeAnyWork) {
 }
 
 TEST(LocalRun, ExportNormalisation) {
-  EXPECT_EQ(normalize_export_func(std::string("tar"), std::string("zip")).output_format, "tar");
-  EXPECT_EQ(normalize_export_func(std::string("ndk"), std::nullopt).output_format, "so");
-  EXPECT_EQ(normalize_export_func(std::string("so"), std::nullopt).output_format, "so");
+  EXPECT_EQ(normalize_export_func(std::string("tar"), std::string("zip"), Runtime::global())
+                .output_format,
+            "tar");
+  EXPECT_EQ(
+      normalize_export_func(std::string("ndk"), std::nullopt, Runtime::global()).output_format,
+      "so");
+  EXPECT_EQ(normalize_export_func(std::string("so"), std::nullopt, Runtime::global()).output_format,
+            "so");
 }
 
 }  // namespace

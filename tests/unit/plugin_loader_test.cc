@@ -58,7 +58,9 @@ TEST(PluginLoader, GoodStubLoadsAndServesItsDevice) {
   auto backend = rt->backend(100);
   EXPECT_EQ(backend->name(), "stub_ok");
   EXPECT_EQ(backend->device_count(), 1);
-  EXPECT_EQ(Device::parse("stub_ok:0").type, 100);
+  EXPECT_EQ(rt->parse_device("stub_ok:0").type, 100);
+  // The name belongs to that runtime: the built-in table does not know it.
+  EXPECT_THROW(Device::parse("stub_ok:0"), ValueError);
   // Memory made through the plugin works through the Tensor API.
   Tensor t = Tensor::empty({4}, DataType::Int(32), Device{100, 0}, *rt);
   std::vector<int32_t> v{1, 2, 3, 4}, back(4);

@@ -34,6 +34,8 @@ struct GlobalOptions {
   bool json = false;
 };
 
+// How every command that loads plugins builds its one Runtime: --plugin-set and --plugin-path
+// (searched before $KILN_PLUGIN_PATH), the environment as usual.
 RuntimeOptions runtime_options(const GlobalOptions& options);
 
 // Options of `kiln run`.
@@ -44,8 +46,9 @@ struct RunOptions {
   std::optional<bool> progress;  // default: when stderr is a terminal
 };
 
-// `kiln run RUN.yaml`: runs the config through local_run; exit 1 when a check fails.
-int run_run(const RunOptions& options);
+// `kiln run RUN.yaml`: runs the config through local_run on a Runtime made from `global`;
+// exit 1 when a check fails.
+int run_run(const RunOptions& options, const GlobalOptions& global);
 
 // Options of `kiln profile`.
 struct ProfileOptions {
@@ -56,12 +59,14 @@ struct ProfileOptions {
   bool json = false;
 };
 
-// `kiln profile RUN.yaml`: profiles the run's function and prints the report table.
-int run_profile(const ProfileOptions& options);
+// `kiln profile RUN.yaml`: profiles the run's function on a Runtime made from `global` and
+// prints the report table.
+int run_profile(const ProfileOptions& options, const GlobalOptions& global);
 
 // Profiles `profile.calls` calls of the function `spec` names with `profile.collectors` and
-// writes the report files `profile` asks for.
-profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile);
+// writes the report files `profile` asks for, all through `runtime`.
+profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile,
+                              Runtime& runtime);
 
 // Options of `kiln vm asm|disasm|stats` (docs/vm.md).
 struct VmOptions {

@@ -159,24 +159,15 @@ int main(int argc, char** argv) {
     if (tracker->parsed()) return run_tracker(tracker_options);
     if (query->parsed()) return run_query(query_options);
     if (devices->parsed()) return run_devices(options);
-    if (profile->parsed()) return run_profile(profile_options);
+    if (profile->parsed()) return run_profile(profile_options, options);
     if (vm->parsed()) {
       vm_options.command = vm_asm->parsed() ? "asm" : vm_disasm->parsed() ? "disasm" : "stats";
       return run_vm(vm_options);
     }
     if (run->parsed()) {
-      // `run` works through the process-wide runtime: hand it the global options through the
-      // environment it reads on first use.
-      if (options.plugin_set) setenv("KILN_PLUGIN_SET", options.plugin_set->c_str(), 1);
-      if (!options.plugin_paths.empty()) {
-        std::string path;
-        for (const auto& p : options.plugin_paths) path += (path.empty() ? "" : ":") + p.string();
-        if (const char* old = std::getenv("KILN_PLUGIN_PATH")) path += std::string(":") + old;
-        setenv("KILN_PLUGIN_PATH", path.c_str(), 1);
-      }
       if (progress_on) run_options.progress = true;
       if (progress_off) run_options.progress = false;
-      return run_run(run_options);
+      return run_run(run_options, options);
     }
   } catch (const UsageError& e) {
     std::fprintf(stderr, "kiln: error: %s\n", e.what());

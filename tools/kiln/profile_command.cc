@@ -29,11 +29,10 @@ std::string argument_shapes(const std::vector<Any>& args) {
 }
 
 // The collector `c.name` from its plugin loaded afresh with `c.options_json`: a private
-// runtime over the default runtime's search paths whose plugin set lists only that plugin.
-// The plugin (and so the collector) stays loaded after the runtime goes.
+// runtime over `runtime`'s search paths whose plugin set lists only that plugin. The plugin
+// (and so the collector) stays loaded after the private runtime goes.
 std::shared_ptr<profiling::MetricCollector> collector_with_options(
-    const run::ProfileSpec::Collector& c) {
-  Runtime& global = Runtime::global();
+    const run::ProfileSpec::Collector& c, const Runtime& global) {
   std::string plugin;
   for (const auto& s : global.plugins()) {
     for (const auto& p : s.provides) {
@@ -68,10 +67,11 @@ std::shared_ptr<profiling::MetricCollector> collector_with_options(
 
 }  // namespace
 
-profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile) {
-  Module module = load_module(spec.module);
+profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile,
+                              Runtime& runtime) {
+  Module module = runtime.load_module(spec.module);
   const std::string function = spec.function.empty() ? module.entry_name() : spec.function;
-  const Device device = Device::parse(spec.device);
+  const Device device = runtime.parse_device(spec.device);
   // A VM program gets a VM of its own, whose kernel calls become rows nested in each call.
   std::optional<vm::VirtualMachine> machine;
   if (vm::executable_of(module) != nullptr) machine.emplace(module, std::vector<Device>{device});
@@ -85,28 +85,27 @@ profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& 
     }
     Tensor src = a.cast<Tensor>();
     Tensor dst = Tensor::empty(std::vector<int64_t>(src.shape().begin(), src.shape().end()),
-                               src.dtype(), device);
+                               src.dtype(), device, runtime);
     dst.copy_from(src);
     args.emplace_back(dst);
   }
 
   std::vector<std::shared_ptr<profiling::MetricCollector>> collectors;
   for (const run::ProfileSpec::Collector& c : profile.collectors) {
-    collectors.push_back(c.options_json.empty() ? profiling::plugin_collector(c.name)
-                                                : collector_with_options(c));
+    collectors.push_back(c.options_json.empty() ? profiling::plugin_collector(c.name, runtime)
+                                                : collector_with_options(c, runtime));
   }
   profiling::MetricMap configuration{
       {"Executor", std::string(machine ? "VM" : "kiln run")},
       {"Module", spec.module.string()},
-      {"Device", profiling::device_report_name(device)},
-      {"Timer",
-       std::string(Runtime::global().backend(device.type)->has_timer() ? "device" : "wall")}};
-  for (const auto& s : Runtime::global().plugins()) {
+      {"Device", profiling::device_report_name(device, runtime.device_types())},
+      {"Timer", std::string(runtime.backend(device.type)->has_timer() ? "device" : "wall")}};
+  for (const auto& s : runtime.plugins()) {
     if (s.state == PluginStatus::State::kLoaded) {
       configuration["Plugin " + s.name] = s.version;
     }
   }
-  profiling::Profiler profiler({device}, collectors, configuration);
+  profiling::Profiler profiler({device}, collectors, configuration, runtime);
   const std::string shapes = argument_shapes(args);
   profiler.start();
   if (machine) machine->set_profiler(&profiler);
@@ -126,12 +125,13 @@ profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& 
   return report;
 }
 
-int run_profile(const ProfileOptions& options) {
+int run_profile(const ProfileOptions& options, const GlobalOptions& global) {
+  Runtime runtime(runtime_options(global));
   run::RunSpec spec;
   try {
-    spec = run::parse_run_config(options.config);
+    spec = run::parse_run_config(options.config, runtime.device_types());
     if (options.device) {
-      Device::parse(*options.device);
+      runtime.parse_device(*options.device);
       spec.device = *options.device;
     }
   } catch (const Error& e) {
@@ -140,7 +140,7 @@ int run_profile(const ProfileOptions& options) {
   run::ProfileSpec profile = spec.profile.value_or(run::ProfileSpec{});
   for (const auto& c : options.collectors) profile.collectors.push_back({c, ""});
   if (options.calls) profile.calls = *options.calls;
-  profiling::Report report = profile_run(spec, profile);
+  profiling::Report report = profile_run(spec, profile, runtime);
   std::cout << (options.json ? report.json() : report.table()) << "\n";
   return kExitOk;
 }

@@ -53,7 +53,6 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
   server_options.max_sessions = options.max_sessions;
   server_options.max_session_memory = options.max_session_memory;
   server_options.token = read_token(options);
-  server_options.runtime = &runtime;
 
   // Signals are taken by sigwait below, not by whichever thread they land on.
   sigset_t signals;
@@ -64,7 +63,7 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
 
   std::unique_ptr<rpc::Server> started;
   try {
-    started = std::make_unique<rpc::Server>(server_options);
+    started = std::make_unique<rpc::Server>(server_options, runtime);
   } catch (const ValueError& e) {
     throw UsageError(e.what());  // a bad --tracker, --key, --port ...
   }

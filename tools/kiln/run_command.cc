@@ -13,22 +13,23 @@
 #include "kiln/run_config.h"
 
 namespace kiln::tool {
-int run_run(const RunOptions& options) {
+int run_run(const RunOptions& options, const GlobalOptions& global) {
+  Runtime runtime(runtime_options(global));
   // Everything about the config itself is a usage error (exit 2); what happens when it runs
   // is a runtime error (exit 3).
   run::RunSpec spec;
   std::vector<Any> inputs;
   try {
-    spec = run::parse_run_config(options.config);
+    spec = run::parse_run_config(options.config, runtime.device_types());
     if (options.device) {
-      Device::parse(*options.device);
+      runtime.parse_device(*options.device);
       spec.device = *options.device;
     }
     inputs = run::make_inputs(spec);
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
-  Module module = load_module(spec.module);
+  Module module = runtime.load_module(spec.module);
   const std::string function = spec.function.empty() ? module.entry_name() : spec.function;
   if (function.empty()) {
     throw ValueError(
@@ -80,24 +81,24 @@ int run_run(const RunOptions& options) {
       std::fprintf(stderr, "[kiln] requesting a '%s' server from %s:%d\n", rpc.tracker_key->c_str(),
                    rpc.tracker_host->c_str(), *rpc.tracker_port);
     }
-    result = testing::rpc_run(module, spec.device, inputs, spec.evaluator, rpc, spec.exporter,
-                              std::nullopt, hooks);
+    result = testing::rpc_run(runtime, module, spec.device, inputs, spec.evaluator, rpc,
+                              spec.exporter, std::nullopt, hooks);
   } else {
-    result = testing::local_run(module, spec.device, inputs, spec.evaluator, spec.exporter,
+    result = testing::local_run(runtime, module, spec.device, inputs, spec.evaluator, spec.exporter,
                                 std::nullopt, hooks);
   }
   if (progress) std::fprintf(stderr, "\r\033[K");
   run::CheckResult check = run::check_outputs(spec, result.outputs);
   const BenchmarkResult& timing = result.profile;
   std::optional<profiling::Report> profile;
-  if (spec.profile) profile = profile_run(spec, *spec.profile);
+  if (spec.profile) profile = profile_run(spec, *spec.profile, runtime);
 
   if (options.json) {
     nlohmann::json out;
     out["config"] = spec.file.string();
     out["module"] = spec.module.string();
     out["function"] = function;
-    out["device"] = Device::parse(spec.device).str();
+    out["device"] = runtime.device_str(runtime.parse_device(spec.device));
     out["where"] = where;
     out["timer"] = timing.timer;
     out["exporter"] = spec.exporter;
@@ -128,8 +129,8 @@ int run_run(const RunOptions& options) {
   } else {
     std::cout << fmt::format(
         "module:   {}\nfunction: {}\ndevice:   {} ({}, timer: {})\nexport:   {}\n",
-        spec.module.string(), function, Device::parse(spec.device).str(), where, timing.timer,
-        spec.exporter);
+        spec.module.string(), function, runtime.device_str(runtime.parse_device(spec.device)),
+        where, timing.timer, spec.exporter);
     std::cout << "outputs:\n";
     for (size_t i = 0; i < result.outputs.size(); ++i) {
       const Any& v = result.outputs[i];

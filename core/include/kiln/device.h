@@ -1,4 +1,4 @@
-// Devices: a {type, id} pair, and the registry of device-type names.
+// Devices: a {type, id} pair, and tables of device-type names.
 #ifndef KILN_DEVICE_H_
 #define KILN_DEVICE_H_
 
@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -26,8 +28,9 @@ struct Device {
   int32_t id = 0;
 
   static Device cpu(int32_t id = 0) { return {kDLCPU, id}; }
-  // Parses "cpu", "cpu:0", "cuda:1", "opencl:0" or any registered name, with optional
+  // Parses "cpu", "cpu:0", "cuda:1", "opencl:0" or another built-in name, with optional
   // ":index". Throws ValueError for an unknown name (listing the known ones) or a bad index.
+  // Names that plugins add belong to a Runtime: Runtime::parse_device knows them too.
   static Device parse(std::string_view text);
 
   // Vendor device types (>= 64) lie outside DLDeviceType's enumerators, so the code is copied
@@ -48,27 +51,47 @@ struct Device {
   bool is_remote() const { return type >= kRemoteDeviceMask; }
   int32_t session_index() const { return type / kRemoteDeviceMask - 1; }
   Device server_device() const { return {type % kRemoteDeviceMask, id}; }
-  // "cpu:0"; a remote device prints as "remote<session>:cpu:0"; an unregistered type prints
-  // as "dev<code>:<id>".
+  // "cpu:0"; a remote device prints as "remote<session>:cpu:0"; a type without a built-in
+  // name prints as "dev<code>:<id>" (Runtime::device_str names plugins' types too).
   std::string str() const;
   bool operator==(const Device&) const = default;
 };
 
 std::ostream& operator<<(std::ostream& os, const Device& device);
 
-// The device-type name registry. It starts with the DLPack names (cpu, cuda, cuda_host,
-// opencl, vulkan, metal, vpi, rocm, rocm_host, ext_dev, cuda_managed) and aliases (llvm, c
-// -> cpu; nvptx -> cuda; cl -> opencl); plugins add their own names when they load.
-namespace device_types {
-// The code of `name` (alias or canonical), or nullopt.
-std::optional<int32_t> find(std::string_view name);
-// The canonical name of `code`, or nullopt.
-std::optional<std::string> name_of(int32_t code);
-// Registers `name` for `code`. Throws ValueError if `name` is already bound to another code.
-void add(const std::string& name, int32_t code);
-// Every canonical name, sorted.
-std::vector<std::string> names();
-}  // namespace device_types
+// Device-type names: a table from names (canonical names and aliases) to DLPack device type
+// codes. Every table starts with the DLPack names (cpu, cuda, cuda_host, opencl, vulkan, metal,
+// vpi, rocm, rocm_host, ext_dev, cuda_managed) and aliases (llvm, c -> cpu; nvptx -> cuda; cl ->
+// opencl; hip -> rocm). A Runtime owns one and adds the names of the plugins it loads; the
+// built-in table is a constant every process shares. Not synchronised: a Runtime fills its
+// table while it is constructed and only reads it afterwards.
+class DeviceTypeNames {
+ public:
+  // A table with the built-in names only.
+  DeviceTypeNames();
+  // The built-in names (immutable).
+  static const DeviceTypeNames& builtin();
+
+  // The code of `name` (alias or canonical), or nullopt.
+  std::optional<int32_t> find(std::string_view name) const;
+  // The canonical name of `code`, or nullopt.
+  std::optional<std::string> name_of(int32_t code) const;
+  // Adds `name` for `code`. Throws ValueError if `name` is already bound to another code.
+  void add(const std::string& name, int32_t code);
+  // Every canonical name, sorted.
+  std::vector<std::string> names() const;
+
+  // Parses "cpu", "cpu:0", "cuda:1" or any name of this table, with optional ":index". Throws
+  // ValueError for an unknown name (listing the known ones) or a bad index.
+  Device parse(std::string_view text) const;
+  // "cpu:0"; a remote device prints as "remote<session>:cpu:0"; a type this table does not
+  // name prints as "dev<code>:<id>".
+  std::string str(Device device) const;
+
+ private:
+  std::map<std::string, int32_t, std::less<>> by_name_;  // canonical names and aliases
+  std::map<int32_t, std::string> canonical_;
+};
 
 }  // namespace kiln
 

@@ -19,7 +19,7 @@
 
 namespace kiln {
 
-class Runtime;
+class DeviceContext;
 
 // One blob of device code and its per-kernel metadata.
 struct DeviceCode {
@@ -50,9 +50,9 @@ DeviceCode read_device_code(const std::filesystem::path& path);
 // Makes a module of kind kDeviceCodeKind with one function per kernel of every blob, and
 // artifacts "<name>" (role device_blob) and "<name>.json" (role metadata) so that exporting
 // and loading it again is lossless. Throws ValueError for malformed metadata, a blob without
-// kernels or a kernel name that two blobs define. Backends are looked up in `runtime` when a
-// kernel is first called.
-Module make_device_code_module(std::vector<DeviceCode> blobs, Runtime& runtime);
+// kernels or a kernel name that two blobs define. Backends are looked up in `context` (which
+// must outlive the module) when a kernel is first called.
+Module make_device_code_module(std::vector<DeviceCode> blobs, const DeviceContext& context);
 
 }  // namespace kiln
 

@@ -21,7 +21,7 @@
 namespace kiln {
 
 class Module;
-class Runtime;
+class DeviceContext;
 
 // Per-repeat times in seconds per call, and their statistics.
 class BenchmarkResult {
@@ -108,9 +108,12 @@ struct TimeEvaluatorOptions {
 // A callable evaluator. Not thread-safe: `number` is state that grows across calls.
 class TimeEvaluator {
  public:
-  // Times `f` on `device` (resolved through `runtime`). Validates `options` (ValueError), looks
-  // up f_preproc (NotFoundError when not registered).
-  TimeEvaluator(Function f, Device device, TimeEvaluatorOptions options, Runtime& runtime);
+  // Times `f` on `device` of `context` (which must outlive the evaluator; its backend times
+  // and synchronises, and cache-flush buffers are allocated through it). Validates `options`
+  // (ValueError), looks up f_preproc (NotFoundError when not registered).
+  TimeEvaluator(Function f, Device device, TimeEvaluatorOptions options,
+                const DeviceContext& context);
+  // API-edge default: the same with Runtime::global().
   TimeEvaluator(Function f, Device device, TimeEvaluatorOptions options);
   ~TimeEvaluator();
   TimeEvaluator(TimeEvaluator&&) noexcept;

@@ -72,8 +72,9 @@ class Module {
   // Loads `path` with the loader that `runtime` has for its format (the text after the last
   // '.'; "dll", "dylib" and "dso" mean "so"). Throws NotFoundError for a missing file or a
   // format no loaded plugin reads (naming the formats that are available).
+  static Module load(const std::filesystem::path& path, const Runtime& runtime);
+  // API-edge default: load(path, Runtime::global()).
   static Module load(const std::filesystem::path& path);
-  static Module load(const std::filesystem::path& path, Runtime& runtime);
 
   // The function `name` of this module or, failing that, of its imports (depth first).
   // Throws NotFoundError naming the module and listing its functions. Cached: a lookup is
@@ -93,9 +94,10 @@ class Module {
   // Writes this module to `path` with the exporter named `exporter` ("tar", "so", "ndk", ...)
   // of `runtime`. Throws NotFoundError for an unknown exporter, ValueError for a module with
   // nothing to export, and the exporter's error (no partial file is left behind).
-  void export_library(const std::filesystem::path& path, const std::string& exporter = "tar") const;
   void export_library(const std::filesystem::path& path, const std::string& exporter,
-                      Runtime& runtime) const;
+                      const Runtime& runtime) const;
+  // API-edge default: export_library(path, exporter, Runtime::global()).
+  void export_library(const std::filesystem::path& path, const std::string& exporter = "tar") const;
   bool defined() const { return static_cast<bool>(obj_); }
   ModuleObj* get() const { return obj_.get(); }
 

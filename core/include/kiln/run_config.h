@@ -127,7 +127,11 @@ struct RunSpec {
 // <message>`, for everything else: YAML syntax, unknown keys (with a did-you-mean), wrong value
 // types, a missing module / npy / expected file, an .npy whose shape or dtype differs from the
 // ones given, bad device names, dtypes or init names, negative dimensions, out-of-range
-// evaluator values, tolerances < 0, unknown output names or indices out of range.
+// evaluator values, tolerances < 0, unknown output names or indices out of range. Device names
+// are those of `device_types` (a Runtime's device_types() knows its plugins' names too).
+// Loads no plugin.
+RunSpec parse_run_config(const std::filesystem::path& path, const DeviceTypeNames& device_types);
+// API-edge default: parse_run_config(path, Runtime::global().device_types()).
 RunSpec parse_run_config(const std::filesystem::path& path);
 
 // The folder ${KILN_EXAMPLES} expands to: the environment variable KILN_EXAMPLES when set and

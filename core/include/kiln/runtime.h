@@ -4,6 +4,7 @@
 #define KILN_RUNTIME_H_
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,31 +14,15 @@
 #include "kiln/any.h"
 #include "kiln/device.h"
 #include "kiln/device_backend.h"
+#include "kiln/device_context.h"
 #include "kiln/module.h"
+#include "kiln/module_loader.h"
+#include "kiln/plugins.h"
 
 struct KilnExporter;
 struct KilnMetricCollector;
 
 namespace kiln {
-
-// The kind a loader reports for a module package: a module made only of artifacts, whose
-// host library the runtime loads with the loader for that library's format.
-inline constexpr const char* kPackageKind = "kiln.package";
-
-// What happened to one plugin the runtime considered.
-struct PluginStatus {
-  enum class State { kLoaded, kDisabled, kFailed };
-  std::string name;
-  std::string version;  // from the manifest
-  std::string abi;      // "1.0" as the manifest says; after loading, what the plugin answered
-  State state = State::kFailed;
-  std::string reason;  // why disabled or failed; empty when loaded
-  std::filesystem::path manifest;
-  std::filesystem::path library;
-  std::vector<std::string> provides;  // "device:cpu", "loader:so", ...
-  double load_ms = 0;                 // dlopen + negotiation
-};
-const char* to_string(PluginStatus::State state);
 
 // One device of a backend with its attributes.
 struct DeviceInfo {
@@ -53,30 +38,29 @@ struct BackendInfo {
   std::string why_none;  // set when `devices` is empty
 };
 
-// How a Runtime finds plugins.
-struct RuntimeOptions {
-  // The plugin set YAML. Unset: $KILN_PLUGIN_SET, else <prefix>/share/kiln/plugins.yaml when
-  // it exists, else none. An empty path means none. Without a plugin set every discovered
-  // plugin loads.
-  std::optional<std::filesystem::path> plugin_set;
-  // Searched after the plugin set's search_paths and before $KILN_PLUGIN_PATH.
-  std::vector<std::filesystem::path> search_paths;
-  // Read KILN_PLUGIN_SET, KILN_PLUGIN_PATH, KILN_PLUGINS and KILN_PLUGINS_DISABLE.
-  bool read_environment = true;
-  // Search <prefix>/lib/kiln/plugins last, where <prefix> is libkiln's install prefix.
-  bool search_install_prefix = true;
-};
-
-class Runtime {
+// The explicit context of everything Kiln does: the loaded plugins and what they provide
+// (device backends and their type names, module loaders, exporters, metric collectors), the
+// module format loaders, and the RPC sessions whose remote devices it serves. Library code
+// takes a Runtime (or the DeviceContext it is) from its caller; nothing in the library reaches
+// a process-wide default (see global()).
+//
+// Lifetime: a Runtime must outlive the modules, VMs, evaluators, profilers and RPC sessions
+// made through it. Tensors and device memory keep their own backend (and so their plugin)
+// alive. Thread safety: after construction every member may be called concurrently.
+class Runtime : public DeviceContext {
  public:
   // Discovers and loads plugins. Never throws for a broken plugin (its status says why);
   // throws ConfigError for a malformed plugin set file.
   explicit Runtime(RuntimeOptions options = {});
-  ~Runtime();
+  ~Runtime() override;
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // The process-wide default runtime, created with default options on first use.
+  // A process-wide Runtime with default options, created on first use and never destroyed.
+  // For callers at the API edge who want one: the convenience overloads that take no runtime
+  // (Module::load(path), Tensor::empty(shape, dtype, device), local_run(mod, ...), ...) use it,
+  // and are all defined in one file (core/src/runtime/default_runtime.cc). Library code never
+  // calls it.
   static Runtime& global();
 
   // Every plugin considered, in search order.
@@ -88,16 +72,21 @@ class Runtime {
   // Milliseconds spent in discovery and loading.
   double startup_ms() const;
 
-  // The backend serving `device_type` (a DLPack code); NotFoundError naming the type and the
-  // loaded backends when none does.
-  Ref<DeviceBackend> backend(int32_t device_type) const;
-  Ref<DeviceBackend> find_backend(int32_t device_type) const;  // null when none
+  // DeviceContext: backends by DLPack device type (remote types through their session), with
+  // NotFoundError naming the loaded backends (and why a plugin that would serve it is not
+  // loaded); the built-in device-type names plus those of the loaded plugins.
+  Ref<DeviceBackend> backend(int32_t device_type) const override;
+  Ref<DeviceBackend> find_backend(int32_t device_type) const override;
+  const DeviceTypeNames& device_types() const override;
   // Every backend with its devices (or why it has none).
   std::vector<BackendInfo> backends() const;
 
-  // Loads a module through the loader for its file format.
-  Module load_module(const std::filesystem::path& path);
-  // File formats with a loader, sorted.
+  // Loads a module through the format loader for its file (ModuleLoaderRegistry::load).
+  Module load_module(const std::filesystem::path& path,
+                     const ModuleLoadOptions& options = {}) const;
+  // The format loaders: plugins' loaders, VM executables, device code.
+  const ModuleLoaderRegistry& module_loaders() const;
+  // File formats some loader reads, sorted.
   std::vector<std::string> loader_formats() const;
   // The exporter named `name` (NotFoundError listing the others) and the plugin behind it.
   std::pair<const KilnExporter*, Ref<Object>> exporter(const std::string& name) const;
@@ -105,10 +94,17 @@ class Runtime {
   std::pair<const KilnMetricCollector*, Ref<Object>> collector(const std::string& name) const;
   std::vector<std::string> collector_names() const;
 
+  // RPC client sessions register here so that their remote devices (kiln/device.h
+  // kRemoteDeviceMask) resolve through this runtime. `backend_of` maps a server device type to
+  // the session's backend for it (null once the session is gone). Returns the session's index
+  // (never reused by this runtime); detach_remote_session forgets it.
+  using RemoteBackendLookup = std::function<Ref<DeviceBackend>(int32_t server_type)>;
+  int32_t attach_remote_session(RemoteBackendLookup backend_of);
+  void detach_remote_session(int32_t index) noexcept;
+
   struct Impl;
 
  private:
-  Module load_package(Ref<ModuleObj> package, const std::filesystem::path& path);
   std::unique_ptr<Impl> impl_;
 };
 

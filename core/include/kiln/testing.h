@@ -14,6 +14,10 @@
 #include "kiln/module.h"
 #include "kiln/rpc/rpc_config.h"
 
+namespace kiln {
+class Runtime;
+}  // namespace kiln
+
 namespace kiln::testing {
 
 // A custom exporter: writes `module` to `path`.
@@ -29,11 +33,12 @@ struct ExportPlan {
 };
 
 // The reference's normalisation: "tar" -> format "tar"; "ndk" and "so" -> "so"; another name
-// that a loaded exporter has -> its output format; a callable needs `output_format`, else
+// that an exporter of `runtime` has -> its output format; a callable needs `output_format`, else
 // ValueError("output_format must be specified if `export_func` is callable"); an unknown name
 // is ValueError("Unsupported export_func: <name>").
 ExportPlan normalize_export_func(const ExportFunc& export_func,
-                                 const std::optional<std::string>& output_format);
+                                 const std::optional<std::string>& output_format,
+                                 const Runtime& runtime);
 
 // What local_run returns: the arguments after the final call (tensors as host tensors, other
 // values unchanged) and the timing of the entry function.
@@ -64,7 +69,14 @@ struct RunHooks {
 // with `evaluator_config`, calls it once more, copies tensor arguments back to the host, and
 // removes the temporary directory, also when a step throws. `device_type` is a device name
 // such as "cpu" or "opencl", optionally with ":<index>" (ignored: device 0 is used, as in the
-// reference).
+// reference). Everything goes through `runtime`: its exporters, loaders and devices.
+RunResult local_run(Runtime& runtime, const Module& mod, const std::string& device_type,
+                    const std::vector<Any>& args,
+                    const std::optional<EvaluatorConfig>& evaluator_config = std::nullopt,
+                    const ExportFunc& export_func = std::string("tar"),
+                    const std::optional<std::string>& output_format = std::nullopt,
+                    const RunHooks& hooks = {});
+// API-edge default: local_run(Runtime::global(), mod, ...), the reference's signature.
 RunResult local_run(const Module& mod, const std::string& device_type, const std::vector<Any>& args,
                     const std::optional<EvaluatorConfig>& evaluator_config = std::nullopt,
                     const ExportFunc& export_func = std::string("tar"),
@@ -81,7 +93,16 @@ RunResult local_run(const Module& mod, const std::string& device_type, const std
 // no-op), and also "kiln_tmp_mod.<format>.so", and releases every remote object (the loaded
 // module included) before it closes the session. hooks.on_repeat is not forwarded (the
 // measurement runs remotely); steps are "connect", "export", "upload_module" (the artifact),
-// "upload" (the arguments), "load", "time", "call", "download", "cleanup".
+// "upload" (the arguments), "load", "time", "call", "download", "cleanup". Exports, local
+// copies and the session's remote devices go through `runtime`.
+RunResult rpc_run(Runtime& runtime, const Module& mod, const std::string& device_type,
+                  const std::vector<Any>& args,
+                  const std::optional<EvaluatorConfig>& evaluator_config = std::nullopt,
+                  const std::optional<rpc::RPCConfig>& rpc_config = std::nullopt,
+                  const ExportFunc& export_func = std::string("tar"),
+                  const std::optional<std::string>& output_format = std::nullopt,
+                  const RunHooks& hooks = {});
+// API-edge default: rpc_run(Runtime::global(), mod, ...), the reference's signature.
 RunResult rpc_run(const Module& mod, const std::string& device_type, const std::vector<Any>& args,
                   const std::optional<EvaluatorConfig>& evaluator_config = std::nullopt,
                   const std::optional<rpc::RPCConfig>& rpc_config = std::nullopt,

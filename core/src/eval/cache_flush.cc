@@ -13,7 +13,6 @@
 #include "kiln/device_backend.h"
 #include "kiln/error.h"
 #include "kiln/function.h"
-#include "kiln/runtime.h"
 #include "kiln/tensor.h"
 
 #if defined(__x86_64__)
@@ -61,29 +60,49 @@ Any cache_flush_cpu_non_first_arg(const Any* args, int32_t num_args) {
   return Any();
 }
 
-// The "l2_cache_bytes" attribute of `device`; 0 when the backend does not report it.
-int64_t l2_cache_bytes(Device device) {
-  Ref<DeviceBackend> backend = Runtime::global().backend(device.type);
-  for (const auto& [key, value] : backend->attributes(device.id)) {
+// The "l2_cache_bytes" attribute of device `id` of `backend`; 0 when it does not report it.
+int64_t l2_cache_bytes(const DeviceBackend& backend, int32_t id) {
+  for (const auto& [key, value] : backend.attributes(id)) {
     if (key == "l2_cache_bytes" && value.type_code() == KILN_TYPE_INT) return value.cast<int64_t>();
   }
   return 0;
 }
 
+// Device memory from `backend`, freed when it goes.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const DeviceBackend& backend, int32_t id, size_t bytes)
+      : backend_(backend), id_(id), ptr_(backend.alloc(id, bytes, 64)) {}
+  ~DeviceBuffer() { backend_.free(id_, ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  const DeviceBackend& backend_;
+  int32_t id_;
+  void* ptr_;
+};
+
+// Flushes the L2 cache of the device of the first tensor argument, through the backend that
+// tensor's memory came from (so it needs no runtime).
 Any cache_flush_device_l2(const Any* args, int32_t num_args) {
   for (int32_t i = 0; i < num_args; ++i) {
     if (args[i].type_code() != KILN_TYPE_TENSOR) continue;
-    const Device device = args[i].cast<Tensor>().device();
-    const int64_t bytes = l2_cache_bytes(device);
+    const Tensor t = args[i].cast<Tensor>();
+    const Device device = t.device();
+    const Ref<DeviceBackend>& backend = t.get()->backend;
+    const int64_t bytes = backend ? l2_cache_bytes(*backend, device.id) : 0;
     if (bytes <= 0) {
       throw ValueError(fmt::format(
           "cache_flush_device_l2: device {} reports no l2_cache_bytes attribute", device.str()));
     }
     // Copying one L2-sized buffer onto another writes every line of the cache with data no
     // argument shares. The buffers are made per call: allocation is not timed.
-    const Tensor from = Tensor::empty({bytes}, DataType::UInt(8), device);
-    Tensor to = Tensor::empty({bytes}, DataType::UInt(8), device);
-    to.copy_from(from);
+    const DeviceBuffer from(*backend, device.id, static_cast<size_t>(bytes));
+    const DeviceBuffer to(*backend, device.id, static_cast<size_t>(bytes));
+    backend->copy_on_device(device.id, from.get(), 0, to.get(), 0, static_cast<size_t>(bytes));
+    backend->synchronize(device.id);
     return Any();
   }
   throw ValueError("cache_flush_device_l2: no tensor argument tells which device to flush");

@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "eval/timer.h"
+#include "kiln/device_context.h"
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
 #include "kiln/module.h"
-#include "kiln/runtime.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -72,6 +72,7 @@ struct TimeEvaluator::Impl {
   Function f;
   Device device;
   TimeEvaluatorOptions options;
+  const DeviceContext* context;  // outlives the evaluator
   Ref<DeviceBackend> backend;
   std::optional<Function> preproc;
   int64_t number;  // grows and stays grown (SPEC.md §1.3)
@@ -108,8 +109,8 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
   Tensor flush_a, flush_b;
   if (options.cache_flush_bytes > 0) {
     const int64_t n = options.cache_flush_bytes / 4;
-    flush_a = Tensor::empty({n}, DataType::Int(32), device);
-    flush_b = Tensor::empty({n}, DataType::Int(32), device);
+    flush_a = Tensor::empty({n}, DataType::Int(32), device, *context);
+    flush_b = Tensor::empty({n}, DataType::Int(32), device, *context);
   }
   // 3.
   backend->synchronize(device.id);
@@ -194,17 +195,15 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
   return result;
 }
 
-TimeEvaluator::TimeEvaluator(Function f, Device device, TimeEvaluatorOptions options)
-    : TimeEvaluator(std::move(f), device, std::move(options), Runtime::global()) {}
-
 TimeEvaluator::TimeEvaluator(Function f, Device device, TimeEvaluatorOptions options,
-                             Runtime& runtime)
+                             const DeviceContext& context)
     : impl_(std::make_unique<Impl>()) {
   if (!f) throw ValueError("time_evaluator: the function is undefined");
   options.validate();
   impl_->f = std::move(f);
   impl_->device = device;
-  impl_->backend = runtime.backend(device.type);
+  impl_->context = &context;
+  impl_->backend = context.backend(device.type);
   if (!options.f_preproc.empty()) {
     impl_->preproc = registry::get(options.f_preproc);
     if (!impl_->preproc) {
@@ -226,27 +225,6 @@ BenchmarkResult TimeEvaluator::operator()(const std::vector<Any>& args) {
 
 int32_t TimeEvaluator::number() const {
   return static_cast<int32_t>(std::min<int64_t>(impl_->number, INT32_MAX));
-}
-
-TimeEvaluator time_evaluator(const Module& module, const std::string& func_name, Device device,
-                             int32_t number, int32_t repeat, int32_t min_repeat_ms,
-                             int32_t limit_zero_time_iterations, int32_t cooldown_interval_ms,
-                             int32_t repeats_to_cooldown, int64_t cache_flush_bytes,
-                             const std::string& f_preproc) {
-  TimeEvaluatorOptions o;
-  o.number = number;
-  o.repeat = repeat;
-  o.min_repeat_ms = min_repeat_ms;
-  o.limit_zero_time_iterations = limit_zero_time_iterations;
-  o.cooldown_interval_ms = cooldown_interval_ms;
-  o.repeats_to_cooldown = repeats_to_cooldown;
-  o.cache_flush_bytes = cache_flush_bytes;
-  o.f_preproc = f_preproc;
-  return TimeEvaluator(module.get_function(func_name), device, std::move(o));
-}
-
-TimeEvaluator time_evaluator(Function f, Device device, TimeEvaluatorOptions options) {
-  return TimeEvaluator(std::move(f), device, std::move(options));
 }
 
 }  // namespace kiln

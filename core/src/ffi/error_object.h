@@ -4,6 +4,7 @@
 #define KILN_SRC_FFI_ERROR_OBJECT_H_
 
 #include <string>
+#include <string_view>
 
 #include "kiln/c/host.h"
 
@@ -16,6 +17,13 @@ namespace kiln::ffi {
 
 // Creates an error owned by the caller (free with delete or host_services().error_free).
 KilnError* new_error(int32_t code, const std::string& message);
+
+// Frees `error` (not null), which a plugin slot returned, and throws the kiln error of its code
+// with "<context>: " in front of its message (the message alone when `context` is empty).
+// The one place plugin errors are released and raised.
+[[noreturn]] void raise_plugin_error(KilnError* error, std::string_view context);
+// Frees `error` (not null) and returns its message, for callers that log or wrap it.
+std::string release_error(KilnError* error) noexcept;
 
 // The host services every plugin receives. Static storage; lives for the process.
 const KilnHostServices& host_services();

@@ -12,12 +12,7 @@
 namespace kiln {
 namespace detail {
 
-void raise_and_free(KilnError* error) {
-  const int32_t code = error->code;
-  std::string message = std::move(error->message);
-  delete error;
-  throw_error(code, message);
-}
+void raise_and_free(KilnError* error) { ffi::raise_plugin_error(error, {}); }
 
 KilnError* error_from_current_exception(const std::string& context) {
   int32_t code = 1;
@@ -140,3 +135,21 @@ std::vector<std::string> names() {
 
 }  // namespace registry
 }  // namespace kiln
+
+namespace kiln::ffi {
+
+void raise_plugin_error(KilnError* error, std::string_view context) {
+  const int32_t code = error->code;
+  std::string message =
+      context.empty() ? std::move(error->message) : std::string(context) + ": " + error->message;
+  delete error;
+  throw_error(code, message);
+}
+
+std::string release_error(KilnError* error) noexcept {
+  std::string message = std::move(error->message);
+  delete error;
+  return message;
+}
+
+}  // namespace kiln::ffi

@@ -12,10 +12,12 @@
 
 #include "kernel_metadata.h"
 #include "kiln/device_backend.h"
+#include "kiln/device_context.h"
 #include "kiln/error.h"
-#include "kiln/runtime.h"
+#include "kiln/module_loader.h"
 #include "kiln/sdk/error.hpp"
 #include "kiln/tensor.h"
+#include "module/format_loaders.h"
 
 namespace kiln {
 namespace {
@@ -38,12 +40,14 @@ plugin_common::ModuleMetadata parse_metadata(const std::string& json, const std:
 // when the last of them goes.
 class LoadedCode : public Object {
  public:
-  LoadedCode(DeviceCode code, Runtime& runtime) : code_(std::move(code)), runtime_(runtime) {}
+  LoadedCode(DeviceCode code, const DeviceContext& context)
+      : code_(std::move(code)), context_(context) {}
   ~LoadedCode() override {
     for (auto& [device, loaded] : per_device_) loaded.backend->module_unload(loaded.module);
   }
 
   const DeviceCode& code() const { return code_; }
+  const DeviceContext& context() const { return context_; }
 
   // The backend serving `device` and kernel `name` loaded on it (loading the code on first use).
   std::pair<Ref<DeviceBackend>, void*> kernel(Device device, const std::string& name) {
@@ -51,7 +55,7 @@ class LoadedCode : public Object {
     const auto key = std::make_pair(device.type, device.id);
     auto it = per_device_.find(key);
     if (it == per_device_.end()) {
-      Ref<DeviceBackend> backend = runtime_.backend(device.type);
+      Ref<DeviceBackend> backend = context_.backend(device.type);
       void* module = backend->module_load(device.id, code_.data.data(), code_.data.size(),
                                           code_.format, code_.metadata_json);
       it = per_device_.emplace(key, PerDevice{std::move(backend), module, {}}).first;
@@ -72,7 +76,7 @@ class LoadedCode : public Object {
     std::map<std::string, void*> kernels;
   };
   DeviceCode code_;
-  Runtime& runtime_;
+  const DeviceContext& context_;  // outlives the module (see Runtime)
   std::mutex mu_;
   std::map<std::pair<int32_t, int32_t>, PerDevice> per_device_;
 };
@@ -93,7 +97,7 @@ Device device_of_call(const LoadedCode& blob, const plugin_common::KernelInfo& k
       throw ValueError(fmt::format(
           "kernel '{}': argument {} is on {} but argument {} is on {}; every tensor of a launch "
           "must be on one device",
-          kernel.name, i, d.str(), first, device->str()));
+          kernel.name, i, blob.context().device_str(d), first, blob.context().device_str(*device)));
     }
   }
   if (!device) {
@@ -101,11 +105,11 @@ Device device_of_call(const LoadedCode& blob, const plugin_common::KernelInfo& k
         fmt::format("kernel '{}' got no tensor argument, so the device to launch it on is unknown",
                     kernel.name));
   }
-  const auto type_name = device_types::name_of(device->type);
+  const auto type_name = blob.context().device_types().name_of(device->type);
   if (!type_name || *type_name != blob.code().target) {
-    throw ValueError(
-        fmt::format("kernel '{}' is {} code for '{}' devices, but its tensors are on {}",
-                    kernel.name, blob.code().format, blob.code().target, device->str()));
+    throw ValueError(fmt::format(
+        "kernel '{}' is {} code for '{}' devices, but its tensors are on {}", kernel.name,
+        blob.code().format, blob.code().target, blob.context().device_str(*device)));
   }
   return *device;
 }
@@ -217,15 +221,25 @@ std::vector<uint8_t> read_bytes(const fs::path& path) {
 
 }  // namespace
 
+namespace {
+// Extension -> (format, target).
+const std::map<std::string, std::pair<std::string, std::string>> kFormats = {
+    {"cl", {"opencl_c", "opencl"}},  {"clbin", {"opencl_binary", "opencl"}},
+    {"spv", {"spirv", "opencl"}},    {"ptx", {"ptx", "cuda"}},
+    {"cubin", {"cubin", "cuda"}},    {"fatbin", {"fatbin", "cuda"}},
+    {"cu", {"cuda_source", "cuda"}}, {"hsaco", {"hsaco", "rocm"}},
+    {"hip", {"hip_source", "rocm"}},
+};
+
+std::vector<std::string> device_code_extensions() {
+  std::vector<std::string> out;
+  for (const auto& [ext, format] : kFormats) out.push_back(ext);
+  return out;
+}
+}  // namespace
+
 std::optional<std::pair<std::string, std::string>> device_code_format_of(
     const std::string& extension) {
-  static const std::map<std::string, std::pair<std::string, std::string>> kFormats = {
-      {"cl", {"opencl_c", "opencl"}},  {"clbin", {"opencl_binary", "opencl"}},
-      {"spv", {"spirv", "opencl"}},    {"ptx", {"ptx", "cuda"}},
-      {"cubin", {"cubin", "cuda"}},    {"fatbin", {"fatbin", "cuda"}},
-      {"cu", {"cuda_source", "cuda"}}, {"hsaco", {"hsaco", "rocm"}},
-      {"hip", {"hip_source", "rocm"}},
-  };
   auto it = kFormats.find(extension);
   if (it == kFormats.end()) return std::nullopt;
   return it->second;
@@ -272,7 +286,7 @@ DeviceCode read_device_code(const fs::path& path) {
   return code;
 }
 
-Module make_device_code_module(std::vector<DeviceCode> blobs, Runtime& runtime) {
+Module make_device_code_module(std::vector<DeviceCode> blobs, const DeviceContext& context) {
   auto obj = make_object<ModuleObj>(kDeviceCodeKind, "");
   std::set<std::string> names;
   for (DeviceCode& code : blobs) {
@@ -288,7 +302,7 @@ Module make_device_code_module(std::vector<DeviceCode> blobs, Runtime& runtime) 
     obj->artifacts.push_back(
         Artifact{code.name + ".json", "metadata",
                  std::vector<uint8_t>(code.metadata_json.begin(), code.metadata_json.end())});
-    auto blob = make_object<LoadedCode>(std::move(code), runtime);
+    auto blob = make_object<LoadedCode>(std::move(code), context);
     for (const auto& [name, kernel] : meta.kernels) {
       if (!names.insert(name).second) {
         throw ValueError(fmt::format("kernel '{}' is defined by two device code blobs ({})", name,
@@ -298,6 +312,33 @@ Module make_device_code_module(std::vector<DeviceCode> blobs, Runtime& runtime) 
     }
   }
   return Module(std::move(obj));
+}
+
+namespace {
+
+// Device code files with a known extension or a metadata sidecar (docs/plugin-abi.md §10.4).
+class DeviceCodeFormatLoader : public FormatLoader {
+ public:
+  std::string describe() const override { return "device code"; }
+  std::vector<std::string> formats() const override { return device_code_extensions(); }
+  bool accepts(const fs::path& path, const std::string& format) const override {
+    std::error_code ec;
+    return device_code_format_of(format) || fs::is_regular_file(path.string() + ".json", ec);
+  }
+  Module load(const fs::path& path, ModuleLoadContext& context) const override {
+    context.check_path(path.string() + ".json");
+    std::vector<DeviceCode> code;
+    code.push_back(read_device_code(path));
+    Module m = make_device_code_module(std::move(code), context.devices());
+    m.get()->set_source(path.string());
+    return m;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const FormatLoader> device_code_format_loader() {
+  return std::make_shared<DeviceCodeFormatLoader>();
 }
 
 }  // namespace kiln

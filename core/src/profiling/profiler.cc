@@ -8,18 +8,19 @@
 #include <thread>
 
 #include "eval/timer.h"
+#include "kiln/device_context.h"
 #include "kiln/error.h"
 #include "kiln/module.h"
-#include "kiln/runtime.h"
 
 namespace kiln::profiling {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Threads the cpu backend runs kernels on (its "threads" attribute), else the hardware's.
-int64_t runtime_threads() {
-  if (auto cpu = Runtime::global().find_backend(kDLCPU)) {
+// Threads the cpu backend of `context` runs kernels on (its "threads" attribute), else the
+// hardware's.
+int64_t runtime_threads(const DeviceContext& context) {
+  if (auto cpu = context.find_backend(kDLCPU)) {
     try {
       for (const auto& [key, value] : cpu->attributes(0)) {
         if (key == "threads" && value.type_code() == KILN_TYPE_INT) return value.cast<int64_t>();
@@ -50,6 +51,7 @@ struct Profiler::Impl {
     MetricMap metrics;
   };
 
+  const DeviceContext* context;  // outlives the profiler
   std::vector<Device> devices;
   std::vector<std::shared_ptr<MetricCollector>> collectors;
   MetricMap configuration;
@@ -61,9 +63,10 @@ struct Profiler::Impl {
 
 Profiler::Profiler(std::vector<Device> devices,
                    std::vector<std::shared_ptr<MetricCollector>> collectors,
-                   MetricMap configuration)
+                   MetricMap configuration, const DeviceContext& context)
     : impl_(std::make_unique<Impl>()) {
-  for (const Device& d : devices) Runtime::global().backend(d.type);  // fail early
+  impl_->context = &context;
+  for (const Device& d : devices) context.backend(d.type);  // fail early
   for (const auto& c : collectors) {
     if (!c) throw ValueError("Profiler: a collector is null");
     c->init(devices);
@@ -71,7 +74,7 @@ Profiler::Profiler(std::vector<Device> devices,
   impl_->devices = std::move(devices);
   impl_->collectors = std::move(collectors);
   impl_->configuration = std::move(configuration);
-  impl_->configuration["Number of threads"] = Count{runtime_threads()};
+  impl_->configuration["Number of threads"] = Count{runtime_threads(context)};
 }
 
 Profiler::~Profiler() = default;
@@ -95,7 +98,7 @@ void Profiler::start_call(std::string name, Device device, MetricMap extra) {
     if (auto state = c->start(device)) frame.states.emplace_back(c.get(), std::move(state));
   }
   frame.start_us = std::chrono::duration<double, std::micro>(Clock::now() - impl_->origin).count();
-  frame.timer = std::make_unique<eval::Timer>(Runtime::global().backend(device.type), device.id);
+  frame.timer = std::make_unique<eval::Timer>(impl_->context->backend(device.type), device.id);
   frame.timer->start();
   impl_->stack.push_back(std::move(frame));
 }
@@ -129,7 +132,7 @@ Report Profiler::report() const {
     row["Duration (us)"] = Duration{static_cast<double>(d.elapsed_ns) / 1e3};
     row["Count"] = Count{1};
     row["Name"] = d.name;
-    row["Device"] = device_report_name(d.device);
+    row["Device"] = device_report_name(d.device, impl_->context->device_types());
     row["Start (us)"] = Duration{d.start_us};
     for (const auto& [key, value] : d.metrics) row[key] = value;  // on top, as the reference
     rows.push_back(std::move(row));

@@ -305,8 +305,8 @@ MetricMap column_sums(const std::vector<MetricMap>& rows) {
 
 }  // namespace
 
-std::string device_report_name(Device device) {
-  auto name = device_types::name_of(device.type);
+std::string device_report_name(Device device, const DeviceTypeNames& names) {
+  auto name = names.name_of(device.type);
   return fmt::format("{}{}", name ? *name : fmt::format("dev{}", device.type), device.id);
 }
 

@@ -3,14 +3,13 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <fstream>
 
 #include "ffi/error_object.h"
 #include "kiln/logging.h"
+#include "kiln/runtime.h"
 #include "kiln/tensor.h"
 #include "rpc/handshake.h"
-#include "rpc/remote_backend.h"
 #include "rpc/remote_objects.h"
 
 namespace kiln::rpc {
@@ -18,57 +17,12 @@ namespace kiln::rpc {
 using wire::Code;
 using wire::Tag;
 
-// ---- errors -------------------------------------------------------------------------------
-
-namespace {
-constexpr char kRpcErrorPrefix[] = "RPCError: Error caught from RPC call:\n";
-constexpr char kTimeoutPrefix[] = "RPCSessionTimeoutError: ";
-}  // namespace
-
-RPCError::RPCError(const std::string& remote_message, int32_t remote_code)
-    : RPCError(kRpcErrorPrefix + remote_message, remote_message, remote_code, kErrorCodeRpc) {}
-
-RPCError::RPCError(const std::string& what, const std::string& remote_message, int32_t remote_code,
-                   int32_t code)
-    : RuntimeError(what, code), remote_message_(remote_message), remote_code_(remote_code) {}
-
-RPCError RPCError::from_what(const std::string& what) {
-  // A plugin slot or packed call in between may have put its context in front.
-  const auto at = what.find(kRpcErrorPrefix);
-  if (at == std::string::npos) return RPCError(what, 0);
-  return RPCError(what, what.substr(at + std::strlen(kRpcErrorPrefix)), 0, kErrorCodeRpc);
-}
-
-RPCSessionTimeoutError::RPCSessionTimeoutError(const std::string& message)
-    : RPCError(message.rfind(kTimeoutPrefix, 0) == 0 ? message : kTimeoutPrefix + message, message,
-               0, kErrorCodeRpcSessionTimeout) {}
-
-// ---- the process's sessions ---------------------------------------------------------------
-
-namespace {
-std::mutex g_sessions_mu;
-std::vector<std::weak_ptr<RPCSession::Impl>> g_sessions;  // by index; never reused
-
-int32_t register_session(const std::shared_ptr<RPCSession::Impl>& impl) {
-  std::lock_guard lock(g_sessions_mu);
-  g_sessions.push_back(impl);
-  return static_cast<int32_t>(g_sessions.size() - 1);
-}
-
-std::shared_ptr<RPCSession::Impl> find_session(int32_t index) {
-  std::lock_guard lock(g_sessions_mu);
-  if (index < 0 || static_cast<size_t>(index) >= g_sessions.size()) return nullptr;
-  return g_sessions[static_cast<size_t>(index)].lock();
-}
-}  // namespace
-
-namespace detail {
-std::shared_ptr<RPCSession::Impl> find_session_for(int32_t index) { return find_session(index); }
-}  // namespace detail
-
 // ---- Impl ---------------------------------------------------------------------------------
 
-RPCSession::Impl::~Impl() { close(); }
+RPCSession::Impl::~Impl() {
+  close();
+  if (runtime != nullptr && index >= 0) runtime->detach_remote_session(index);
+}
 
 RPCSession::Impl::Exclusive::Exclusive(Impl& impl) : impl_(impl), lock_(impl.mu) {
   impl_.owner = std::this_thread::get_id();
@@ -330,9 +284,10 @@ Any RPCSession::Impl::decode(wire::Reader& r) {
       return Any(to_remote(r.device("device")));
     case Tag::kTensor: {
       const wire::TensorHeader h = wire::read_tensor_header(r);
-      return Any(Tensor(
-          wire::make_tensor(h, reinterpret_cast<void*>(h.handle), to_remote(h.device),
-                            make_object<RemoteHandle>(shared_from_this(), h.handle, false))));
+      return Any(
+          Tensor(wire::make_tensor(h, reinterpret_cast<void*>(h.handle), to_remote(h.device),
+                                   make_object<RemoteHandle>(shared_from_this(), h.handle, false),
+                                   backend_for(h.device.type))));
     }
     case Tag::kFunction:
       return Any(remote_function(shared_from_this(), r.u64("handle"), "remote function"));
@@ -348,7 +303,8 @@ Any RPCSession::Impl::decode(wire::Reader& r) {
 
 // ---- connect ------------------------------------------------------------------------------
 
-RPCSession connect(const std::string& host, int port, const ConnectOptions& options) {
+RPCSession connect(const std::string& host, int port, const ConnectOptions& options,
+                   Runtime& runtime) {
   if (options.session_timeout_s < 0) throw ValueError("session_timeout must be >= 0");
   auto conn = Connection::connect(host, port, options.connect_timeout);
   // The handshake is bounded too: a peer that accepts and stays silent is not a server.
@@ -369,18 +325,15 @@ RPCSession connect(const std::string& host, int port, const ConnectOptions& opti
           : std::chrono::milliseconds(0);
   conn->set_timeouts(limit, limit);
   impl->conn = std::move(conn);
-  impl->index = register_session(impl);
+  impl->runtime = &runtime;
+  impl->index = runtime.attach_remote_session(
+      [weak = std::weak_ptr<RPCSession::Impl>(impl)](int32_t server_type) {
+        auto session = weak.lock();
+        return session ? session->backend_for(server_type) : Ref<DeviceBackend>();
+      });
   log(LogLevel::kDebug, "rpc",
       fmt::format("session {} with {} ({})", impl->index, impl->peer, impl->server_key));
   return RPCSession(impl);
-}
-
-RPCSession connect(const std::string& host, int port, const std::string& key,
-                   double session_timeout_s) {
-  ConnectOptions options;
-  options.key = key;
-  options.session_timeout_s = session_timeout_s;
-  return connect(host, port, options);
 }
 
 // ---- RPCSession ---------------------------------------------------------------------------
@@ -398,13 +351,10 @@ std::vector<uint8_t> body_with_string(const std::string& s) {
   return body;
 }
 
-int32_t device_code(const std::string& type) {
-  if (auto code = device_types::find(type)) return *code;
-  try {
-    return Device::parse(type).type;
-  } catch (const Error&) {
-    throw ValueError(fmt::format("unknown device type '{}'", type));
-  }
+// The code of device type `type` ("cuda", or one a plugin of the session's runtime named).
+int32_t device_code(const RPCSession::Impl& impl, const std::string& type) {
+  if (auto code = impl.runtime->device_types().find(type)) return *code;
+  throw ValueError(fmt::format("unknown device type '{}'", type));
 }
 }  // namespace
 
@@ -417,13 +367,13 @@ Device RPCSession::device(int32_t type, int32_t id) const {
 }
 
 Device RPCSession::device(const std::string& type, int32_t id) const {
-  return device(device_code(type), id);
+  return device(device_code(require(impl_), type), id);
 }
 
 int32_t RPCSession::device_count(const std::string& type, std::string* why_none) const {
   std::vector<uint8_t> body;
   wire::Writer w(body);
-  w.i32(device_code(type));
+  w.i32(device_code(require(impl_), type));
   auto values = require(impl_).request(Code::kDeviceCount, body);
   if (values.size() != 2) throw require(impl_).malformed_reply("DeviceCount");
   if (why_none != nullptr) *why_none = values[1].cast<std::string>();

@@ -18,6 +18,10 @@
 #include "rpc/connection.h"
 #include "rpc/protocol.h"
 
+namespace kiln {
+class Runtime;
+}
+
 namespace kiln::rpc {
 
 struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
@@ -36,8 +40,13 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
   std::vector<uint64_t> pending_frees;
   bool closed = false;
   std::string closed_reason;
-  std::map<int32_t, Ref<DeviceBackend>> backends;  // by server device type
-  std::vector<uint8_t> reply;                      // reused for every reply (under mu)
+  // The runtime the session's remote devices are served through (outlives the session), and
+  // the backends it made for them, by server device type (under backends_mu: they are looked
+  // up while a request holds `mu`).
+  Runtime* runtime = nullptr;
+  std::mutex backends_mu;
+  std::map<int32_t, Ref<DeviceBackend>> backends;
+  std::vector<uint8_t> reply;  // reused for every reply (under mu)
 
   ~Impl();
 

@@ -204,10 +204,12 @@ TensorHeader read_tensor_header(Reader& r) {
   return h;
 }
 
-Ref<TensorObj> make_tensor(const TensorHeader& h, void* data, Device device, Ref<Object> storage) {
+Ref<TensorObj> make_tensor(const TensorHeader& h, void* data, Device device, Ref<Object> storage,
+                           Ref<DeviceBackend> backend) {
   auto obj = make_object<TensorObj>();
   obj->shape = h.shape;
   obj->storage = std::move(storage);
+  obj->backend = std::move(backend);
   obj->dl.data = data;
   obj->dl.byte_offset = h.byte_offset;
   obj->dl.device = device.to_dlpack();

@@ -193,7 +193,8 @@ struct TensorHeader {
 void write_tensor_header(Writer& w, uint64_t handle, const DLTensor& t);
 TensorHeader read_tensor_header(Reader& r);
 // A dense tensor object over `data` (dl.data) described by `h` on `device`, keeping `storage`.
-Ref<TensorObj> make_tensor(const TensorHeader& h, void* data, Device device, Ref<Object> storage);
+Ref<TensorObj> make_tensor(const TensorHeader& h, void* data, Device device, Ref<Object> storage,
+                           Ref<DeviceBackend> backend);
 
 // Bytes of a dense tensor of `shape` and `dtype`; ProtocolError on overflow or a negative
 // dimension (`what` names the message).

@@ -1,6 +1,6 @@
 // Remote devices as device backends: a KilnDeviceBackend table whose slots are requests of
 // the session, so Tensor::empty / copy_from / copy_to work unchanged on remote devices.
-#include "rpc/remote_backend.h"
+#include "kiln/runtime.h"
 
 #include <fmt/format.h>
 
@@ -133,7 +133,7 @@ KilnError* remote_synchronize(void* self, int32_t id, void*) {
 }  // namespace
 
 Ref<DeviceBackend> RPCSession::Impl::backend_for(int32_t server_type) {
-  std::lock_guard lock(mu);
+  std::lock_guard lock(backends_mu);
   auto it = backends.find(server_type);
   if (it != backends.end()) return it->second;
   auto state = make_object<RemoteBackendState>();
@@ -151,7 +151,7 @@ Ref<DeviceBackend> RPCSession::Impl::backend_for(int32_t server_type) {
   t.copy_to_host = &remote_copy_to_host;
   t.copy_on_device = &remote_copy_on_device;
   t.synchronize = &remote_synchronize;
-  const auto name = device_types::name_of(server_type);
+  const auto name = runtime->device_types().name_of(server_type);
   auto backend = make_object<DeviceBackend>(
       &state->table, fmt::format("remote{}:{}", index, name ? *name : std::to_string(server_type)),
       fmt::format("rpc session with {}", peer), state);
@@ -159,20 +159,4 @@ Ref<DeviceBackend> RPCSession::Impl::backend_for(int32_t server_type) {
   return backend;
 }
 
-namespace detail {
-
-std::shared_ptr<RPCSession::Impl> find_session_for(int32_t index);
-
-Ref<DeviceBackend> remote_backend(int32_t device_type) {
-  const Device d{device_type, 0};
-  auto session = find_session_for(d.session_index());
-  if (!session) {
-    throw NotFoundError(
-        fmt::format("device type {} belongs to RPC session {}, which is closed or was never opened",
-                    device_type, d.session_index()));
-  }
-  return session->backend_for(d.server_device().type);
-}
-
-}  // namespace detail
 }  // namespace kiln::rpc

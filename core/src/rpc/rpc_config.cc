@@ -112,15 +112,15 @@ TrackerSession RPCConfig::connect_tracker() const {
   }
 }
 
-RPCSession RPCConfig::connect_server() const {
+RPCSession RPCConfig::connect_server(Runtime& runtime) const {
   const RPCConfig c = normalized(*this);
   std::optional<std::chrono::milliseconds> wait;
   if (c.request_wait_sec) {
     wait = std::chrono::milliseconds(static_cast<int64_t>(*c.request_wait_sec * 1000));
   }
   TrackerSession tracker = c.connect_tracker();
-  return tracker.request(*c.tracker_key, c.session_priority, c.session_timeout_sec, 5, wait,
-                         c.token);
+  return tracker.request(runtime, *c.tracker_key, c.session_priority, c.session_timeout_sec, 5,
+                         wait, c.token);
 }
 
 int RPCConfig::count_num_servers(bool allow_missing) const {
@@ -140,8 +140,9 @@ int RPCConfig::count_num_servers(bool allow_missing) const {
   return count;
 }
 
-RPCSession TrackerSession::request(const std::string& key, int priority, double session_timeout_s,
-                                   int max_retry, std::optional<std::chrono::milliseconds> wait,
+RPCSession TrackerSession::request(Runtime& runtime, const std::string& key, int priority,
+                                   double session_timeout_s, int max_retry,
+                                   std::optional<std::chrono::milliseconds> wait,
                                    const std::string& token) {
   std::string last_error;
   for (int attempt = 0; attempt < max_retry; ++attempt) {
@@ -151,7 +152,7 @@ RPCSession TrackerSession::request(const std::string& key, int priority, double 
       options.key = address.matchkey;
       options.session_timeout_s = session_timeout_s;
       options.token = token;
-      return rpc::connect(address.host, address.port, options);
+      return rpc::connect(address.host, address.port, options, runtime);
     } catch (const NotFoundError&) {
       throw;  // the wait bound passed: asking again would wait again
     } catch (const ValueError&) {

@@ -62,10 +62,7 @@ void register_diagnostic_functions() {
 }  // namespace
 
 struct Server::Impl {
-  explicit Impl(ServerOptions o)
-      : options(std::move(o)),
-        runtime(options.runtime != nullptr ? *options.runtime : Runtime::global()),
-        acceptor(io) {}
+  Impl(ServerOptions o, Runtime& r) : options(std::move(o)), runtime(r), acceptor(io) {}
 
   ServerOptions options;
   Runtime& runtime;
@@ -347,7 +344,8 @@ struct Server::Impl {
   }
 };
 
-Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+Server::Server(ServerOptions options, Runtime& runtime)
+    : impl_(std::make_unique<Impl>(std::move(options), runtime)) {
   Impl& s = *impl_;
   if (s.options.max_sessions < 1) throw ValueError("max_sessions must be at least 1");
   if (s.options.session_timeout_s < 0) throw ValueError("session_timeout must be >= 0");

@@ -221,7 +221,7 @@ class SessionServer {
             throw NotFoundError(
                 fmt::format("no file '{}' in the session's work directory", relative));
           }
-          Module m = runtime_.load_module(p);
+          Module m = load_sandboxed_module(p);
           result.push_back(Any(m));
           result.emplace_back(m.entry_name());
           break;
@@ -311,7 +311,8 @@ class SessionServer {
           throw ValueError(fmt::format("tensor argument on {} refers to memory on {}", device.str(),
                                        e.device().str()));
         }
-        return Any(Tensor(wire::make_tensor(h, e.base(), device, Ref<Object>(e.buffer.get()))));
+        return Any(Tensor(wire::make_tensor(h, e.base(), device, Ref<Object>(e.buffer.get()),
+                                            e.buffer.get()->backend)));
       }
       case Tag::kFunction:
         return Any(entry(r.u64("handle"), Entry::Kind::kFunction, "function").function);
@@ -579,6 +580,35 @@ class SessionServer {
   std::vector<uint8_t>& staging_buffer() {
     if (staging_.empty()) staging_.resize(kStagingBytes);
     return staging_;
+  }
+
+  // Loads the module at `path` (inside the work directory) so that every file the load opens —
+  // imports, imports of imports, device code sidecars — must lie inside the work directory too,
+  // checked before the file is looked at (so errors tell nothing about files outside), with
+  // import cycles and depth bounded. Errors name paths relative to the work directory.
+  Module load_sandboxed_module(const fs::path& path) {
+    const fs::path root = fs::canonical(work_dir_);
+    ModuleLoadOptions options;
+    options.check_path = [&root](const fs::path& p) {
+      const fs::path resolved = fs::weakly_canonical(p);
+      const auto [root_end, ignored] =
+          std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+      if (root_end != root.end()) {
+        throw ValueError(fmt::format(
+            "a module may only open files inside the session's work directory, not '{}'",
+            p.string()));
+      }
+    };
+    try {
+      return runtime_.load_module(path, options);
+    } catch (const Error& e) {
+      std::string message = e.what();
+      const std::string prefix = root.string() + "/";
+      for (auto at = message.find(prefix); at != std::string::npos; at = message.find(prefix)) {
+        message.erase(at, prefix.size());
+      }
+      throw_error(e.code(), message);
+    }
   }
 
   SessionState& state_;

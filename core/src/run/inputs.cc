@@ -223,14 +223,14 @@ std::vector<Any> make_inputs(const RunSpec& spec) {
         args.push_back(input.scalar);
         break;
       case InputSpec::Kind::kNpy:
-        args.emplace_back(Tensor::load_npy(input.npy, Device::cpu()));
+        args.emplace_back(Tensor::load_npy(input.npy));
         break;
       case InputSpec::Kind::kGenerated: {
         if (auto problem = detail::check_generated(input)) {
           throw ValueError(
               fmt::format("input '{}': {}: {}", input.name, problem->key, problem->message));
         }
-        Tensor tensor = Tensor::empty(input.shape, input.dtype, Device::cpu());
+        Tensor tensor = Tensor::empty_host(input.shape, input.dtype);
         detail::fill_generated(input, tensor);
         args.emplace_back(tensor);
         break;

@@ -16,7 +16,6 @@
 #include "kiln/error.h"
 #include "kiln/npy.h"
 #include "kiln/rpc/rpc_config.h"
-#include "kiln/runtime.h"
 #include "run/elements.h"
 #include "run/generate.h"
 
@@ -502,7 +501,7 @@ RemoteSpec parse_remote(MapReader& reader, const fs::path& base_dir) {
   return r;
 }
 
-RunSpec parse_run_config(const fs::path& path) {
+RunSpec parse_run_config(const fs::path& path, const DeviceTypeNames& device_types) {
   const YAML::Node root = config::load_yaml_file(path);
   const std::string file = path.string();
   if (root.IsNull()) {
@@ -524,15 +523,9 @@ RunSpec parse_run_config(const fs::path& path) {
   }
   spec.device = non_empty_string(top, "device", spec.device, "");
   try {
-    Device::parse(spec.device);
-  } catch (const Error&) {
-    // Plugins register their device names when they load: retry once they have.
-    try {
-      Runtime::global();
-      Device::parse(spec.device);
-    } catch (const Error& e) {
-      throw top.error("device", e.what());
-    }
+    device_types.parse(spec.device);
+  } catch (const Error& e) {
+    throw top.error("device", e.what());
   }
   spec.exporter = non_empty_string(top, "export", spec.exporter, "");
 

@@ -20,14 +20,15 @@ using detail::step;
 
 namespace detail {
 
-std::vector<Any> args_to_device(const std::vector<Any>& args, Device device) {
+std::vector<Any> args_to_device(const std::vector<Any>& args, Device device,
+                                const DeviceContext& context) {
   std::vector<Any> out;
   out.reserve(args.size());
   for (const Any& a : args) {
     if (a.type_code() == KILN_TYPE_TENSOR) {
       Tensor src = a.cast<Tensor>();
       Tensor dst = Tensor::empty(std::vector<int64_t>(src.shape().begin(), src.shape().end()),
-                                 src.dtype(), device);
+                                 src.dtype(), device, context);
       dst.copy_from(src);
       out.emplace_back(dst);
     } else {
@@ -49,7 +50,8 @@ std::vector<Any> args_to_host(const std::vector<Any>& args) {
 }  // namespace detail
 
 ExportPlan normalize_export_func(const ExportFunc& export_func,
-                                 const std::optional<std::string>& output_format) {
+                                 const std::optional<std::string>& output_format,
+                                 const Runtime& runtime) {
   if (const auto* f = std::get_if<ExportFunction>(&export_func)) {
     if (!*f) throw ValueError("export_func is an empty callable");
     if (!output_format || output_format->empty()) {
@@ -60,21 +62,22 @@ ExportPlan normalize_export_func(const ExportFunc& export_func,
   const std::string& name = std::get<std::string>(export_func);
   if (name == "tar") return {name, "tar"};
   if (name == "ndk" || name == "so") return {name, "so"};
-  const auto names = Runtime::global().exporter_names();
+  const auto names = runtime.exporter_names();
   if (std::find(names.begin(), names.end(), name) != names.end()) {
-    return {name, Runtime::global().exporter(name).first->output_format};
+    return {name, runtime.exporter(name).first->output_format};
   }
   throw ValueError(fmt::format("Unsupported export_func: {}", name));
 }
 
-RunResult local_run(const Module& mod, const std::string& device_type, const std::vector<Any>& args,
+RunResult local_run(Runtime& runtime, const Module& mod, const std::string& device_type,
+                    const std::vector<Any>& args,
                     const std::optional<EvaluatorConfig>& evaluator_config,
                     const ExportFunc& export_func, const std::optional<std::string>& output_format,
                     const RunHooks& hooks) {
   // 1. Everything that can be checked before any work.
   const EvaluatorConfig config = EvaluatorConfig::normalized(evaluator_config);
-  const ExportPlan plan = normalize_export_func(export_func, output_format);
-  Device device = Device::parse(device_type);
+  const ExportPlan plan = normalize_export_func(export_func, output_format, runtime);
+  Device device = runtime.parse_device(device_type);
   device.id = 0;  // as in the reference: the device's index is not used
   detail::check_run_args(args);
   const TimeEvaluatorOptions options = detail::run_evaluator_options(config, hooks);
@@ -89,16 +92,16 @@ RunResult local_run(const Module& mod, const std::string& device_type, const std
     if (const auto* f = std::get_if<ExportFunction>(&plan.exporter)) {
       (*f)(mod, artifact.string());
     } else {
-      mod.export_library(artifact, std::get<std::string>(plan.exporter));
+      mod.export_library(artifact, std::get<std::string>(plan.exporter), runtime);
     }
   });
 
   // 4-5. Arguments to the device: always copies.
   std::vector<Any> device_args =
-      step(hooks, "upload", [&] { return detail::args_to_device(args, device); });
+      step(hooks, "upload", [&] { return detail::args_to_device(args, device, runtime); });
 
   // 6.
-  Module loaded = step(hooks, "load", [&] { return load_module(artifact); });
+  Module loaded = step(hooks, "load", [&] { return runtime.load_module(artifact); });
   const std::string function = hooks.function.empty() ? loaded.entry_name() : hooks.function;
   if (function.empty()) {
     throw NotFoundError(fmt::format("local_run: the module has no entry function; name one"));
@@ -107,7 +110,7 @@ RunResult local_run(const Module& mod, const std::string& device_type, const std
 
   // 7.
   BenchmarkResult profile = step(hooks, "time", [&] {
-    TimeEvaluator evaluator(f, device, options);
+    TimeEvaluator evaluator(f, device, options, runtime);
     return evaluator(device_args);
   });
 

@@ -4,6 +4,7 @@
 #include "kiln/error.h"
 #include "kiln/logging.h"
 #include "kiln/rpc/session.h"
+#include "kiln/runtime.h"
 #include "kiln/temp_dir.h"
 #include "kiln/tensor.h"
 #include "kiln/testing.h"
@@ -13,18 +14,19 @@ namespace kiln::testing {
 
 using detail::step;
 
-RunResult rpc_run(const Module& mod, const std::string& device_type, const std::vector<Any>& args,
+RunResult rpc_run(Runtime& runtime, const Module& mod, const std::string& device_type,
+                  const std::vector<Any>& args,
                   const std::optional<EvaluatorConfig>& evaluator_config,
                   const std::optional<rpc::RPCConfig>& rpc_config, const ExportFunc& export_func,
                   const std::optional<std::string>& output_format, const RunHooks& hooks) {
   // 1. Everything that can be checked before any network access.
   const EvaluatorConfig config = EvaluatorConfig::normalized(evaluator_config);
   const rpc::RPCConfig rpc = rpc::RPCConfig::normalized(rpc_config);
-  const ExportPlan plan = normalize_export_func(export_func, output_format);
+  const ExportPlan plan = normalize_export_func(export_func, output_format, runtime);
   detail::check_run_args(args);
   TimeEvaluatorOptions options = detail::run_evaluator_options(config, hooks);
   options.on_repeat = nullptr;  // the loop runs on the server
-  const Device local_device = Device::parse(device_type);
+  const Device local_device = runtime.parse_device(device_type);
 
   // 2.
   const TemporaryDirectory temp("kiln_rpc_run_");
@@ -33,7 +35,7 @@ RunResult rpc_run(const Module& mod, const std::string& device_type, const std::
   const std::filesystem::path artifact = temp.path() / remote_path;
 
   // 3-4.
-  rpc::RPCSession session = step(hooks, "connect", [&] { return rpc.connect_server(); });
+  rpc::RPCSession session = step(hooks, "connect", [&] { return rpc.connect_server(runtime); });
   const Device device = session.device(local_device.type, 0);
 
   // 5. Outside the cleanup: a failed export has left nothing remote.
@@ -41,7 +43,7 @@ RunResult rpc_run(const Module& mod, const std::string& device_type, const std::
     if (const auto* f = std::get_if<ExportFunction>(&plan.exporter)) {
       (*f)(mod, artifact.string());
     } else {
-      mod.export_library(artifact, std::get<std::string>(plan.exporter));
+      mod.export_library(artifact, std::get<std::string>(plan.exporter), runtime);
     }
   });
 
@@ -51,7 +53,7 @@ RunResult rpc_run(const Module& mod, const std::string& device_type, const std::
     // 6. Remote objects live in this scope only, so they are released before the cleanup.
     step(hooks, "upload_module", [&] { session.upload(artifact, remote_path); });
     std::vector<Any> device_args =
-        step(hooks, "upload", [&] { return detail::args_to_device(args, device); });
+        step(hooks, "upload", [&] { return detail::args_to_device(args, device, runtime); });
     rpc::RemoteModule remote_mod =
         step(hooks, "load", [&] { return session.load_module(remote_path); });
     const std::string function = hooks.function.empty() ? remote_mod.entry_name() : hooks.function;

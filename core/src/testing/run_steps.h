@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/any.h"
+#include "kiln/device_context.h"
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
 #include "kiln/testing.h"
@@ -61,8 +62,10 @@ inline TimeEvaluatorOptions run_evaluator_options(const EvaluatorConfig& config,
   return options;
 }
 
-// Copies of the tensor arguments on `device` (always copies); other values as they are.
-std::vector<Any> args_to_device(const std::vector<Any>& args, Device device);
+// Copies of the tensor arguments on `device` of `context` (always copies); other values as
+// they are.
+std::vector<Any> args_to_device(const std::vector<Any>& args, Device device,
+                                const DeviceContext& context);
 // Host copies of the tensor arguments; other values as they are.
 std::vector<Any> args_to_host(const std::vector<Any>& args);
 

@@ -19,6 +19,7 @@ class Block : public StorageObj {
   Device device() const override { return owner_->device(); }
   void* data() const override { return ptr_; }
   size_t size() const override { return size_; }
+  Ref<DeviceBackend> backend() const override { return owner_->backend(); }
 
  private:
   Ref<Allocator> owner_;
@@ -148,6 +149,7 @@ Tensor tensor_in_storage(const Ref<StorageObj>& storage, int64_t offset, std::ve
   auto obj = make_object<TensorObj>();
   obj->shape = std::move(shape);
   obj->storage = storage;
+  obj->backend = storage->backend();
   obj->dl.data = storage->data();
   obj->dl.byte_offset = static_cast<uint64_t>(offset);
   obj->dl.device = storage->device().to_dlpack();

@@ -22,6 +22,7 @@ class Allocator : public Object {
       : backend_(std::move(backend)), device_(device) {}
   const char* type_key() const override { return "vm.Allocator"; }
   Device device() const { return device_; }
+  const Ref<DeviceBackend>& backend() const { return backend_; }
   // A storage of at least `nbytes` (> 0 after rounding up from 0) aligned to `alignment`.
   // OutOfMemoryError (or the backend's error) when the device has no room.
   virtual Ref<StorageObj> alloc(size_t nbytes, size_t alignment) = 0;

@@ -329,7 +329,7 @@ class Reader {
       fail(size_at, fmt::format("truncated: constant c[{}] has {} bytes of tensor data, {} remain",
                                 index, nbytes, remaining()));
     }
-    Tensor tensor = Tensor::empty(std::move(shape), t);
+    Tensor tensor = Tensor::empty_host(std::move(shape), t);
     if (nbytes > 0) std::memcpy(tensor.data(), bytes_.data() + pos_, static_cast<size_t>(nbytes));
     pos_ += static_cast<size_t>(nbytes);
     return tensor;

@@ -322,6 +322,7 @@ Any reshape(const Any* a, int32_t n) {
   auto obj = make_object<TensorObj>();
   obj->shape = std::move(shape);
   obj->storage = t.get()->storage ? t.get()->storage : Ref<Object>(t.get());
+  obj->backend = t.get()->backend;
   obj->dl = *t.dl();
   obj->dl.ndim = static_cast<int32_t>(obj->shape.size());
   obj->dl.shape = obj->shape.data();
@@ -329,11 +330,28 @@ Any reshape(const Any* a, int32_t n) {
   return Any(Tensor(std::move(obj)));
 }
 
-Any to_device(const Any* a, int32_t n) {
+// vm.builtin.to_device(t, type, id[, scope]) through `context`, or without one (the global
+// registry's version) through the tensor's own backend or host memory only.
+Any to_device(const Any* a, int32_t n, const DeviceContext* context) {
   expect_args("vm.builtin.to_device", n, 3, 4);
   const Tensor t = a[0].cast<Tensor>();
   Device d{a[1].cast<int32_t>(), a[2].cast<int32_t>()};
-  return Any(t.to(d));
+  if (context != nullptr) return Any(t.to(d, *context));
+  if (d.type == kDLCPU) return Any(t.to_host());
+  throw ValueError(
+      fmt::format("vm.builtin.to_device: moving {} to {} needs a runtime; call it from a VM",
+                  t.str(), d.str()));
+}
+
+// vm.builtin.ensure_zero_offset(t): `t`, or a copy at offset 0 on its device.
+Any ensure_zero_offset(const Any* a, int32_t n, const DeviceContext* context) {
+  expect_args("vm.builtin.ensure_zero_offset", n, 1, 1);
+  const Tensor t = a[0].cast<Tensor>();
+  if (t.dl()->byte_offset == 0) return a[0];
+  if (context != nullptr) return Any(t.to(t.device(), *context));
+  if (t.device().type == kDLCPU) return Any(t.to_host());
+  throw ValueError(fmt::format(
+      "vm.builtin.ensure_zero_offset: copying {} needs a runtime; call it from a VM", t.str()));
 }
 
 Any read_if_cond(const Any* a, int32_t n) {
@@ -467,16 +485,9 @@ const bool registered = [] {
        }},
       {"vm.builtin.shape_of", &shape_of},
       {"vm.builtin.reshape", &reshape},
-      {"vm.builtin.to_device", &to_device},
+      {"vm.builtin.to_device", [](const Any* a, int32_t n) { return to_device(a, n, nullptr); }},
       {"vm.builtin.ensure_zero_offset",
-       [](const Any* a, int32_t n) {
-         expect_args("vm.builtin.ensure_zero_offset", n, 1, 1);
-         const Tensor t = a[0].cast<Tensor>();
-         if (t.dl()->byte_offset == 0) return a[0];
-         Tensor copy = Tensor::empty({t.shape().begin(), t.shape().end()}, t.dtype(), t.device());
-         copy.copy_from(t);
-         return Any(copy);
-       }},
+       [](const Any* a, int32_t n) { return ensure_zero_offset(a, n, nullptr); }},
       {"vm.builtin.read_if_cond", &read_if_cond},
       {"vm.builtin.tensor_to_shape", &tensor_to_shape},
       {"vm.builtin.make_tuple",
@@ -495,4 +506,17 @@ const bool registered = [] {
 }();
 
 }  // namespace
+
+std::optional<Function> context_builtin(const std::string& name, const DeviceContext& context) {
+  const DeviceContext* c = &context;
+  if (name == "vm.builtin.to_device") {
+    return Function::from_packed(name, [c](const Any* a, int32_t n) { return to_device(a, n, c); });
+  }
+  if (name == "vm.builtin.ensure_zero_offset") {
+    return Function::from_packed(
+        name, [c](const Any* a, int32_t n) { return ensure_zero_offset(a, n, c); });
+  }
+  return std::nullopt;
+}
+
 }  // namespace kiln::vm

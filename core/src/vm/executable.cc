@@ -598,7 +598,7 @@ std::string format_arg(const Executable& exec, Word word) {
 }
 
 std::string format_device(Device device) {
-  if (std::optional<std::string> name = device_types::name_of(device.type)) {
+  if (std::optional<std::string> name = DeviceTypeNames::builtin().name_of(device.type)) {
     if (!name->empty() && std::all_of(name->begin(), name->end(), [](char c) {
           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                  c == '_';

@@ -437,7 +437,7 @@ class Parser {
       fail(name.pos, fmt::format("expected a device such as cpu:0, found {}", describe(name)));
     }
     Device d;
-    if (std::optional<int32_t> code = device_types::find(name.text)) {
+    if (std::optional<int32_t> code = DeviceTypeNames::builtin().find(name.text)) {
       d.type = *code;
     } else if (name.text.size() > 3 && name.text.substr(0, 3) == "dev" &&
                std::all_of(name.text.begin() + 3, name.text.end(),
@@ -451,7 +451,7 @@ class Parser {
     } else {
       fail(name.pos,
            fmt::format("unknown device type '{}' (known: {}; or dev<code> for a numeric type)",
-                       name.text, fmt::join(device_types::names(), ", ")));
+                       name.text, fmt::join(DeviceTypeNames::builtin().names(), ", ")));
     }
     expect_punct(':', "between the device type and its index");
     const Token& id_token = next();
@@ -494,7 +494,7 @@ class Parser {
       }
       bytes[i] = static_cast<uint8_t>(hi * 16 + lo);
     }
-    Tensor t = Tensor::empty(std::move(shape), dtype);
+    Tensor t = Tensor::empty_host(std::move(shape), dtype);
     if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
     return t;
   }

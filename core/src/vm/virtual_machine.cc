@@ -6,8 +6,8 @@
 #include <fmt/ranges.h>
 
 #include "kiln/error.h"
-#include "kiln/runtime.h"
 #include "vm/vm_impl.h"
+#include "vm/vm_module.h"
 
 namespace kiln::vm {
 
@@ -69,8 +69,10 @@ void VirtualMachineImpl::release_frame(std::unique_ptr<Frame> frame) {
 VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in,
                                        std::vector<Module> libraries_in,
                                        std::vector<Device> devices_in,
+                                       const DeviceContext& context_in,
                                        const MemoryConfig& memory_cfg, bool profile)
     : exec(std::move(exec_in)),
+      device_context(context_in),
       libraries(std::move(libraries_in)),
       devices(std::move(devices_in)),
       profiling_enabled(profile) {
@@ -79,7 +81,7 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
   if (devices.back().type != kDLCPU) devices.push_back(Device::cpu());
   for (const Device& d : devices) {
     allocators_.push_back(
-        make_allocator(memory_cfg.kind_for(d), Runtime::global().backend(d.type), d));
+        make_allocator(memory_cfg.kind_for(d), device_context.backend(d.type), d));
   }
   // Constants: tensors go to devices[0].
   for (const Constant& c : exec->constants) {
@@ -122,6 +124,7 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
         break;
       }
     }
+    if (!f) f = context_builtin(info.name, device_context);
     if (!f) f = registry::get(info.name);
     if (!f) {
       throw NotFoundError(fmt::format(
@@ -510,17 +513,18 @@ VirtualMachine::VirtualMachine(const Module& exec, std::vector<Device> devices,
         fmt::format("VirtualMachine: expects a VM executable module ({}), got a {} module",
                     kExecutableModuleKind, exec.defined() ? exec.kind() : "null"));
   }
-  impl_ =
-      std::make_shared<VirtualMachineImpl>(std::make_shared<const Executable>(*e), exec.imports(),
-                                           std::move(devices), memory_cfg, profile);
+  impl_ = std::make_shared<VirtualMachineImpl>(std::make_shared<const Executable>(*e),
+                                               exec.imports(), std::move(devices),
+                                               *device_context_of(exec), memory_cfg, profile);
 }
 
 VirtualMachine::VirtualMachine(Executable exec, std::vector<Module> kernel_libraries,
-                               std::vector<Device> devices, MemoryConfig memory_cfg, bool profile) {
+                               std::vector<Device> devices, const DeviceContext& context,
+                               MemoryConfig memory_cfg, bool profile) {
   exec.validate();
   impl_ = std::make_shared<VirtualMachineImpl>(std::make_shared<const Executable>(std::move(exec)),
                                                std::move(kernel_libraries), std::move(devices),
-                                               memory_cfg, profile);
+                                               context, memory_cfg, profile);
 }
 
 VirtualMachine::~VirtualMachine() = default;
@@ -649,7 +653,8 @@ void VirtualMachine::set_profiler(profiling::Profiler* profiler) { impl_->profil
 
 TimeEvaluator VirtualMachine::time_evaluator(const std::string& name, Device device,
                                              TimeEvaluatorOptions options) const {
-  return TimeEvaluator(module().get_function(name), device, std::move(options));
+  return TimeEvaluator(module().get_function(name), device, std::move(options),
+                       impl_->device_context);
 }
 
 profiling::Report VirtualMachine::profile(const std::string& func, const std::vector<Any>& args) {
@@ -670,7 +675,8 @@ profiling::Report VirtualMachine::profile(const std::string& func, const std::ve
     impl_->invoke_closure(closure, inputs.data(), static_cast<int32_t>(inputs.size()));
   };
   call();  // warm-up, not recorded
-  profiling::Profiler profiler(impl_->devices, {}, {{"Executor", std::string("VM")}});
+  profiling::Profiler profiler(impl_->devices, {}, {{"Executor", std::string("VM")}},
+                               impl_->device_context);
   struct Attach {
     VirtualMachineImpl* vm;
     ~Attach() { vm->profiler = nullptr; }

@@ -5,19 +5,28 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kiln/device_context.h"
 #include "kiln/profiling/profiler.h"
 #include "kiln/vm/virtual_machine.h"
 #include "vm/allocator.h"
 
 namespace kiln::vm {
 
+// The builtins that allocate on a device other than their argument's (vm.builtin.to_device,
+// vm.builtin.ensure_zero_offset), bound to `context`; nullopt for any other name. A VM resolves
+// these before the global registry, whose versions know no runtime.
+std::optional<Function> context_builtin(const std::string& name, const DeviceContext& context);
+
 class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImpl> {
  public:
+  // `context` serves the devices and outlives the VM.
   VirtualMachineImpl(std::shared_ptr<const Executable> exec, std::vector<Module> libraries,
-                     std::vector<Device> devices, const MemoryConfig& memory_cfg, bool profile);
+                     std::vector<Device> devices, const DeviceContext& context,
+                     const MemoryConfig& memory_cfg, bool profile);
   ~VirtualMachineImpl();
 
   // The VM behind a context value (the %vm register); TypeError when `ctx` is not one.
@@ -42,6 +51,7 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
   void clear_allocators();
 
   std::shared_ptr<const Executable> exec;
+  const DeviceContext& device_context;  // serves `devices`; outlives the VM
   std::vector<Module> libraries;
   std::vector<Device> devices;
   bool profiling_enabled;

@@ -11,7 +11,7 @@
 #include <mutex>
 
 #include "kiln/error.h"
-#include "kiln/runtime.h"
+#include "kiln/module_loader.h"
 #include "vm/vm_impl.h"
 
 namespace kiln::vm {
@@ -36,8 +36,9 @@ std::vector<int64_t> indices(const Any* args, int32_t n, int32_t from) {
 // The executable, its kernel libraries and the VMs made for it, one per device.
 class ExecutablePayload : public Object {
  public:
-  ExecutablePayload(std::shared_ptr<const Executable> exec, std::vector<Module> libraries)
-      : exec(std::move(exec)), libraries(std::move(libraries)) {}
+  ExecutablePayload(std::shared_ptr<const Executable> exec, std::vector<Module> libraries,
+                    const DeviceContext& context)
+      : exec(std::move(exec)), libraries(std::move(libraries)), context(context) {}
   const char* type_key() const override { return "vm.ExecutablePayload"; }
 
   VirtualMachine& vm_for(Device device) {
@@ -45,7 +46,7 @@ class ExecutablePayload : public Object {
     auto it = vms.find({device.type, device.id});
     if (it == vms.end()) {
       it = vms.emplace(std::make_pair(device.type, device.id),
-                       VirtualMachine(Executable(*exec), libraries, {device}))
+                       VirtualMachine(Executable(*exec), libraries, {device}, context))
                .first;
     }
     return it->second;
@@ -53,6 +54,7 @@ class ExecutablePayload : public Object {
 
   std::shared_ptr<const Executable> exec;
   std::vector<Module> libraries;
+  const DeviceContext& context;  // outlives the module (see Runtime)
   std::mutex mu;
   std::map<std::pair<int32_t, int32_t>, VirtualMachine> vms;
 };
@@ -163,10 +165,10 @@ Module VirtualMachine::module() const {
 }
 
 Module make_executable_module(Executable exec, std::vector<Module> kernel_libraries,
-                              const std::string& name) {
+                              const std::string& name, const DeviceContext& context) {
   exec.validate();
   auto payload = make_object<ExecutablePayload>(std::make_shared<const Executable>(std::move(exec)),
-                                                kernel_libraries);
+                                                kernel_libraries, context);
   auto obj = make_object<ModuleObj>(kExecutableModuleKind, "");
   obj->payload = payload;
   for (const Module& lib : kernel_libraries) obj->imports.push_back(Ref<ModuleObj>(lib.get()));
@@ -198,17 +200,24 @@ Module make_executable_module(Executable exec, std::vector<Module> kernel_librar
   return Module(std::move(obj));
 }
 
-const Executable* executable_of(const Module& m) {
+namespace {
+ExecutablePayload* payload_of(const Module& m) {
   if (!m.defined() || m.kind() != kExecutableModuleKind) return nullptr;
-  auto* payload = dynamic_cast<ExecutablePayload*>(m.get()->payload.get());
+  return dynamic_cast<ExecutablePayload*>(m.get()->payload.get());
+}
+}  // namespace
+
+const Executable* executable_of(const Module& m) {
+  ExecutablePayload* payload = payload_of(m);
   return payload != nullptr ? payload->exec.get() : nullptr;
 }
 
-bool is_executable_format(const std::string& extension) {
-  return extension == "kvm" || extension == "kvmt";
+const DeviceContext* device_context_of(const Module& m) {
+  ExecutablePayload* payload = payload_of(m);
+  return payload != nullptr ? &payload->context : nullptr;
 }
 
-Module load_executable_file(const fs::path& path, Runtime& runtime) {
+Module load_executable_file(const fs::path& path, ModuleLoadContext& context) {
   const std::string ext = path.extension().string();
   const std::vector<uint8_t> bytes = read_bytes(path);
   Executable exec =
@@ -222,17 +231,17 @@ Module load_executable_file(const fs::path& path, Runtime& runtime) {
     fs::path lib(import);
     if (lib.is_relative()) lib = path.parent_path() / lib;
     try {
-      libraries.push_back(runtime.load_module(lib));
+      libraries.push_back(context.load_nested(lib));
     } catch (const Error& e) {
       throw_error(e.code(), fmt::format("{}: import '{}': {}", path.string(), import, e.what()));
     }
   }
   return make_executable_module(std::move(exec), std::move(libraries),
-                                path.stem().string() + ".kvm");
+                                path.stem().string() + ".kvm", context.devices());
 }
 
 Module load_executable_package(const Artifact& bytecode, std::map<std::string, Module> libraries,
-                               const std::string& package) {
+                               const std::string& package, const DeviceContext& context) {
   Executable exec;
   try {
     exec = Executable::load_from_bytes(bytecode.data);
@@ -252,7 +261,28 @@ Module load_executable_package(const Artifact& bytecode, std::map<std::string, M
     }
     ordered.push_back(it->second);
   }
-  return make_executable_module(std::move(exec), std::move(ordered), bytecode.name);
+  return make_executable_module(std::move(exec), std::move(ordered), bytecode.name, context);
+}
+
+namespace {
+
+// .kvm (binary) and .kvmt (text) executables, whose imports are loaded relative to the file.
+class ExecutableFormatLoader : public FormatLoader {
+ public:
+  std::string describe() const override { return "VM executables"; }
+  std::vector<std::string> formats() const override { return {"kvm", "kvmt"}; }
+  bool accepts(const fs::path&, const std::string& format) const override {
+    return format == "kvm" || format == "kvmt";
+  }
+  Module load(const fs::path& path, ModuleLoadContext& context) const override {
+    return load_executable_file(path, context);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const FormatLoader> executable_format_loader() {
+  return std::make_shared<ExecutableFormatLoader>();
 }
 
 }  // namespace kiln::vm

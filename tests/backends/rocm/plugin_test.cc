@@ -58,7 +58,7 @@ TEST(RocmPluginTest, LoadsIntoTheGlobalRuntime) {
   EXPECT_TRUE(backend->has_streams());
   EXPECT_TRUE(backend->has_timer());
   EXPECT_TRUE(backend->has_modules());
-  const std::optional<int32_t> hip = device_types::find("hip");
+  const std::optional<int32_t> hip = Runtime::global().device_types().find("hip");
   ASSERT_TRUE(hip.has_value());
   EXPECT_EQ(*hip, kDLROCM);
 }

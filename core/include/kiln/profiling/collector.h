@@ -31,10 +31,11 @@ class MetricCollector {
   virtual MetricMap stop(std::shared_ptr<void> state) = 0;
 };
 
-// The collector component `name` of a loaded plugin (NotFoundError listing the available
-// ones). The plugin stays loaded while the collector lives.
+// The collector component `name` of a plugin `runtime` loaded (NotFoundError listing the
+// available ones). The plugin stays loaded while the collector lives.
+std::shared_ptr<MetricCollector> plugin_collector(const std::string& name, const Runtime& runtime);
+// API-edge default: the same with Runtime::global().
 std::shared_ptr<MetricCollector> plugin_collector(const std::string& name);
-std::shared_ptr<MetricCollector> plugin_collector(const std::string& name, Runtime& runtime);
 
 }  // namespace kiln::profiling
 

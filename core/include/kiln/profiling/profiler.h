@@ -9,6 +9,7 @@
 
 #include "kiln/any.h"
 #include "kiln/device.h"
+#include "kiln/device_context.h"
 #include "kiln/profiling/collector.h"
 #include "kiln/profiling/metrics.h"
 #include "kiln/profiling/report.h"
@@ -24,7 +25,11 @@ namespace kiln::profiling {
 class Profiler {
  public:
   // Calls init(devices) on every collector and records "Number of threads" in the
-  // configuration. Throws NotFoundError when no backend serves one of `devices`.
+  // configuration. Devices are timed through the backends of `context`, which must outlive
+  // the profiler. Throws NotFoundError when no backend serves one of `devices`.
+  Profiler(std::vector<Device> devices, std::vector<std::shared_ptr<MetricCollector>> collectors,
+           MetricMap configuration, const DeviceContext& context);
+  // API-edge default: the same with Runtime::global().
   Profiler(std::vector<Device> devices, std::vector<std::shared_ptr<MetricCollector>> collectors,
            MetricMap configuration = {});
   ~Profiler();

@@ -73,9 +73,11 @@ struct Report {
   std::string str() const { return table(); }
 };
 
-// The name of `device` in reports (§3.8): "<DLPack device name><id>", e.g. "cpu0", "cuda0",
-// "opencl1"; a type without a registered name gives "dev<code><id>".
-std::string device_report_name(Device device);
+// The name of `device` in reports (§3.8): "<device type name><id>", e.g. "cpu0", "cuda0",
+// "opencl1", with the type names of `names` (a Runtime's device_types() also knows its plugins'
+// names); a type without a name gives "dev<code><id>".
+std::string device_report_name(Device device,
+                               const DeviceTypeNames& names = DeviceTypeNames::builtin());
 
 // Formats one metric for table() (§3.5), independent of the process locale: Count as an integer
 // with ',' every three digits ("1,234"); Duration fixed with 2 decimals and ',' grouping

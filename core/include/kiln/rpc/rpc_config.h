@@ -37,7 +37,10 @@ struct RPCConfig {
   // Connects within session_timeout_sec; ValueError "Unable to connect to the tracker using
   // the following configuration: ..." (with the command to query it) otherwise.
   TrackerSession connect_tracker() const;
-  // connect_tracker() then request(tracker_key, session_priority, session_timeout_sec).
+  // connect_tracker() then request(runtime, tracker_key, session_priority,
+  // session_timeout_sec).
+  RPCSession connect_server(Runtime& runtime) const;
+  // API-edge default: connect_server(Runtime::global()).
   RPCSession connect_server() const;
   // Servers registered under tracker_key (SUMMARY's server_info; keys with ':' work). With
   // allow_missing = false, 0 is ValueError("Unable to find servers with the specific key

@@ -36,15 +36,16 @@ struct ServerOptions {
   uint64_t max_session_memory = 0;
   // Seconds a client has to complete the handshake.
   double handshake_timeout_s = 10;
-  // The runtime sessions load modules and allocate with (default: Runtime::global()).
-  Runtime* runtime = nullptr;
 };
 
 class Server {
  public:
   // Binds and starts serving on background threads. Throws ValueError for bad options and
   // RuntimeError("cannot resolve host '<host>': ..." or "cannot bind to any port in [p, e)
-  // on <host>: ...").
+  // on <host>: ..."). Sessions load modules and allocate through `runtime`, which must
+  // outlive the server.
+  Server(ServerOptions options, Runtime& runtime);
+  // API-edge default: Server(options, Runtime::global()).
   explicit Server(ServerOptions options);
   // Stops: closes the listener, ends every session and removes its files.
   ~Server();

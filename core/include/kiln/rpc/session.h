@@ -17,36 +17,13 @@
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
 #include "kiln/function.h"
+#include "kiln/rpc/rpc_error.h"
+
+namespace kiln {
+class Runtime;
+}  // namespace kiln
 
 namespace kiln::rpc {
-
-// A remote call failed. what() is "RPCError: Error caught from RPC call:\n<remote message>";
-// remote_message() is the server's message alone and remote_code() its KilnErrorCode (0 when
-// the failure was on this side: a lost connection or a malformed reply).
-class RPCError : public RuntimeError {
- public:
-  RPCError(const std::string& remote_message, int32_t remote_code);
-  // Rebuilds an RPCError from its what() (after crossing a packed-function boundary, which
-  // keeps the message and the type but not the remote code).
-  static RPCError from_what(const std::string& what);
-  const std::string& remote_message() const { return remote_message_; }
-  int32_t remote_code() const { return remote_code_; }
-
- protected:
-  RPCError(const std::string& what, const std::string& remote_message, int32_t remote_code,
-           int32_t code);
-
- private:
-  std::string remote_message_;
-  int32_t remote_code_;
-};
-
-// The session outlived its timeout; the server ended it. what() starts with
-// "RPCSessionTimeoutError: ".
-class RPCSessionTimeoutError : public RPCError {
- public:
-  explicit RPCSessionTimeoutError(const std::string& message);
-};
 
 // How a client connects.
 struct ConnectOptions {
@@ -98,7 +75,7 @@ class RPCSession {
   // "host:port" of the server and its key ("server:<key>").
   const std::string& peer() const;
   const std::string& server_key() const;
-  // The session's index in this process: remote devices carry (index + 1) * 128.
+  // The session's index in its runtime: remote devices carry (index + 1) * 128.
   int32_t index() const;
 
   struct Impl;
@@ -109,9 +86,13 @@ class RPCSession {
   std::shared_ptr<Impl> impl_;
 };
 
-// Connects to a server directly. Throws RuntimeError naming host:port for a refused or
+// Connects to a server directly; the session's remote devices are served through `runtime`
+// (which must outlive the session). Throws RuntimeError naming host:port for a refused or
 // silent peer, a peer that is not a Kiln RPC server, a protocol version mismatch, a key
 // that does not match, a busy server or a token that is missing or wrong.
+RPCSession connect(const std::string& host, int port, const ConnectOptions& options,
+                   Runtime& runtime);
+// API-edge default: connect(host, port, options, Runtime::global()).
 RPCSession connect(const std::string& host, int port, const ConnectOptions& options = {});
 // TVM's signature: connect(host, port, key, session_timeout).
 RPCSession connect(const std::string& host, int port, const std::string& key,

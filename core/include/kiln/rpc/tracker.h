@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+namespace kiln {
+class Runtime;
+}  // namespace kiln
+
 namespace kiln::rpc {
 
 class RPCSession;
@@ -128,8 +132,14 @@ class TrackerSession {
   ServerAddress request_server(const std::string& key, int priority = 1,
                                std::optional<std::chrono::milliseconds> wait = std::nullopt);
   // request_server + rpc::connect with the granted match key, up to `max_retry` attempts
-  // (RuntimeError("Cannot request <key> after <n> retry, last_error:<e>")).
-  // `session_timeout_s` 0 means unlimited. Implemented beside RPCConfig (rpc_config.cc).
+  // (RuntimeError("Cannot request <key> after <n> retry, last_error:<e>")); the session's
+  // remote devices are served through `runtime`. `session_timeout_s` 0 means unlimited.
+  // Implemented beside RPCConfig (rpc_config.cc).
+  RPCSession request(Runtime& runtime, const std::string& key, int priority = 1,
+                     double session_timeout_s = 0, int max_retry = 5,
+                     std::optional<std::chrono::milliseconds> wait = std::nullopt,
+                     const std::string& token = "");
+  // API-edge default: the same with Runtime::global().
   RPCSession request(const std::string& key, int priority = 1, double session_timeout_s = 0,
                      int max_retry = 5,
                      std::optional<std::chrono::milliseconds> wait = std::nullopt,

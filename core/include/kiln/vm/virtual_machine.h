@@ -17,6 +17,7 @@
 
 #include "kiln/any.h"
 #include "kiln/device.h"
+#include "kiln/device_context.h"
 #include "kiln/evaluator.h"
 #include "kiln/function.h"
 #include "kiln/module.h"
@@ -54,6 +55,8 @@ class StorageObj : public Object {
   virtual Device device() const = 0;
   virtual void* data() const = 0;
   virtual size_t size() const = 0;
+  // The backend whose memory this is (copies of tensors in it go through it).
+  virtual Ref<DeviceBackend> backend() const = 0;
 };
 
 // How each device of a VM allocates: "naive" (every allocation from the device) or "pooled"
@@ -82,14 +85,19 @@ class VirtualMachineImpl;
 class VirtualMachine {
  public:
   // Makes a VM for the executable module `exec` (kind kExecutableModuleKind: what loading a
-  // .kvm file or a VM package gives) on `devices`; the host CPU is appended unless the last
-  // device is a CPU (SPEC §2.8). Tensor constants are copied to devices[0]. `profile` enables
-  // profile(). Throws ValueError for an empty device list, an executable function that cannot
-  // be resolved ("Cannot find function <name> in the VM's kernel libraries or the global
-  // registry"), and NotFoundError for a device no backend serves.
+  // .kvm file or a VM package gives) on `devices` of the DeviceContext (Runtime) the module was
+  // made with; the host CPU is appended unless the last device is a CPU (SPEC §2.8). Tensor
+  // constants are copied to devices[0]. `profile` enables profile(). Throws ValueError for an
+  // empty device list, an executable function that cannot be resolved ("Cannot find function
+  // <name> in the VM's kernel libraries or the global registry"), and NotFoundError for a
+  // device no backend serves.
   VirtualMachine(const Module& exec, std::vector<Device> devices, MemoryConfig memory_cfg = {},
                  bool profile = false);
-  // The same from an Executable and the modules its PackedFunc entries resolve against.
+  // The same from an Executable and the modules its PackedFunc entries resolve against, on
+  // devices of `context` (which must outlive the VM).
+  VirtualMachine(Executable exec, std::vector<Module> kernel_libraries, std::vector<Device> devices,
+                 const DeviceContext& context, MemoryConfig memory_cfg = {}, bool profile = false);
+  // API-edge default: the same on devices of Runtime::global().
   VirtualMachine(Executable exec, std::vector<Module> kernel_libraries, std::vector<Device> devices,
                  MemoryConfig memory_cfg = {}, bool profile = false);
   ~VirtualMachine();
@@ -153,6 +161,10 @@ inline constexpr const char* kExecutableModuleKind = "vm.executable";
 // the device of its first tensor argument (CPU when none), created on first use. Its artifacts
 // are the bytecode (role "bytecode", `<name>`) and the libraries' own artifacts, so exporting it
 // with "tar" and loading the package gives the same module.
+// Its VMs run on devices of `context`, which must outlive the module.
+Module make_executable_module(Executable exec, std::vector<Module> kernel_libraries,
+                              const std::string& name, const DeviceContext& context);
+// API-edge default: the same with Runtime::global().
 Module make_executable_module(Executable exec, std::vector<Module> kernel_libraries,
                               const std::string& name = "program.kvm");
 // The executable inside a module made by make_executable_module; null when `m` is not one.

@@ -8,7 +8,6 @@
 
 #include "ffi/error_object.h"
 #include "kiln/error.h"
-#include "kiln/runtime.h"
 
 namespace kiln {
 
@@ -59,7 +58,7 @@ std::optional<Function> ModuleObj::find_function(const std::string& name) {
   KilnCallable callable{};
   if (KilnError* err = loaded_.get_function(loaded_.handle, name.c_str(), &callable)) {
     if (err->code == KILN_ERROR_NOT_FOUND) {  // fall through to the imports
-      delete err;
+      ffi::release_error(err);
       return std::nullopt;
     }
     detail::raise_and_free(err);
@@ -73,53 +72,6 @@ std::vector<std::string> ModuleObj::function_names() const {
   std::set<std::string> names(lazy_names_.begin(), lazy_names_.end());
   for (const auto& [name, f] : functions_) names.insert(name);
   return {names.begin(), names.end()};
-}
-
-Module Module::load(const std::filesystem::path& path) { return load(path, Runtime::global()); }
-
-Module Module::load(const std::filesystem::path& path, Runtime& runtime) {
-  return runtime.load_module(path);
-}
-
-void Module::export_library(const std::filesystem::path& path, const std::string& exporter) const {
-  export_library(path, exporter, Runtime::global());
-}
-
-void Module::export_library(const std::filesystem::path& path, const std::string& exporter,
-                            Runtime& runtime) const {
-  if (!obj_) throw ValueError("export_library on an undefined module");
-  if (obj_->artifacts.empty()) {
-    throw ValueError(
-        fmt::format("module '{}' ({}) has no artifacts to export: it was not "
-                    "loaded from files",
-                    obj_->source(), obj_->kind()));
-  }
-  auto [table, plugin] = runtime.exporter(exporter);
-  // load_module picks the loader by extension: a mismatch would make an unloadable file.
-  const std::string extension = path.extension().string();
-  if (table->output_format != nullptr && !extension.empty() &&
-      extension != std::string(".") + table->output_format) {
-    throw ValueError(fmt::format("exporter '{}' writes .{} files, but {} ends in {}", exporter,
-                                 table->output_format, path.string(), extension));
-  }
-  std::vector<KilnArtifact> artifacts;
-  for (const Artifact& a : obj_->artifacts) {
-    artifacts.push_back(KilnArtifact{sizeof(KilnArtifact), a.name.c_str(), a.role.c_str(),
-                                     a.data.data(), a.data.size()});
-  }
-  KilnExportRequest request{};
-  request.struct_size = sizeof(request);
-  request.module_kind = obj_->kind().c_str();
-  request.entry_name = obj_->entry_name().empty() ? nullptr : obj_->entry_name().c_str();
-  request.num_artifacts = static_cast<int32_t>(artifacts.size());
-  request.artifacts = artifacts.data();
-  const std::string target = path.string();
-  if (KilnError* err = table->export_module(table->self, &request, target.c_str())) {
-    const int32_t code = err->code;
-    std::string message = err->message;
-    delete err;
-    throw_error(code, fmt::format("exporting to {} with '{}': {}", target, exporter, message));
-  }
 }
 
 Function Module::get_function(const std::string& name) const {

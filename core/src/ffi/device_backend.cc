@@ -19,10 +19,7 @@ DeviceBackend::DeviceBackend(const KilnDeviceBackend* table, std::string name,
 void DeviceBackend::check(KilnError* err, const char* slot) const {
   if (err == nullptr) [[likely]]
     return;
-  const int32_t code = err->code;
-  std::string message = fmt::format("{} backend ({}): {}", name_, slot, err->message);
-  delete err;
-  throw_error(code, message);
+  ffi::raise_plugin_error(err, fmt::format("{} backend ({})", name_, slot));
 }
 
 #define KILN_REQUIRE_SLOT(slot)                                       \
@@ -65,8 +62,7 @@ void* DeviceBackend::alloc(int32_t id, size_t nbytes, size_t alignment) const {
 void DeviceBackend::free(int32_t id, void* ptr) const noexcept {
   if (table_->free == nullptr) return;
   if (KilnError* err = table_->free(table_->self, id, ptr)) {
-    log(LogLevel::kError, name_, fmt::format("free failed: {}", err->message));
-    delete err;
+    log(LogLevel::kError, name_, fmt::format("free failed: {}", ffi::release_error(err)));
   }
 }
 

@@ -7,9 +7,8 @@
 #include <numeric>
 
 #include "kiln/device_backend.h"
+#include "kiln/device_context.h"
 #include "kiln/error.h"
-#include "kiln/npy.h"
-#include "kiln/runtime.h"
 
 namespace kiln {
 namespace {
@@ -61,25 +60,33 @@ Ref<TensorObj> make_tensor_obj(std::vector<int64_t> shape, DataType dtype, Devic
   return obj;
 }
 
-// The backend behind a tensor's memory: its allocation's, else the default runtime's.
-Ref<DeviceBackend> backend_of(const Tensor& t) {
-  if (auto* alloc = dynamic_cast<DeviceAllocation*>(t.get()->storage.get())) {
-    return alloc->backend;
+// The backend behind a tensor's device memory. A view of device memory Kiln did not allocate
+// has none: say so rather than guess which runtime's backend owns it.
+const Ref<DeviceBackend>& backend_of(const Tensor& t) {
+  if (!t.get()->backend) {
+    throw ValueError(fmt::format(
+        "tensor on {} has no device backend to copy through: it views memory Kiln did not "
+        "allocate (pass the backend to Tensor::view / Tensor::from_dlpack)",
+        t.device().str()));
   }
-  return Runtime::global().backend(t.device().type);
+  return t.get()->backend;
+}
+
+// `obj` in fresh host memory of `nbytes` from the core's own allocator.
+Ref<TensorObj> host_tensor_obj(Ref<TensorObj> obj, size_t nbytes) {
+  auto alloc = make_object<HostAllocation>(nbytes);
+  obj->dl.data = alloc->ptr;
+  obj->storage = alloc;
+  return obj;
 }
 
 std::string shape_str(std::span<const int64_t> shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-}  // namespace
-
-Tensor Tensor::empty(std::vector<int64_t> shape, DataType dtype, Device device) {
-  return empty(std::move(shape), dtype, device, Runtime::global());
-}
-
-Tensor Tensor::empty(std::vector<int64_t> shape, DataType dtype, Device device, Runtime& runtime) {
+// The bytes a tensor of `shape` and `dtype` takes; ValueError for a negative dimension, an
+// overflow or a dtype without size.
+size_t checked_nbytes(std::span<const int64_t> shape, DataType dtype) {
   int64_t numel = 1;
   for (int64_t d : shape) {
     if (d < 0) throw ValueError(fmt::format("negative dimension in shape {}", shape_str(shape)));
@@ -91,24 +98,32 @@ Tensor Tensor::empty(std::vector<int64_t> shape, DataType dtype, Device device, 
   if (dtype.lanes == 0 || dtype.bits == 0) {
     throw ValueError(fmt::format("cannot allocate elements of dtype {}", dtype.str()));
   }
-  const size_t nbytes = static_cast<size_t>(numel) * dtype.bytes();
+  return static_cast<size_t>(numel) * dtype.bytes();
+}
+}  // namespace
+
+Tensor Tensor::empty_host(std::vector<int64_t> shape, DataType dtype) {
+  const size_t nbytes = checked_nbytes(shape, dtype);
+  return Tensor(host_tensor_obj(make_tensor_obj(std::move(shape), dtype, Device::cpu()), nbytes));
+}
+
+Tensor Tensor::empty(std::vector<int64_t> shape, DataType dtype, Device device,
+                     const DeviceContext& context) {
+  const size_t nbytes = checked_nbytes(shape, dtype);
   auto obj = make_tensor_obj(std::move(shape), dtype, device);
-  Ref<DeviceBackend> backend = runtime.find_backend(device.type);
-  if (!backend && device.type == kDLCPU) {
-    auto alloc = make_object<HostAllocation>(nbytes);
-    obj->dl.data = alloc->ptr;
-    obj->storage = alloc;
-  } else {
-    if (!backend) backend = runtime.backend(device.type);  // throws NotFoundError
-    void* ptr = backend->alloc(device.id, nbytes == 0 ? 1 : nbytes, kTensorAlignment);
-    obj->dl.data = ptr;
-    obj->storage = make_object<DeviceAllocation>(backend, device.id, ptr);
-  }
+  Ref<DeviceBackend> backend = context.find_backend(device.type);
+  if (!backend && device.type == kDLCPU) return Tensor(host_tensor_obj(std::move(obj), nbytes));
+  if (!backend) backend = context.backend(device.type);  // throws NotFoundError
+  void* ptr = backend->alloc(device.id, nbytes == 0 ? 1 : nbytes, kTensorAlignment);
+  obj->dl.data = ptr;
+  obj->storage = make_object<DeviceAllocation>(backend, device.id, ptr);
+  obj->backend = std::move(backend);
   return Tensor(std::move(obj));
 }
 
-Tensor Tensor::view(const DLTensor* dl) {
+Tensor Tensor::view(const DLTensor* dl, Ref<DeviceBackend> backend) {
   auto obj = make_object<TensorObj>();
+  obj->backend = std::move(backend);
   obj->dl = *dl;
   obj->shape.assign(dl->shape, dl->shape + dl->ndim);
   obj->dl.shape = obj->shape.data();
@@ -119,9 +134,9 @@ Tensor Tensor::view(const DLTensor* dl) {
   return Tensor(std::move(obj));
 }
 
-Tensor Tensor::from_dlpack(DLManagedTensor* managed) {
+Tensor Tensor::from_dlpack(DLManagedTensor* managed, Ref<DeviceBackend> backend) {
   if (managed == nullptr) throw ValueError("from_dlpack: null DLManagedTensor");
-  Tensor t = view(&managed->dl_tensor);
+  Tensor t = view(&managed->dl_tensor, std::move(backend));
   t.obj_->storage = make_object<ManagedHolder>(managed);
   return t;
 }
@@ -215,8 +230,15 @@ void Tensor::copy_from(const Tensor& src) {
 
 void Tensor::copy_to(Tensor& dst) const { dst.copy_from(*this); }
 
-Tensor Tensor::to(Device device) const {
-  Tensor out = empty(std::vector<int64_t>(shape().begin(), shape().end()), dtype(), device);
+Tensor Tensor::to(Device device, const DeviceContext& context) const {
+  Tensor out =
+      empty(std::vector<int64_t>(shape().begin(), shape().end()), dtype(), device, context);
+  out.copy_from(*this);
+  return out;
+}
+
+Tensor Tensor::to_host() const {
+  Tensor out = empty_host(std::vector<int64_t>(shape().begin(), shape().end()), dtype());
   out.copy_from(*this);
   return out;
 }
@@ -231,19 +253,6 @@ void Tensor::check_host_access(size_t element_size) const {
     throw TypeError(fmt::format("host access with {}-byte elements to a {} tensor", element_size,
                                 dtype().str()));
   }
-}
-
-Tensor Tensor::load_npy(const std::filesystem::path& path, Device device) {
-  NpyArray array = read_npy(path);
-  Tensor host = empty(array.shape, array.dtype, Device::cpu());
-  host.copy_from(array.data.data(), array.data.size());
-  return device.type == kDLCPU ? host : host.to(device);
-}
-
-void Tensor::save_npy(const std::filesystem::path& path) const {
-  Tensor host = device().type == kDLCPU ? *this : to_host();
-  if (!host.is_contiguous()) throw ValueError("save_npy: the tensor is not contiguous");
-  write_npy(path, dtype(), shape(), host.data(), host.nbytes());
 }
 
 std::string Tensor::str() const {

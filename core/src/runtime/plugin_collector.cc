@@ -1,4 +1,6 @@
-// A MetricCollector backed by a plugin's KilnMetricCollector component.
+// A MetricCollector backed by a KilnMetricCollector component of a plugin a Runtime loaded
+// (declared in kiln/profiling/collector.h; it lives with the Runtime, whose components it
+// adapts, so that profiling itself does not depend on plugin loading).
 #include <fmt/format.h>
 
 #include "ffi/error_object.h"
@@ -12,10 +14,7 @@ namespace {
 
 void check(KilnError* err, const std::string& collector, const char* slot) {
   if (err == nullptr) return;
-  const int32_t code = err->code;
-  std::string message = fmt::format("collector '{}' ({}): {}", collector, slot, err->message);
-  delete err;
-  throw_error(code, message);
+  ffi::raise_plugin_error(err, fmt::format("collector '{}' ({})", collector, slot));
 }
 
 class PluginCollector : public MetricCollector {
@@ -88,11 +87,7 @@ class PluginCollector : public MetricCollector {
 
 }  // namespace
 
-std::shared_ptr<MetricCollector> plugin_collector(const std::string& name) {
-  return plugin_collector(name, Runtime::global());
-}
-
-std::shared_ptr<MetricCollector> plugin_collector(const std::string& name, Runtime& runtime) {
+std::shared_ptr<MetricCollector> plugin_collector(const std::string& name, const Runtime& runtime) {
   auto [table, plugin] = runtime.collector(name);
   return std::make_shared<PluginCollector>(name, table, std::move(plugin));
 }

@@ -1,6 +1,6 @@
 #include "kiln/error.h"
 
-#include "kiln/rpc/session.h"
+#include "kiln/rpc/rpc_error.h"
 
 namespace kiln {
 

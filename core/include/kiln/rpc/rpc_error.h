@@ -1,0 +1,48 @@
+// The errors of RPC calls (kiln::rpc::RPCError, RPCSessionTimeoutError). They live beside the
+// other kiln errors (throw_error raises them for their codes), not with the client, so that
+// the error layer depends on nothing above it.
+#ifndef KILN_RPC_RPC_ERROR_H_
+#define KILN_RPC_RPC_ERROR_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/error.h"
+
+namespace kiln::rpc {
+
+// What every RPCError's what() starts with, and every RPCSessionTimeoutError's.
+inline constexpr char kRpcErrorPrefix[] = "RPCError: Error caught from RPC call:\n";
+inline constexpr char kTimeoutPrefix[] = "RPCSessionTimeoutError: ";
+
+// A remote call failed. what() is "RPCError: Error caught from RPC call:\n<remote message>";
+// remote_message() is the server's message alone and remote_code() its KilnErrorCode (0 when
+// the failure was on this side: a lost connection or a malformed reply).
+class RPCError : public RuntimeError {
+ public:
+  RPCError(const std::string& remote_message, int32_t remote_code);
+  // Rebuilds an RPCError from its what() (after crossing a packed-function boundary, which
+  // keeps the message and the type but not the remote code).
+  static RPCError from_what(const std::string& what);
+  const std::string& remote_message() const { return remote_message_; }
+  int32_t remote_code() const { return remote_code_; }
+
+ protected:
+  RPCError(const std::string& what, const std::string& remote_message, int32_t remote_code,
+           int32_t code);
+
+ private:
+  std::string remote_message_;
+  int32_t remote_code_;
+};
+
+// The session outlived its timeout; the server ended it. what() starts with
+// "RPCSessionTimeoutError: ".
+class RPCSessionTimeoutError : public RPCError {
+ public:
+  explicit RPCSessionTimeoutError(const std::string& message);
+};
+
+}  // namespace kiln::rpc
+
+#endif  // KILN_RPC_RPC_ERROR_H_

@@ -1,0 +1,49 @@
+// Module::load and Module::export_library through a Runtime's loaders and exporters.
+#include <fmt/format.h>
+
+#include "ffi/error_object.h"
+#include "kiln/error.h"
+#include "kiln/module.h"
+#include "kiln/runtime.h"
+
+namespace kiln {
+
+Module Module::load(const std::filesystem::path& path, const Runtime& runtime) {
+  return runtime.load_module(path);
+}
+
+void Module::export_library(const std::filesystem::path& path, const std::string& exporter,
+                            const Runtime& runtime) const {
+  if (!obj_) throw ValueError("export_library on an undefined module");
+  if (obj_->artifacts.empty()) {
+    throw ValueError(
+        fmt::format("module '{}' ({}) has no artifacts to export: it was not "
+                    "loaded from files",
+                    obj_->source(), obj_->kind()));
+  }
+  auto [table, plugin] = runtime.exporter(exporter);
+  // load_module picks the loader by extension: a mismatch would make an unloadable file.
+  const std::string extension = path.extension().string();
+  if (table->output_format != nullptr && !extension.empty() &&
+      extension != std::string(".") + table->output_format) {
+    throw ValueError(fmt::format("exporter '{}' writes .{} files, but {} ends in {}", exporter,
+                                 table->output_format, path.string(), extension));
+  }
+  std::vector<KilnArtifact> artifacts;
+  for (const Artifact& a : obj_->artifacts) {
+    artifacts.push_back(KilnArtifact{sizeof(KilnArtifact), a.name.c_str(), a.role.c_str(),
+                                     a.data.data(), a.data.size()});
+  }
+  KilnExportRequest request{};
+  request.struct_size = sizeof(request);
+  request.module_kind = obj_->kind().c_str();
+  request.entry_name = obj_->entry_name().empty() ? nullptr : obj_->entry_name().c_str();
+  request.num_artifacts = static_cast<int32_t>(artifacts.size());
+  request.artifacts = artifacts.data();
+  const std::string target = path.string();
+  if (KilnError* err = table->export_module(table->self, &request, target.c_str())) {
+    ffi::raise_plugin_error(err, fmt::format("exporting to {} with '{}'", target, exporter));
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,249 @@
+// Runtime: the loaded plugins' components (backends, device-type names, exporters,
+// collectors), the module format loaders, and the RPC sessions attached to it. Discovery and
+// plugin loading live in core/src/plugin; the format loaders in module_formats.cc.
+#include "kiln/runtime.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include "kiln/error.h"
+#include "kiln/logging.h"
+#include "plugin/discovery.h"
+#include "plugin/loaded_plugin.h"
+#include "plugin/plugin_loader.h"
+#include "runtime/module_formats.h"
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+using plugin::LoadedPlugin;
+
+struct Runtime::Impl {
+  std::optional<fs::path> plugin_set_path;
+  std::vector<fs::path> search_dirs;
+  std::vector<PluginStatus> statuses;
+  std::vector<Ref<LoadedPlugin>> plugins;
+  DeviceTypeNames device_types;
+  std::map<int32_t, Ref<DeviceBackend>> backends;  // by DLPack device type
+  struct Component {
+    const void* table;
+    Ref<LoadedPlugin> plugin;
+  };
+  std::map<std::string, Component> loaders, exporters, collectors;
+  ModuleLoaderRegistry module_loaders;
+  double startup_ms = 0;
+
+  mutable std::mutex remote_mu;
+  std::map<int32_t, RemoteBackendLookup> remote_sessions;  // by session index
+  int32_t next_remote_index = 0;
+
+  // Adds `plugin`'s device backends, names and components; the reason when they conflict with
+  // what is already there (then nothing is added).
+  std::optional<std::string> add(const Ref<LoadedPlugin>& plugin);
+};
+
+std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
+  DeviceTypeNames names = device_types;
+  for (size_t i = 0; i < plugin->devices.size(); ++i) {
+    const int32_t code = plugin->devices[i]->dl_device_type;
+    const std::string& name = plugin->device_names[i];
+    try {
+      names.add(name, code);
+    } catch (const ValueError& e) {
+      return e.what();
+    }
+    if (auto it = backends.find(code); it != backends.end()) {
+      return fmt::format("device type code {} ('{}') is already served by plugin '{}'", code, name,
+                         it->second->plugin_name());
+    }
+  }
+  device_types = std::move(names);
+  for (size_t i = 0; i < plugin->devices.size(); ++i) {
+    const KilnDeviceBackend* table = plugin->devices[i].get();
+    backends[table->dl_device_type] =
+        make_object<DeviceBackend>(table, plugin->device_names[i], plugin->name, plugin);
+  }
+  auto add_all = [&](const std::vector<std::string>& names_of, const auto& tables,
+                     std::map<std::string, Component>& into) {
+    for (size_t i = 0; i < names_of.size(); ++i) {
+      if (auto it = into.find(names_of[i]); it != into.end()) {
+        log(LogLevel::kWarn, plugin->name,
+            fmt::format("'{}' is already provided by plugin '{}'; keeping that one", names_of[i],
+                        it->second.plugin->name));
+        continue;
+      }
+      into[names_of[i]] = Component{tables[i].get(), plugin};
+    }
+  };
+  const size_t known_loaders = loaders.size();
+  add_all(plugin->loader_names, plugin->loaders, loaders);
+  add_all(plugin->exporter_names, plugin->exporters, exporters);
+  add_all(plugin->collector_names, plugin->collectors, collectors);
+  if (loaders.size() != known_loaders) {
+    for (size_t i = 0; i < plugin->loaders.size(); ++i) {
+      if (loaders[plugin->loader_names[i]].plugin.get() == plugin.get()) {
+        register_plugin_loader(module_loaders, plugin, i);
+      }
+    }
+  }
+  plugins.push_back(plugin);
+  return std::nullopt;
+}
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
+  const auto start = std::chrono::steady_clock::now();
+  plugin::Discovery found = plugin::discover(options);
+  impl_->plugin_set_path = std::move(found.plugin_set_path);
+  impl_->search_dirs = std::move(found.search_dirs);
+  impl_->statuses = std::move(found.statuses);
+  for (const plugin::PlannedLoad& planned : found.to_load) {
+    PluginStatus& status = impl_->statuses[planned.status];
+    Ref<LoadedPlugin> plugin = plugin::load_plugin(planned, status);
+    if (!plugin) continue;
+    if (std::optional<std::string> conflict = impl_->add(plugin)) {
+      status.state = PluginStatus::State::kFailed;
+      status.reason = *conflict;
+      log(LogLevel::kDebug, "plugins", fmt::format("{}: failed: {}", status.name, *conflict));
+    }
+  }
+  register_host_loaders(impl_->module_loaders);
+  impl_->startup_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+Runtime::~Runtime() = default;
+
+const std::vector<PluginStatus>& Runtime::plugins() const { return impl_->statuses; }
+const std::vector<fs::path>& Runtime::search_paths() const { return impl_->search_dirs; }
+std::optional<fs::path> Runtime::plugin_set_path() const { return impl_->plugin_set_path; }
+double Runtime::startup_ms() const { return impl_->startup_ms; }
+const DeviceTypeNames& Runtime::device_types() const { return impl_->device_types; }
+
+Ref<DeviceBackend> Runtime::find_backend(int32_t device_type) const {
+  if (device_type >= kRemoteDeviceMask) {
+    const Device remote{device_type, 0};
+    RemoteBackendLookup lookup;
+    {
+      std::lock_guard lock(impl_->remote_mu);
+      auto it = impl_->remote_sessions.find(remote.session_index());
+      if (it == impl_->remote_sessions.end()) return {};
+      lookup = it->second;
+    }
+    return lookup(remote.server_device().type);
+  }
+  auto it = impl_->backends.find(device_type);
+  return it == impl_->backends.end() ? Ref<DeviceBackend>() : it->second;
+}
+
+Ref<DeviceBackend> Runtime::backend(int32_t device_type) const {
+  if (auto b = find_backend(device_type)) return b;
+  if (device_type >= kRemoteDeviceMask) {
+    const Device remote{device_type, 0};
+    throw NotFoundError(
+        fmt::format("device type {} belongs to RPC session {}, which is closed or was never opened "
+                    "with this runtime",
+                    device_type, remote.session_index()));
+  }
+  auto name = impl_->device_types.name_of(device_type);
+  std::vector<std::string> loaded;
+  for (const auto& [code, b] : impl_->backends) loaded.push_back(b->name());
+  std::string hint;
+  for (const auto& s : impl_->statuses) {
+    for (const auto& p : s.provides) {
+      if (name && p == "device:" + *name && s.state != PluginStatus::State::kLoaded) {
+        hint = fmt::format("; plugin '{}' would provide it but is {}: {}", s.name,
+                           to_string(s.state), s.reason);
+      }
+    }
+  }
+  throw NotFoundError(
+      fmt::format("no backend serves device type '{}' (loaded backends: {}){}",
+                  name ? *name : std::to_string(device_type),
+                  loaded.empty() ? "none" : fmt::format("{}", fmt::join(loaded, ", ")), hint));
+}
+
+std::vector<BackendInfo> Runtime::backends() const {
+  std::vector<BackendInfo> out;
+  for (const auto& [code, b] : impl_->backends) {
+    BackendInfo info;
+    info.type_name = b->name();
+    info.plugin = b->plugin_name();
+    try {
+      const int32_t n = b->device_count(&info.why_none);
+      for (int32_t id = 0; id < n; ++id) {
+        info.devices.push_back(DeviceInfo{Device{code, id}, b->attributes(id)});
+      }
+    } catch (const Error& e) {
+      info.devices.clear();
+      info.why_none = e.what();
+    }
+    out.push_back(std::move(info));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const BackendInfo& a, const BackendInfo& b) { return a.type_name < b.type_name; });
+  return out;
+}
+
+Module Runtime::load_module(const fs::path& path, const ModuleLoadOptions& options) const {
+  return impl_->module_loaders.load(path, *this, options);
+}
+
+const ModuleLoaderRegistry& Runtime::module_loaders() const { return impl_->module_loaders; }
+
+std::vector<std::string> Runtime::loader_formats() const { return impl_->module_loaders.formats(); }
+
+namespace {
+template <typename Map>
+std::vector<std::string> keys(const Map& m) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : m) out.push_back(k);
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> Runtime::exporter_names() const { return keys(impl_->exporters); }
+std::vector<std::string> Runtime::collector_names() const { return keys(impl_->collectors); }
+
+std::pair<const KilnExporter*, Ref<Object>> Runtime::exporter(const std::string& name) const {
+  auto it = impl_->exporters.find(name);
+  if (it == impl_->exporters.end()) {
+    throw NotFoundError(
+        fmt::format("no exporter '{}'; available: {}", name, fmt::join(exporter_names(), ", ")));
+  }
+  return {static_cast<const KilnExporter*>(it->second.table), it->second.plugin};
+}
+
+std::pair<const KilnMetricCollector*, Ref<Object>> Runtime::collector(
+    const std::string& name) const {
+  auto it = impl_->collectors.find(name);
+  if (it == impl_->collectors.end()) {
+    const auto names = collector_names();
+    throw NotFoundError(
+        fmt::format("no metric collector '{}'; available: {}", name,
+                    names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+  }
+  return {static_cast<const KilnMetricCollector*>(it->second.table), it->second.plugin};
+}
+
+int32_t Runtime::attach_remote_session(RemoteBackendLookup backend_of) {
+  std::lock_guard lock(impl_->remote_mu);
+  // A remote type is server type + (index + 1) * 128 and must stay an int32.
+  if (impl_->next_remote_index >= (INT32_MAX / kRemoteDeviceMask) - 1) {
+    throw RuntimeError("this runtime has opened too many RPC sessions to number another");
+  }
+  const int32_t index = impl_->next_remote_index++;
+  impl_->remote_sessions.emplace(index, std::move(backend_of));
+  return index;
+}
+
+void Runtime::detach_remote_session(int32_t index) noexcept {
+  std::lock_guard lock(impl_->remote_mu);
+  impl_->remote_sessions.erase(index);
+}
+
+}  // namespace kiln
