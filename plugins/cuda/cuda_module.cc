@@ -7,7 +7,7 @@
 
 #include "cuda_driver.h"
 #include "fast_args.h"
-#include "kernel_args.h"
+#include "kiln/sdk/support/kernel_args.hpp"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/plugin.hpp"
 #include "nvrtc_compiler.h"
@@ -76,8 +76,8 @@ std::unique_ptr<CudaModule> CudaModule::load(PluginState& state, int32_t device_
   std::vector<uint8_t> image = prepare_image(data, size, image_format);
   std::unique_ptr<CudaModule> module(new CudaModule(state, device_id));
   module->metadata_ =
-      plugin_common::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
-  const plugin_common::ModuleMetadata& metadata = module->metadata_;
+      sdk::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
+  const sdk::ModuleMetadata& metadata = module->metadata_;
   std::string what = std::string("the ") + format + " module on " + props.label;
 
   // The symbol each kernel is looked up under: its own name, or what NVRTC lowered it to.
@@ -193,7 +193,7 @@ CudaModule::~CudaModule() {
 CudaKernel& CudaModule::kernel(const std::string& name) {
   auto it = kernels_.find(name);
   if (it != kernels_.end()) return *it->second;
-  plugin_common::find_kernel(metadata_, name);  // throws NOT_FOUND listing the kernels
+  sdk::find_kernel(metadata_, name);  // throws NOT_FOUND listing the kernels
   throw sdk::Error(KILN_ERROR_NOT_FOUND, "no kernel '" + name + "' in the module");
 }
 
@@ -207,12 +207,12 @@ void launch_kernel(CudaKernel& kernel, const KilnAny* args, int32_t num_args,
   // Packed without allocating when the arguments are as the metadata says; otherwise the
   // shared packer converts them or reports what is wrong.
   FastArgs fast;
-  plugin_common::PackedArgs packed;
+  sdk::PackedArgs packed;
   void** params = nullptr;
   if (pack_args_fast(*kernel.info, args, num_args, device_id, fast)) {
     params = num_args > 0 ? fast.pointers.data() : nullptr;
   } else {
-    packed = plugin_common::pack_kernel_args(
+    packed = sdk::pack_kernel_args(
         *kernel.info, args, num_args, [&kernel, device_id](const DLTensor& tensor, size_t index) {
           return tensor_device_address(tensor, device_id, kernel.info->name, index);
         });

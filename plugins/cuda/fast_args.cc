@@ -8,7 +8,7 @@
 namespace kiln::cuda {
 namespace {
 
-using plugin_common::ArgKind;
+using sdk::ArgKind;
 
 template <typename T>
 void store(std::array<uint8_t, 8>& slot, T value) {
@@ -33,7 +33,7 @@ bool store_int(std::array<uint8_t, 8>& slot, int64_t v) {
 
 }  // namespace
 
-bool pack_args_fast(const plugin_common::KernelInfo& kernel, const KilnAny* args, int32_t num_args,
+bool pack_args_fast(const sdk::KernelInfo& kernel, const KilnAny* args, int32_t num_args,
                     int32_t device_id, FastArgs& out) {
   const size_t count = kernel.args.size();
   if (num_args < 0 || static_cast<size_t>(num_args) != count || num_args > kMaxFastArgs) {

@@ -1,6 +1,6 @@
 // The launch path's argument packing without allocation (docs/plugin-abi.md §9.4: no
 // allocation on the success path of a launch). It accepts exactly what
-// plugin_common::pack_kernel_args accepts, with the same conversions, for kernels of up to
+// sdk::pack_kernel_args accepts, with the same conversions, for kernels of up to
 // kMaxFastArgs arguments; anything else (a wrong count, kind, range or device) makes it
 // return false, and the caller then runs pack_kernel_args, which reports the problem.
 #ifndef KILN_PLUGINS_CUDA_FAST_ARGS_H_
@@ -9,7 +9,7 @@
 #include <array>
 #include <cstdint>
 
-#include "kernel_metadata.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/c/abi.h"
 
 namespace kiln::cuda {
@@ -25,7 +25,7 @@ struct FastArgs {
 
 // Packs `args` for `kernel` launched on cuda device `device_id` into `out`; false when the
 // arguments need pack_kernel_args (to pack them or to report what is wrong with them).
-bool pack_args_fast(const plugin_common::KernelInfo& kernel, const KilnAny* args, int32_t num_args,
+bool pack_args_fast(const sdk::KernelInfo& kernel, const KilnAny* args, int32_t num_args,
                     int32_t device_id, FastArgs& out);
 
 }  // namespace kiln::cuda

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cl_error.h"
-#include "kernel_args.h"
+#include "kiln/sdk/support/kernel_args.hpp"
 #include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/plugin.hpp"
 #include "opencl_backend.h"
@@ -486,8 +486,8 @@ void* PluginState::module_load(int32_t id, const void* data, size_t size, const 
                                const char* metadata_json) {
   DeviceRecord& d = device(id);
   if (format == nullptr) throw sdk::Error(KILN_ERROR_VALUE, "module_load: format is NULL");
-  plugin_common::ModuleMetadata metadata =
-      plugin_common::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
+  sdk::ModuleMetadata metadata =
+      sdk::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
   const std::string build_options =
       join_build_options(metadata.build_options, options_.build_options);
   std::shared_ptr<Program> program = cache_->get(d, format, data, size, build_options);
@@ -515,7 +515,7 @@ void* PluginState::module_get_kernel(void* handle, const char* name_cstr) {
   std::lock_guard<std::mutex> lock(m.mu());
   auto& kernels = m.kernels();
   if (auto it = kernels.find(name); it != kernels.end()) return it->second.get();
-  const plugin_common::KernelInfo& info = plugin_common::find_kernel(m.metadata(), name);
+  const sdk::KernelInfo& info = sdk::find_kernel(m.metadata(), name);
   DeviceRecord& d = m.device();
   cl_int err = CL_SUCCESS;
   cl_kernel k = clCreateKernel(m.program().get(), name.c_str(), &err);
@@ -538,15 +538,15 @@ void* PluginState::module_get_kernel(void* handle, const char* name_cstr) {
   err = clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof(num_params), &num_params, nullptr);
   if (err != CL_SUCCESS) throw_cl("kernel '" + name + "'", "clGetKernelInfo", err);
   bool wants_dynamic = false;
-  for (plugin_common::LaunchTag tag : info.launch) {
-    wants_dynamic |= tag == plugin_common::LaunchTag::kDynamicSharedBytes;
+  for (sdk::LaunchTag tag : info.launch) {
+    wants_dynamic |= tag == sdk::LaunchTag::kDynamicSharedBytes;
   }
   const size_t expected = info.args.size() + (wants_dynamic ? 1 : 0);
   if (num_params != expected) {
     std::string kinds;
-    for (plugin_common::ArgKind a : info.args) {
+    for (sdk::ArgKind a : info.args) {
       kinds += kinds.empty() ? "" : ", ";
-      kinds += plugin_common::to_string(a);
+      kinds += sdk::to_string(a);
     }
     throw sdk::Error(KILN_ERROR_VALUE,
                      "kernel '" + name + "' has " + std::to_string(num_params) +
@@ -740,7 +740,7 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
     const Kernel* kernel;
     std::vector<cl_mem>* subs;
   } ctx{this, &k, &subs.list};
-  const plugin_common::PackedArgs packed = plugin_common::pack_kernel_args(
+  const sdk::PackedArgs packed = sdk::pack_kernel_args(
       *k.info, args, num_args, [c = &ctx](const DLTensor& t, size_t index) -> uint64_t {
         static_assert(sizeof(cl_mem) <= sizeof(uint64_t));
         cl_mem mem = c->self->tensor_argument(*c->kernel, t, index, *c->subs);
@@ -758,7 +758,7 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
   const uint64_t epoch = buffer_epoch_.load(std::memory_order_acquire);
   if (epoch != k.set_epoch) {
     for (size_t i = 0; i < count; ++i) {
-      if (k.info->args[i] == plugin_common::ArgKind::kTensor) k.set_valid[i] = 0;
+      if (k.info->args[i] == sdk::ArgKind::kTensor) k.set_valid[i] = 0;
     }
     k.set_epoch = epoch;
   }
@@ -769,11 +769,11 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
         clSetKernelArg(k.kernel, static_cast<cl_uint>(i), packed.sizes[i], packed.pointers[i]);
     if (err != CL_SUCCESS) {
       throw_cl("launch of kernel '" + name + "': setting argument " + std::to_string(i) + " (" +
-                   plugin_common::to_string(k.info->args[i]) +
+                   sdk::to_string(k.info->args[i]) +
                    "; does the metadata match the kernel's parameter types?)",
                "clSetKernelArg", err, KILN_ERROR_VALUE);
     }
-    const bool sub_buffer = k.info->args[i] == plugin_common::ArgKind::kTensor &&
+    const bool sub_buffer = k.info->args[i] == sdk::ArgKind::kTensor &&
                             args[i].value.v_tensor->byte_offset != 0;
     k.set_values[i] = packed.values[i];
     k.set_valid[i] = sub_buffer ? 0 : 1;  // a sub-buffer lives for this launch only

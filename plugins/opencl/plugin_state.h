@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "device_registry.h"
-#include "kernel_metadata.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/c/kiln.h"
 #include "plugin_options.h"
 #include "program_cache.h"
@@ -39,7 +39,7 @@ struct Kernel {
   Module* module = nullptr;
   DeviceRecord* device = nullptr;
   cl_kernel kernel = nullptr;
-  const plugin_common::KernelInfo* info = nullptr;  // owned by the module's metadata
+  const sdk::KernelInfo* info = nullptr;  // owned by the module's metadata
   // The kernel takes one more parameter than its metadata arguments: a trailing __local
   // pointer sized by the launch's dynamic_shared_bytes.
   bool dynamic_local = false;
@@ -59,18 +59,18 @@ struct Kernel {
 class Module {
  public:
   Module(DeviceRecord& device, std::shared_ptr<Program> program,
-         plugin_common::ModuleMetadata metadata)
+         sdk::ModuleMetadata metadata)
       : device_(device), program_(std::move(program)), metadata_(std::move(metadata)) {}
   DeviceRecord& device() { return device_; }
   Program& program() { return *program_; }
-  const plugin_common::ModuleMetadata& metadata() const { return metadata_; }
+  const sdk::ModuleMetadata& metadata() const { return metadata_; }
   std::mutex& mu() { return mu_; }
   std::map<std::string, std::unique_ptr<Kernel>>& kernels() { return kernels_; }
 
  private:
   DeviceRecord& device_;
   std::shared_ptr<Program> program_;
-  plugin_common::ModuleMetadata metadata_;
+  sdk::ModuleMetadata metadata_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Kernel>> kernels_;
 };

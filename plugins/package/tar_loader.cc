@@ -8,7 +8,7 @@
 #include "archive_reader.h"
 #include "kiln/sdk/plugin.hpp"
 #include "package_manifest.h"
-#include "sha256.h"
+#include "kiln/sdk/support/sha256.hpp"
 
 namespace kiln::package {
 namespace {
@@ -54,7 +54,7 @@ std::unique_ptr<LoadedPackage> read_package(const std::string& path) {
     }
     if (!a.sha256.empty()) {
       const std::string actual =
-          plugin_common::Sha256::hex(plugin_common::Sha256::of(data.data(), data.size()));
+          sdk::Sha256::hex(sdk::Sha256::of(data.data(), data.size()));
       if (actual != a.sha256) {
         fail(where + " has SHA-256 " + actual + " but " + kManifestName + " says " + a.sha256 +
              ": the package is corrupt or was altered");

@@ -13,8 +13,8 @@
 #include "abi_values.h"
 #include "driver_api.h"
 #include "fast_args.h"
-#include "kernel_args.h"
-#include "kernel_metadata.h"
+#include "kiln/sdk/support/kernel_args.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/sdk/error.hpp"
 #include "module_image.h"
 #include "nvrtc_compiler.h"
@@ -260,16 +260,16 @@ TEST(CudaImage, FindsPtxEntries) {
 TEST(CudaMetadata, ConformanceSidecarParses) {
   const std::string json = read_text(kExamples + "/vector_add.ptx.json");
   ASSERT_FALSE(json.empty());
-  const plugin_common::ModuleMetadata meta = plugin_common::parse_module_metadata(json);
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
-  using plugin_common::ArgKind;
-  using plugin_common::LaunchTag;
+  const sdk::ModuleMetadata meta = sdk::parse_module_metadata(json);
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
+  using sdk::ArgKind;
+  using sdk::LaunchTag;
   EXPECT_EQ(k.args, (std::vector<ArgKind>{ArgKind::kTensor, ArgKind::kTensor, ArgKind::kTensor,
                                           ArgKind::kFloat32, ArgKind::kInt32}));
   EXPECT_EQ(k.launch, (std::vector<LaunchTag>{LaunchTag::kGridX, LaunchTag::kBlockX}));
-  const plugin_common::ModuleMetadata matmul =
-      plugin_common::parse_module_metadata(read_text(kExamples + "/matmul.cu.json"));
-  const plugin_common::KernelInfo& m = plugin_common::find_kernel(matmul, "matmul");
+  const sdk::ModuleMetadata matmul =
+      sdk::parse_module_metadata(read_text(kExamples + "/matmul.cu.json"));
+  const sdk::KernelInfo& m = sdk::find_kernel(matmul, "matmul");
   EXPECT_EQ(m.launch.back(), LaunchTag::kDynamicSharedBytes);
   // Every variant's sidecar names its own format and the cuda target.
   for (const char* file :
@@ -282,14 +282,14 @@ TEST(CudaMetadata, ConformanceSidecarParses) {
 
 TEST(CudaMetadata, KernelsMissingFromTheModuleAreNamed) {
   const std::set<std::string> entries = ptx_entry_names(read_text(kExamples + "/vector_add.ptx"));
-  const auto meta = plugin_common::parse_module_metadata(
+  const auto meta = sdk::parse_module_metadata(
       R"({"kernels": {"vector_add": {"args": []}, "scale": {"args": []}, "zap": {}}})");
   auto present = [&](const std::string& name) { return entries.count(name) != 0; };
   expect_error([&] { check_kernels_present(meta, present, "the ptx module", &entries); },
                KILN_ERROR_NOT_FOUND,
                "the ptx module lacks kernels the metadata describes: scale, zap (the module has: "
                "vector_add)");
-  const auto good = plugin_common::parse_module_metadata(R"({"kernels": {"vector_add": {}}})");
+  const auto good = sdk::parse_module_metadata(R"({"kernels": {"vector_add": {}}})");
   EXPECT_NO_THROW(check_kernels_present(good, present, "m", nullptr));
 }
 
@@ -303,23 +303,23 @@ DLTensor cuda_tensor(uintptr_t data, uint64_t offset, int32_t id = 0, int type =
   return t;
 }
 
-plugin_common::PackedArgs pack(const plugin_common::KernelInfo& k, const KilnAny* args, int32_t n,
+sdk::PackedArgs pack(const sdk::KernelInfo& k, const KilnAny* args, int32_t n,
                                int32_t device_id = 0) {
-  return plugin_common::pack_kernel_args(k, args, n, [&](const DLTensor& t, size_t index) {
+  return sdk::pack_kernel_args(k, args, n, [&](const DLTensor& t, size_t index) {
     return tensor_device_address(t, device_id, k.name, index);
   });
 }
 
 TEST(CudaArguments, PacksTheConformanceKernel) {
   const auto meta =
-      plugin_common::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
+      sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor a = cuda_tensor(0x7f0000000000, 0);
   DLTensor b = cuda_tensor(0x7f0000100000, 64);
   DLTensor out = cuda_tensor(0x7f0000200000, 4096);
   const KilnAny args[] = {tensor_arg(&a), tensor_arg(&b), tensor_arg(&out), float_arg(0.5),
                           int_arg(10000)};
-  const plugin_common::PackedArgs packed = pack(k, args, 5);
+  const sdk::PackedArgs packed = pack(k, args, 5);
   ASSERT_EQ(packed.pointers.size(), 5u);
   EXPECT_EQ(packed.sizes, (std::vector<size_t>{8, 8, 8, 4, 4}));
   uint64_t address = 0;
@@ -342,8 +342,8 @@ TEST(CudaArguments, PacksTheConformanceKernel) {
 
 TEST(CudaArguments, RejectsWrongArguments) {
   const auto meta =
-      plugin_common::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
+      sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor a = cuda_tensor(0x1000, 0);
   DLTensor host = cuda_tensor(0x1000, 0, 0, kDLCPU);
   DLTensor other = cuda_tensor(0x1000, 0, 1);
@@ -373,10 +373,10 @@ TEST(CudaArguments, RejectsWrongArguments) {
 // The allocation-free packer agrees with pack_kernel_args: same bytes where it packs, and it
 // declines (so that pack_kernel_args reports) wherever pack_kernel_args throws.
 TEST(CudaArguments, FastPackingMatchesTheSharedPacker) {
-  const auto meta = plugin_common::parse_module_metadata(R"({"kernels": {"k": {"args": [
+  const auto meta = sdk::parse_module_metadata(R"({"kernels": {"k": {"args": [
       "tensor", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
       "float32", "float64"]}}})");
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "k");
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "k");
   DLTensor good = cuda_tensor(0x7f0000001000, 24, 1);
   DLTensor host = cuda_tensor(0x1000, 0, 1, kDLCPU);
   DLTensor other = cuda_tensor(0x1000, 0, 0);
@@ -420,7 +420,7 @@ TEST(CudaArguments, FastPackingMatchesTheSharedPacker) {
       FastArgs fast;
       const bool ok = pack_args_fast(k, args.data(), static_cast<int32_t>(args.size()), 1, fast);
       try {
-        const plugin_common::PackedArgs ref =
+        const sdk::PackedArgs ref =
             pack(k, args.data(), static_cast<int32_t>(args.size()), 1);
         ASSERT_TRUE(ok) << "fast packing declined argument " << position << " kind "
                         << candidate.type_code;
@@ -443,8 +443,8 @@ TEST(CudaArguments, FastPackingMatchesTheSharedPacker) {
   const KilnAny one[1] = {tensor_arg(&good)};
   EXPECT_FALSE(pack_args_fast(k, one, 1, 1, fast));
   EXPECT_FALSE(pack_args_fast(k, one, -1, 1, fast));
-  const auto empty = plugin_common::parse_module_metadata(R"({"kernels": {"e": {}}})");
-  EXPECT_TRUE(pack_args_fast(plugin_common::find_kernel(empty, "e"), nullptr, 0, 0, fast));
+  const auto empty = sdk::parse_module_metadata(R"({"kernels": {"e": {}}})");
+  EXPECT_TRUE(pack_args_fast(sdk::find_kernel(empty, "e"), nullptr, 0, 0, fast));
 }
 
 // ---- NVRTC ----

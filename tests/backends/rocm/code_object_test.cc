@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "code_object.h"
-#include "kernel_metadata.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/c/abi.h"
 #include "kiln/sdk/error.hpp"
 #include "rocm_test_util.h"
@@ -203,7 +203,7 @@ TEST_F(CodeObjectTest, RawObjectIsCheckedAgainstTheDevice) {
 TEST_F(CodeObjectTest, MetadataKernelsMustBeInTheCodeObject) {
   const std::vector<uint8_t> bundle = read_bytes(example_dir() / "vector_add.hsaco");
   const SelectedCodeObject s = select_code_object(bundle, "gfx90a");
-  const plugin_common::ModuleMetadata meta = plugin_common::parse_module_metadata(
+  const sdk::ModuleMetadata meta = sdk::parse_module_metadata(
       rocm_test::read_text(example_dir() / "vector_add.hsaco.json"));
   std::vector<std::string> names;
   for (const auto& [name, info] : meta.kernels) names.push_back(name);

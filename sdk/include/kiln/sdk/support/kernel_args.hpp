@@ -1,18 +1,18 @@
 // Checking and packing the arguments of a kernel launch (docs/plugin-abi.md §10.2) against the
 // kernel's metadata, into the form the vendor APIs take: one value per argument plus a
 // pointer to each (cuLaunchKernel / hipModuleLaunchKernel `kernelParams`, clSetKernelArg).
-#ifndef KILN_PLUGINS_COMMON_KERNEL_ARGS_H_
-#define KILN_PLUGINS_COMMON_KERNEL_ARGS_H_
+#ifndef KILN_SDK_SUPPORT_KERNEL_ARGS_HPP_
+#define KILN_SDK_SUPPORT_KERNEL_ARGS_HPP_
 
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
-#include "kernel_metadata.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/c/abi.h"
 
-namespace kiln::plugin_common {
+namespace kiln::sdk {
 
 // The packed arguments of one launch. Owns the values; `pointers[i]` points at `values[i]`
 // and stays valid while this object is neither moved nor destroyed.
@@ -35,6 +35,6 @@ using TensorToHandle = std::function<uint64_t(const DLTensor& tensor, size_t ind
 PackedArgs pack_kernel_args(const KernelInfo& kernel, const KilnAny* args, int32_t num_args,
                             const TensorToHandle& to_handle);
 
-}  // namespace kiln::plugin_common
+}  // namespace kiln::sdk
 
-#endif  // KILN_PLUGINS_COMMON_KERNEL_ARGS_H_
+#endif  // KILN_SDK_SUPPORT_KERNEL_ARGS_HPP_

@@ -6,8 +6,8 @@
 //                               "launch": ["blockIdx.x", "threadIdx.x"]}}}
 //
 // Only "kernels" matters here; other keys belong to the host or to one backend.
-#ifndef KILN_PLUGINS_COMMON_KERNEL_METADATA_H_
-#define KILN_PLUGINS_COMMON_KERNEL_METADATA_H_
+#ifndef KILN_SDK_SUPPORT_KERNEL_METADATA_HPP_
+#define KILN_SDK_SUPPORT_KERNEL_METADATA_HPP_
 
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kiln::plugin_common {
+namespace kiln::sdk {
 
 // The kind of one kernel argument.
 enum class ArgKind : uint8_t {
@@ -73,6 +73,6 @@ ModuleMetadata parse_module_metadata(std::string_view json);
 // the metadata describes when there is none.
 const KernelInfo& find_kernel(const ModuleMetadata& metadata, const std::string& name);
 
-}  // namespace kiln::plugin_common
+}  // namespace kiln::sdk
 
-#endif  // KILN_PLUGINS_COMMON_KERNEL_METADATA_H_
+#endif  // KILN_SDK_SUPPORT_KERNEL_METADATA_HPP_

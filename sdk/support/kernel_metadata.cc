@@ -1,4 +1,4 @@
-#include "kernel_metadata.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 
 #include <array>
 #include <nlohmann/json.hpp>
@@ -6,7 +6,7 @@
 
 #include "kiln/sdk/error.hpp"
 
-namespace kiln::plugin_common {
+namespace kiln::sdk {
 namespace {
 
 using Json = nlohmann::json;
@@ -165,4 +165,4 @@ const KernelInfo& find_kernel(const ModuleMetadata& metadata, const std::string&
           (metadata.kernels.empty() ? std::string("none") : joined_names(metadata.kernels)) + ")");
 }
 
-}  // namespace kiln::plugin_common
+}  // namespace kiln::sdk

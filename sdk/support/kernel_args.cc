@@ -1,4 +1,4 @@
-#include "kernel_args.h"
+#include "kiln/sdk/support/kernel_args.hpp"
 
 #include <cstring>
 #include <limits>
@@ -7,7 +7,7 @@
 #include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/error.hpp"
 
-namespace kiln::plugin_common {
+namespace kiln::sdk {
 namespace {
 
 template <typename T>
@@ -113,4 +113,4 @@ PackedArgs pack_kernel_args(const KernelInfo& kernel, const KilnAny* args, int32
   return out;
 }
 
-}  // namespace kiln::plugin_common
+}  // namespace kiln::sdk
