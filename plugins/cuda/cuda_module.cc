@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "cuda_driver.h"
-#include "fast_args.h"
 #include "kiln/sdk/support/kernel_args.hpp"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/plugin.hpp"
@@ -204,20 +203,14 @@ void launch_kernel(CudaKernel& kernel, const KilnAny* args, int32_t num_args,
   CudaDriver& driver = module.state().driver();
   const DriverApi& api = driver.api();
   const int32_t device_id = module.device_id();
-  // Packed without allocating when the arguments are as the metadata says; otherwise the
-  // shared packer converts them or reports what is wrong.
-  FastArgs fast;
+  // Packed on the stack: the launch path allocates nothing.
   sdk::PackedArgs packed;
-  void** params = nullptr;
-  if (pack_args_fast(*kernel.info, args, num_args, device_id, fast)) {
-    params = num_args > 0 ? fast.pointers.data() : nullptr;
-  } else {
-    packed = sdk::pack_kernel_args(
-        *kernel.info, args, num_args, [&kernel, device_id](const DLTensor& tensor, size_t index) {
-          return tensor_device_address(tensor, device_id, kernel.info->name, index);
-        });
-    params = packed.pointers.empty() ? nullptr : packed.pointers.data();
-  }
+  sdk::pack_kernel_args(*kernel.info, args, num_args,
+                        [&kernel, device_id](const DLTensor& tensor, size_t index) {
+                          return tensor_device_address(tensor, device_id, kernel.info->name, index);
+                        },
+                        packed);
+  void** params = packed.kernel_params();
   driver.check(api.cuCtxSetCurrent(module.context()), "cuCtxSetCurrent");
   if (dynamic_shared_bytes > kernel.dynamic_shared_limit.load(std::memory_order_acquire)) {
     raise_shared_limit(kernel, dynamic_shared_bytes);

@@ -740,17 +740,20 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
     const Kernel* kernel;
     std::vector<cl_mem>* subs;
   } ctx{this, &k, &subs.list};
-  const sdk::PackedArgs packed = sdk::pack_kernel_args(
-      *k.info, args, num_args, [c = &ctx](const DLTensor& t, size_t index) -> uint64_t {
+  sdk::PackedArgs packed;  // on the stack: the launch path allocates nothing
+  sdk::pack_kernel_args(
+      *k.info, args, num_args,
+      [c = &ctx](const DLTensor& t, size_t index) -> uint64_t {
         static_assert(sizeof(cl_mem) <= sizeof(uint64_t));
         cl_mem mem = c->self->tensor_argument(*c->kernel, t, index, *c->subs);
         uint64_t bits = 0;
         std::memcpy(&bits, &mem, sizeof(mem));
         return bits;
-      });
+      },
+      packed);
 
   std::lock_guard<std::mutex> lock(k.mu);  // argument values live in the cl_kernel
-  const size_t count = packed.sizes.size();
+  const size_t count = packed.count;
   if (k.set_values.size() != count) {
     k.set_values.assign(count, {});
     k.set_valid.assign(count, 0);

@@ -135,17 +135,20 @@ void launch_kernel(PluginState& state, RocmKernel& kernel, const KilnAny* args, 
   const int32_t device_id = kernel.module->device_id;
   const DeviceInfo& device = state.use_device(device_id);
   check_launch_extents(kernel.info.name.c_str(), grid, block, dynamic_shared_bytes, device.limits);
-  sdk::PackedArgs packed = sdk::pack_kernel_args(
-      kernel.info, args, num_args, [device_id](const DLTensor& tensor, size_t index) {
+  sdk::PackedArgs packed;  // on the stack: the launch path allocates nothing
+  sdk::pack_kernel_args(
+      kernel.info, args, num_args,
+      [device_id](const DLTensor& tensor, size_t index) {
         return tensor_handle(tensor, index, device_id);
-      });
+      },
+      packed);
   const HipApi& api = state.api();
   // HIP copies the argument values into the kernel's argument buffer at launch, so `packed`
   // may go away when this returns.
   check(api,
         api.ModuleLaunchKernel(kernel.function, grid[0], grid[1], grid[2], block[0], block[1],
                                block[2], dynamic_shared_bytes, static_cast<hipStream_t>(stream),
-                               packed.pointers.empty() ? nullptr : packed.pointers.data(), nullptr),
+                               packed.kernel_params(), nullptr),
         "hipModuleLaunchKernel('" + kernel.info.name + "')");
 }
 

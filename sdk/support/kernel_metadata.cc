@@ -60,6 +60,10 @@ KernelInfo parse_kernel(const std::string& name, const Json& body) {
     if (!value.is_array()) bad(where + "." + key + " must be a list of strings");
   }
   if (auto it = body.find("args"); it != body.end()) {
+    if (it->size() > kMaxKernelArgs) {
+      bad(where + ".args lists " + std::to_string(it->size()) + " arguments; at most " +
+          std::to_string(kMaxKernelArgs) + " are supported");
+    }
     for (size_t i = 0; i < it->size(); ++i) {
       const Json& item = (*it)[i];
       const std::string at = where + ".args[" + std::to_string(i) + "]";

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <filesystem>
 #include <string>
 
@@ -61,11 +62,15 @@ DLTensor fake_tensor(DLDevice device, uintptr_t address, uint64_t byte_offset = 
   return t;
 }
 
-sdk::PackedArgs pack(const sdk::KernelInfo& kernel, const KilnAny* args,
-                               int32_t n, int32_t device_id = 0) {
-  return sdk::pack_kernel_args(
+// Packs as the launch path does (PackedArgs is not movable, so the test keeps it on the heap).
+std::unique_ptr<sdk::PackedArgs> pack(const sdk::KernelInfo& kernel, const KilnAny* args,
+                                      int32_t n, int32_t device_id = 0) {
+  auto packed = std::make_unique<sdk::PackedArgs>();
+  sdk::pack_kernel_args(
       kernel, args, n,
-      [device_id](const DLTensor& t, size_t index) { return tensor_handle(t, index, device_id); });
+      [device_id](const DLTensor& t, size_t index) { return tensor_handle(t, index, device_id); },
+      *packed);
+  return packed;
 }
 
 constexpr DLDevice kRocm0{kDLROCM, 0};
@@ -90,9 +95,11 @@ TEST(RocmKernelArgsTest, PacksDevicePointersAndScalars) {
   DLTensor out = fake_tensor(kRocm0, 0x30000, 4096);
   const KilnAny args[5] = {tensor_arg(&a), tensor_arg(&b), tensor_arg(&out), float_arg(0.5),
                            int_arg(10000)};
-  const sdk::PackedArgs packed = pack(k, args, 5);
-  ASSERT_EQ(packed.values.size(), 5u);
-  EXPECT_THAT(packed.sizes, ElementsAre(8u, 8u, 8u, 4u, 4u));
+  const auto packed_storage = pack(k, args, 5);
+  const sdk::PackedArgs& packed = *packed_storage;
+  ASSERT_EQ(packed.count, 5u);
+  EXPECT_THAT(std::vector<uint32_t>(packed.sizes.begin(), packed.sizes.begin() + 5),
+              ElementsAre(8u, 8u, 8u, 4u, 4u));
   uint64_t p = 0;
   std::memcpy(&p, packed.values[0].data(), 8);
   EXPECT_EQ(p, 0x10000u);
@@ -111,7 +118,7 @@ TEST(RocmKernelArgsTest, PacksDevicePointersAndScalars) {
   // An integer alpha is converted to float32.
   const KilnAny int_alpha[5] = {tensor_arg(&a), tensor_arg(&b), tensor_arg(&out), int_arg(2),
                                 int_arg(1)};
-  std::memcpy(&alpha, pack(k, int_alpha, 5).values[3].data(), 4);
+  std::memcpy(&alpha, pack(k, int_alpha, 5)->values[3].data(), 4);
   EXPECT_EQ(alpha, 2.0f);
 }
 

@@ -18,6 +18,11 @@
 
 namespace kiln::sdk {
 
+// The most arguments one kernel may declare. Launch arguments are packed into fixed storage of
+// this many slots (kernel_args.hpp) so that a launch allocates nothing; 128 scalars of 8 bytes
+// stay well inside the parameter space of every vendor API (CUDA's 4 KiB).
+inline constexpr size_t kMaxKernelArgs = 128;
+
 // The kind of one kernel argument.
 enum class ArgKind : uint8_t {
   kTensor,  // "tensor" (alias "handle"): a device buffer
@@ -66,7 +71,8 @@ struct ModuleMetadata {
 
 // Parses `json`. An empty string or "{}" gives no kernels. Throws kiln::sdk::Error
 // (KILN_ERROR_VALUE) naming the key and the bad value for malformed JSON, an unknown argument
-// kind or launch tag, a repeated launch tag, or a wrongly typed field.
+// kind or launch tag, a repeated launch tag, more than kMaxKernelArgs arguments, or a wrongly
+// typed field.
 ModuleMetadata parse_module_metadata(std::string_view json);
 
 // The kernel `name` of `metadata`; kiln::sdk::Error (KILN_ERROR_NOT_FOUND) listing the kernels
