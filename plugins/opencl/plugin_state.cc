@@ -14,7 +14,6 @@
 #include "kiln/sdk/support/kernel_args.hpp"
 #include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/plugin.hpp"
-#include "opencl_backend.h"
 
 namespace kiln::opencl {
 namespace {
@@ -115,7 +114,7 @@ Timer::~Timer() {
 }
 
 PluginState::PluginState()
-    : device_table_(make_device_backend(this)),
+    : device_table_(sdk::make_device_backend(this, kDLOpenCL)),
       components_{sdk::component(KILN_COMPONENT_DEVICE, "opencl", &device_table_)} {}
 
 PluginState::~PluginState() {
@@ -471,7 +470,7 @@ int64_t PluginState::timer_elapsed_ns(void* handle) {
   return end > begin ? static_cast<int64_t>(end - begin) : 0;
 }
 
-void PluginState::timer_destroy(void* handle) {
+void PluginState::timer_destroy(void* handle) noexcept {
   auto* t = static_cast<Timer*>(handle);
   {
     std::lock_guard<std::mutex> lock(objects_mu_);
@@ -567,7 +566,7 @@ void* PluginState::module_get_kernel(void* handle, const char* name_cstr) {
   return out;
 }
 
-void PluginState::module_unload(void* handle) {
+void PluginState::module_unload(void* handle) noexcept {
   auto* m = static_cast<Module*>(handle);
   {
     std::lock_guard<std::mutex> lock(objects_mu_);
