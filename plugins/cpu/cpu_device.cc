@@ -89,8 +89,8 @@ void CpuDevice::copy_to_device(int32_t device_id, const void* host_src, void* ds
 }
 
 // Copies `nbytes` from `src + src_offset` to host memory; synchronous.
-void CpuDevice::copy_to_host(int32_t device_id, const void* src, size_t src_offset,
-                             void* host_dst, size_t nbytes, void* /*stream*/) {
+void CpuDevice::copy_to_host(int32_t device_id, const void* src, size_t src_offset, void* host_dst,
+                             size_t nbytes, void* /*stream*/) {
   check_device(device_id);
   check_pointer(src, nbytes, "copy_to_host: source");
   check_pointer(host_dst, nbytes, "copy_to_host: destination");
@@ -176,7 +176,7 @@ void CpuDevice::timer_destroy(void* timer) noexcept { delete static_cast<Timer*>
 // KernelLibrary owned by the caller until module_unload. Errors: VALUE for another format or
 // bytes the dynamic loader rejects, plus those of KernelLibrary::open_bytes.
 void* CpuDevice::module_load(int32_t device_id, const void* data, size_t size, const char* format,
-                            const char* /*metadata_json*/) {
+                             const char* /*metadata_json*/) {
   // metadata_json describes launch extents of GPU kernels; a kernel library carries its own
   // signatures, so it is not needed here.
   check_device(device_id);

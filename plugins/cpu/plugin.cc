@@ -1,6 +1,6 @@
 // The cpu plugin's entry point: negotiation, configuration and shutdown.
-#include "kiln/c/kiln.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/c/kiln.h"
 #include "plugin_state.h"
 
 #ifndef KILN_CPU_PLUGIN_VERSION
@@ -20,5 +20,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
   using kiln::cpu::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
       in, out, "cpu", KILN_CPU_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) { state.configure(offer.host, offer.options_json); });
+      [](PluginState& state, const KilnNegotiateIn& offer) {
+        state.configure(offer.host, offer.options_json);
+      });
 }

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "cpu_device.h"
 #include "cpu_info.h"
 #include "kernel_env.h"
-#include "cpu_device.h"
 #include "kiln/c/kiln.h"
 
 namespace kiln::cpu {

@@ -18,7 +18,6 @@ namespace {
 // cuMemAlloc's alignment; larger alignments are served by over-allocating.
 constexpr size_t kDriverAlignment = 256;
 
-
 [[noreturn]] void bad(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
 
 void check_pointer(const void* p, size_t nbytes, const char* what) {
@@ -64,11 +63,10 @@ void* CudaDevice::alloc(int32_t device_id, size_t nbytes, size_t alignment) {
   CUdeviceptr base = 0;
   const CUresult r = driver.api().cuMemAlloc(&base, wanted + extra);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    throw sdk::Error(
-        KILN_ERROR_OUT_OF_MEMORY,
-        "cannot allocate " + std::to_string(nbytes) + " bytes on " + props.label + " (" +
-            std::to_string(props.memory_bytes) +
-            " bytes in all): cuMemAlloc failed: " + describe_result(&driver.api(), r));
+    throw sdk::Error(KILN_ERROR_OUT_OF_MEMORY,
+                     "cannot allocate " + std::to_string(nbytes) + " bytes on " + props.label +
+                         " (" + std::to_string(props.memory_bytes) +
+                         " bytes in all): cuMemAlloc failed: " + describe_result(&driver.api(), r));
   }
   driver.check(r, "cuMemAlloc(" + std::to_string(wanted + extra) + " bytes) on " + props.label);
   CUdeviceptr aligned = base;
@@ -90,7 +88,8 @@ void CudaDevice::free(int32_t device_id, void* ptr) {
   driver.check(driver.api().cuMemFree(base != 0 ? base : address), "cuMemFree");
 }
 
-void CudaDevice::copy_to_device(int32_t device_id, const void* host_src, void* dst, size_t dst_offset, size_t nbytes, void* stream) {
+void CudaDevice::copy_to_device(int32_t device_id, const void* host_src, void* dst,
+                                size_t dst_offset, size_t nbytes, void* stream) {
   CudaDriver& driver = state_.driver();
   driver.device(device_id);
   check_pointer(host_src, nbytes, "copy_to_device: source");
@@ -102,7 +101,8 @@ void CudaDevice::copy_to_device(int32_t device_id, const void* host_src, void* d
                "cuMemcpyHtoDAsync");
 }
 
-void CudaDevice::copy_to_host(int32_t device_id, const void* src, size_t src_offset, void* host_dst, size_t nbytes, void* stream) {
+void CudaDevice::copy_to_host(int32_t device_id, const void* src, size_t src_offset, void* host_dst,
+                              size_t nbytes, void* stream) {
   CudaDriver& driver = state_.driver();
   driver.device(device_id);
   check_pointer(src, nbytes, "copy_to_host: source");
@@ -116,7 +116,8 @@ void CudaDevice::copy_to_host(int32_t device_id, const void* src, size_t src_off
                "cuMemcpyDtoHAsync");
 }
 
-void CudaDevice::copy_on_device(int32_t device_id, const void* src, size_t src_offset, void* dst, size_t dst_offset, size_t nbytes, void* stream) {
+void CudaDevice::copy_on_device(int32_t device_id, const void* src, size_t src_offset, void* dst,
+                                size_t dst_offset, size_t nbytes, void* stream) {
   CudaDriver& driver = state_.driver();
   driver.device(device_id);
   check_pointer(src, nbytes, "copy_on_device: source");
@@ -247,7 +248,8 @@ void CudaDevice::timer_destroy(void* timer) noexcept {
 
 // ---- device code ----
 
-void* CudaDevice::module_load(int32_t device_id, const void* data, size_t size, const char* format, const char* metadata_json) {
+void* CudaDevice::module_load(int32_t device_id, const void* data, size_t size, const char* format,
+                              const char* metadata_json) {
   return CudaModule::load(state_, device_id, data, size, format, metadata_json).release();
 }
 
@@ -258,7 +260,8 @@ void* CudaDevice::module_get_kernel(void* module, const char* name) {
 
 void CudaDevice::module_unload(void* module) noexcept { delete static_cast<CudaModule*>(module); }
 
-void CudaDevice::launch(void* kernel, const KilnAny* args, int32_t num_args, const uint32_t grid[3], const uint32_t block[3], uint32_t dynamic_shared_bytes, void* stream) {
+void CudaDevice::launch(void* kernel, const KilnAny* args, int32_t num_args, const uint32_t grid[3],
+                        const uint32_t block[3], uint32_t dynamic_shared_bytes, void* stream) {
   if (kernel == nullptr || grid == nullptr || block == nullptr) {
     bad("launch: kernel, grid or block is NULL");
   }

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "cuda_driver.h"
-#include "kiln/sdk/support/kernel_args.hpp"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/kernel_args.hpp"
 #include "nvrtc_compiler.h"
 #include "plugin_state.h"
 
@@ -74,8 +74,7 @@ std::unique_ptr<CudaModule> CudaModule::load(PluginState& state, int32_t device_
   const ImageFormat image_format = parse_image_format(format);
   std::vector<uint8_t> image = prepare_image(data, size, image_format);
   std::unique_ptr<CudaModule> module(new CudaModule(state, device_id));
-  module->metadata_ =
-      sdk::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
+  module->metadata_ = sdk::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
   const sdk::ModuleMetadata& metadata = module->metadata_;
   std::string what = std::string("the ") + format + " module on " + props.label;
 
@@ -205,11 +204,12 @@ void launch_kernel(CudaKernel& kernel, const KilnAny* args, int32_t num_args,
   const int32_t device_id = module.device_id();
   // Packed on the stack: the launch path allocates nothing.
   sdk::PackedArgs packed;
-  sdk::pack_kernel_args(*kernel.info, args, num_args,
-                        [&kernel, device_id](const DLTensor& tensor, size_t index) {
-                          return tensor_device_address(tensor, device_id, kernel.info->name, index);
-                        },
-                        packed);
+  sdk::pack_kernel_args(
+      *kernel.info, args, num_args,
+      [&kernel, device_id](const DLTensor& tensor, size_t index) {
+        return tensor_device_address(tensor, device_id, kernel.info->name, index);
+      },
+      packed);
   void** params = packed.kernel_params();
   driver.check(api.cuCtxSetCurrent(module.context()), "cuCtxSetCurrent");
   if (dynamic_shared_bytes > kernel.dynamic_shared_limit.load(std::memory_order_acquire)) {

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "driver_api.h"
-#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/c/abi.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "module_image.h"
 
 namespace kiln::cuda {

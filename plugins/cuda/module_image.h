@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/c/abi.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 
 namespace kiln::cuda {
 

@@ -1,7 +1,7 @@
 // The cuda plugin's entry point: negotiation, configuration and shutdown. Negotiation only
 // reads the options: the driver is opened on the first device query (docs/backends/cuda.md).
-#include "kiln/c/kiln.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/c/kiln.h"
 #include "plugin_state.h"
 
 #ifndef KILN_CUDA_PLUGIN_VERSION
@@ -18,5 +18,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
   using kiln::cuda::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
       in, out, "cuda", KILN_CUDA_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) { state.configure(offer.options_json); });
+      [](PluginState& state, const KilnNegotiateIn& offer) {
+        state.configure(offer.options_json);
+      });
 }

@@ -1,5 +1,6 @@
 // The members of PluginState that serve the device table's enumeration and timer slots
-// directly; the table itself is built by kiln::sdk::make_device_backend (kiln/sdk/device_backend.hpp).
+// directly; the table itself is built by kiln::sdk::make_device_backend
+// (kiln/sdk/device_backend.hpp).
 #include "kiln/sdk/device_backend.hpp"
 #include "plugin_state.h"
 

@@ -1,7 +1,7 @@
 // The opencl plugin's entry point: negotiation, configuration and shutdown. Negotiation reads
 // the options only; the OpenCL driver is initialised on the first device query.
-#include "kiln/c/kiln.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/c/kiln.h"
 #include "plugin_state.h"
 
 #ifndef KILN_OPENCL_PLUGIN_VERSION
@@ -19,5 +19,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
   using kiln::opencl::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
       in, out, "opencl", KILN_OPENCL_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) { state.configure(offer.options_json); });
+      [](PluginState& state, const KilnNegotiateIn& offer) {
+        state.configure(offer.options_json);
+      });
 }

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "cl_error.h"
-#include "kiln/sdk/support/kernel_args.hpp"
 #include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/kernel_args.hpp"
 
 namespace kiln::opencl {
 namespace {
@@ -775,8 +775,8 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
                    "; does the metadata match the kernel's parameter types?)",
                "clSetKernelArg", err, KILN_ERROR_VALUE);
     }
-    const bool sub_buffer = k.info->args[i] == sdk::ArgKind::kTensor &&
-                            args[i].value.v_tensor->byte_offset != 0;
+    const bool sub_buffer =
+        k.info->args[i] == sdk::ArgKind::kTensor && args[i].value.v_tensor->byte_offset != 0;
     k.set_values[i] = packed.values[i];
     k.set_valid[i] = sub_buffer ? 0 : 1;  // a sub-buffer lives for this launch only
   }

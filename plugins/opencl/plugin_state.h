@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "device_registry.h"
-#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/c/kiln.h"
 #include "kiln/sdk/device_backend.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "plugin_options.h"
 #include "program_cache.h"
 
@@ -59,8 +59,7 @@ struct Kernel {
 // A program loaded on one device, with its metadata and the kernels looked up so far.
 class Module {
  public:
-  Module(DeviceRecord& device, std::shared_ptr<Program> program,
-         sdk::ModuleMetadata metadata)
+  Module(DeviceRecord& device, std::shared_ptr<Program> program, sdk::ModuleMetadata metadata)
       : device_(device), program_(std::move(program)), metadata_(std::move(metadata)) {}
   DeviceRecord& device() { return device_; }
   Program& program() { return *program_; }

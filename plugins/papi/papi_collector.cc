@@ -187,7 +187,8 @@ void PluginState::configure(const char* options_json) {
   }
   requested.clear();
   for (const auto& e : options["events"]) {
-    if (!e.is_string()) throw kiln::sdk::Error(KILN_ERROR_VALUE, "option 'events' holds a non-string");
+    if (!e.is_string())
+      throw kiln::sdk::Error(KILN_ERROR_VALUE, "option 'events' holds a non-string");
     requested.push_back(e.get<std::string>());
   }
 }
@@ -201,5 +202,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
                                                         KilnPluginInfo* out) {
   return kiln::sdk::negotiate_with_state<PluginState>(
       in, out, "papi", KILN_PAPI_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) { state.configure(offer.options_json); });
+      [](PluginState& state, const KilnNegotiateIn& offer) {
+        state.configure(offer.options_json);
+      });
 }

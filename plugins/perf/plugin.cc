@@ -1,6 +1,6 @@
 // The perf plugin's entry point: negotiation, configuration and shutdown.
-#include "kiln/c/kiln.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/c/kiln.h"
 #include "plugin_state.h"
 
 #ifndef KILN_PERF_PLUGIN_VERSION
@@ -21,5 +21,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
   using kiln::perf::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
       in, out, "perf", KILN_PERF_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) { state.configure(offer.options_json); });
+      [](PluginState& state, const KilnNegotiateIn& offer) {
+        state.configure(offer.options_json);
+      });
 }

@@ -1,7 +1,7 @@
 // The rocm plugin's entry point: negotiation, options and shutdown. The HIP runtime is not
 // touched here; it is loaded on the first device query (see PluginState::driver()).
-#include "kiln/c/kiln.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/c/kiln.h"
 #include "plugin_state.h"
 
 #ifndef KILN_ROCM_PLUGIN_VERSION
@@ -18,5 +18,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
   using kiln::rocm::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
       in, out, "rocm", KILN_ROCM_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) { state.configure(offer.host, offer.options_json); });
+      [](PluginState& state, const KilnNegotiateIn& offer) {
+        state.configure(offer.host, offer.options_json);
+      });
 }

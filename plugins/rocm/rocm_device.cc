@@ -103,7 +103,8 @@ void RocmDevice::free(int32_t device_id, void* ptr) {
   check(api, api.Free(state.take_base(ptr)), slot_device("hipFree", device_id));
 }
 
-void RocmDevice::copy_to_device(int32_t device_id, const void* host_src, void* dst, size_t dst_offset, size_t nbytes, void* stream) {
+void RocmDevice::copy_to_device(int32_t device_id, const void* host_src, void* dst,
+                                size_t dst_offset, size_t nbytes, void* stream) {
   PluginState& state = state_;
   state.use_device(device_id);
   check_pointer(host_src, nbytes, "copy_to_device: source");
@@ -117,7 +118,8 @@ void RocmDevice::copy_to_device(int32_t device_id, const void* host_src, void* d
             std::to_string(device_id));
 }
 
-void RocmDevice::copy_to_host(int32_t device_id, const void* src, size_t src_offset, void* host_dst, size_t nbytes, void* stream) {
+void RocmDevice::copy_to_host(int32_t device_id, const void* src, size_t src_offset, void* host_dst,
+                              size_t nbytes, void* stream) {
   PluginState& state = state_;
   state.use_device(device_id);
   check_pointer(src, nbytes, "copy_to_host: source");
@@ -131,7 +133,8 @@ void RocmDevice::copy_to_host(int32_t device_id, const void* src, size_t src_off
             std::to_string(device_id));
 }
 
-void RocmDevice::copy_on_device(int32_t device_id, const void* src, size_t src_offset, void* dst, size_t dst_offset, size_t nbytes, void* stream) {
+void RocmDevice::copy_on_device(int32_t device_id, const void* src, size_t src_offset, void* dst,
+                                size_t dst_offset, size_t nbytes, void* stream) {
   PluginState& state = state_;
   state.use_device(device_id);
   check_pointer(src, nbytes, "copy_on_device: source");
@@ -230,8 +233,7 @@ void RocmDevice::timer_start(void* timer, void* stream) {
   state.use_device(t->device_id);
   const HipApi& api = state.api();
   // Recording only enqueues a marker on the stream; it never waits.
-  check(api, api.EventRecord(t->start, static_cast<hipStream_t>(stream)),
-        "hipEventRecord(start)");
+  check(api, api.EventRecord(t->start, static_cast<hipStream_t>(stream)), "hipEventRecord(start)");
   t->started = true;
   t->stopped = false;
 }
@@ -274,12 +276,13 @@ void RocmDevice::timer_destroy(void* timer) noexcept {
 
 // ---- device code ----
 
-void* RocmDevice::module_load(int32_t device_id, const void* data, size_t size, const char* format, const char* metadata_json) {
+void* RocmDevice::module_load(int32_t device_id, const void* data, size_t size, const char* format,
+                              const char* metadata_json) {
   if (data == nullptr && size > 0) bad("module_load: data is NULL");
   const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(data), data ? size : 0);
   return load_module(state_, device_id, bytes, format != nullptr ? format : "(null)",
-                        metadata_json != nullptr ? metadata_json : "")
-                .release();
+                     metadata_json != nullptr ? metadata_json : "")
+      .release();
 }
 
 void* RocmDevice::module_get_kernel(void* module, const char* name) {
@@ -291,7 +294,8 @@ void RocmDevice::module_unload(void* module) noexcept {
   unload_module(state_, static_cast<RocmModule*>(module));
 }
 
-void RocmDevice::launch(void* kernel, const KilnAny* args, int32_t num_args, const uint32_t grid[3], const uint32_t block[3], uint32_t dynamic_shared_bytes, void* stream) {
+void RocmDevice::launch(void* kernel, const KilnAny* args, int32_t num_args, const uint32_t grid[3],
+                        const uint32_t block[3], uint32_t dynamic_shared_bytes, void* stream) {
   if (kernel == nullptr) bad("launch: kernel is NULL");
   launch_kernel(state_, *static_cast<RocmKernel*>(kernel), args, num_args, grid, block,
                 dynamic_shared_bytes, stream);

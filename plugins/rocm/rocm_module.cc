@@ -4,9 +4,9 @@
 
 #include "code_object.h"
 #include "hiprtc_compiler.h"
-#include "kiln/sdk/support/kernel_args.hpp"
 #include "kernel_launch.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/kernel_args.hpp"
 #include "plugin_state.h"
 
 namespace kiln::rocm {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "hip_api.h"
-#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/c/abi.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 
 namespace kiln::rocm {
 

@@ -23,8 +23,7 @@ std::string where(const KernelInfo& kernel, size_t index) {
 }
 
 template <typename T>
-PackedArgValue checked_int(int64_t v, const KernelInfo& kernel, size_t index,
-                                   ArgKind kind) {
+PackedArgValue checked_int(int64_t v, const KernelInfo& kernel, size_t index, ArgKind kind) {
   const bool fits = std::numeric_limits<T>::is_signed
                         ? v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
                               v <= static_cast<int64_t>(std::numeric_limits<T>::max())

@@ -72,8 +72,8 @@ TEST(PackKernelArgs, PacksEveryKindWithItsSizeAndPointers) {
   DLTensor t{};
   t.data = reinterpret_cast<void*>(0x7f0000001000);
   t.byte_offset = 24;
-  const KilnAny args[] = {tensor_arg(&t), int_arg(-5),       int_arg(-300),   int_arg(-70000),
-                          int_arg(INT64_MIN), int_arg(255),  int_arg(65535),  int_arg(4294967295),
+  const KilnAny args[] = {tensor_arg(&t),     int_arg(-5),    int_arg(-300),  int_arg(-70000),
+                          int_arg(INT64_MIN), int_arg(255),   int_arg(65535), int_arg(4294967295),
                           int_arg(INT64_MAX), float_arg(0.5), int_arg(3)};
   PackedArgs packed;
   pack_kernel_args(k, args, 11, address_of, packed);
@@ -101,19 +101,20 @@ TEST(PackKernelArgs, RejectsCountsKindsAndRangesNamingTheArgument) {
   const ModuleMetadata meta = parse_module_metadata(kEveryKind);
   const KernelInfo& k = find_kernel(meta, "k");
   DLTensor t{};
-  KilnAny args[] = {tensor_arg(&t), int_arg(1), int_arg(2),     int_arg(3),
-                    int_arg(4),     int_arg(5), int_arg(6),     int_arg(7),
-                    int_arg(8),     float_arg(9), float_arg(10)};
+  KilnAny args[] = {tensor_arg(&t), int_arg(1), int_arg(2), int_arg(3),   int_arg(4),   int_arg(5),
+                    int_arg(6),     int_arg(7), int_arg(8), float_arg(9), float_arg(10)};
   PackedArgs packed;
   EXPECT_THAT(error_of(KILN_ERROR_VALUE, [&] { pack_kernel_args(k, args, 3, address_of, packed); }),
               HasSubstr("kernel 'k' takes 11 arguments, got 3"));
   args[1] = int_arg(128);
-  EXPECT_THAT(error_of(KILN_ERROR_VALUE, [&] { pack_kernel_args(k, args, 11, address_of, packed); }),
-              HasSubstr("argument 1: 128 does not fit in int8"));
+  EXPECT_THAT(
+      error_of(KILN_ERROR_VALUE, [&] { pack_kernel_args(k, args, 11, address_of, packed); }),
+      HasSubstr("argument 1: 128 does not fit in int8"));
   args[1] = int_arg(1);
   args[5] = int_arg(-1);
-  EXPECT_THAT(error_of(KILN_ERROR_VALUE, [&] { pack_kernel_args(k, args, 11, address_of, packed); }),
-              HasSubstr("argument 5: -1 does not fit in uint8"));
+  EXPECT_THAT(
+      error_of(KILN_ERROR_VALUE, [&] { pack_kernel_args(k, args, 11, address_of, packed); }),
+      HasSubstr("argument 5: -1 does not fit in uint8"));
   args[5] = float_arg(1.5);
   EXPECT_THAT(error_of(KILN_ERROR_TYPE, [&] { pack_kernel_args(k, args, 11, address_of, packed); }),
               HasSubstr("argument 5 expects uint8, got float"));
@@ -139,11 +140,10 @@ TEST(PackKernelArgs, RejectsCountsKindsAndRangesNamingTheArgument) {
 TEST(PackKernelArgs, MetadataRefusesMoreArgumentsThanThePackerHolds) {
   std::string args = "\"int32\"";
   for (size_t i = 1; i <= kMaxKernelArgs; ++i) args += ", \"int32\"";
-  EXPECT_THAT(error_of(KILN_ERROR_VALUE,
-                       [&] {
-                         parse_module_metadata(R"({"kernels": {"k": {"args": [)" + args + "]}}}");
-                       }),
-              HasSubstr("at most " + std::to_string(kMaxKernelArgs)));
+  EXPECT_THAT(
+      error_of(KILN_ERROR_VALUE,
+               [&] { parse_module_metadata(R"({"kernels": {"k": {"args": [)" + args + "]}}}"); }),
+      HasSubstr("at most " + std::to_string(kMaxKernelArgs)));
 }
 
 // The launch path's promise: packing a launch's arguments (tensors, every scalar kind, the
@@ -153,8 +153,8 @@ TEST(PackKernelArgs, PackingAllocatesNothing) {
   const KernelInfo& k = find_kernel(meta, "k");
   DLTensor t{};
   t.data = reinterpret_cast<void*>(0x1000);
-  const KilnAny args[] = {tensor_arg(&t), int_arg(1), int_arg(2),     int_arg(3),
-                          int_arg(4),     int_arg(5), int_arg(6),     int_arg(7),
+  const KilnAny args[] = {tensor_arg(&t), int_arg(1),   int_arg(2),   int_arg(3),
+                          int_arg(4),     int_arg(5),   int_arg(6),   int_arg(7),
                           int_arg(8),     float_arg(9), float_arg(10)};
   const int32_t device_id = 3;
   uint64_t seen = 0;

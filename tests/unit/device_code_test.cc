@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/kiln.h"
 #include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "test_util.h"
 
 namespace kiln {
@@ -236,8 +236,7 @@ TEST(KernelMetadata, ParsesKindsTagsAndOptions) {
   EXPECT_EQ(k.launch[2], sdk::LaunchTag::kDynamicSharedBytes);
   EXPECT_THROW(sdk::find_kernel(meta, "other"), sdk::Error);
   EXPECT_THROW(sdk::parse_module_metadata(R"({"kernels": []})"), sdk::Error);
-  EXPECT_THROW(sdk::parse_module_metadata(R"({"kernels": {"k": {"args": "tensor"}}})"),
-               sdk::Error);
+  EXPECT_THROW(sdk::parse_module_metadata(R"({"kernels": {"k": {"args": "tensor"}}})"), sdk::Error);
   EXPECT_THROW(sdk::parse_module_metadata(R"({"build_options": 3})"), sdk::Error);
   EXPECT_TRUE(sdk::parse_module_metadata("").kernels.empty());
 }

@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/device_backend.h"
 #include "kiln/error.h"
 #include "kiln/runtime.h"
 #include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -79,8 +79,8 @@ class LoadedCode : public Object {
 
 // The device every tensor argument of a call of `kernel` lives on; checks that it is of the
 // blob's target type.
-Device device_of_call(const LoadedCode& blob, const sdk::KernelInfo& kernel,
-                      const Any* args, size_t num_kernel_args) {
+Device device_of_call(const LoadedCode& blob, const sdk::KernelInfo& kernel, const Any* args,
+                      size_t num_kernel_args) {
   std::optional<Device> device;
   size_t first = 0;
   for (size_t i = 0; i < num_kernel_args; ++i) {
@@ -122,11 +122,10 @@ uint32_t launch_extent(const sdk::KernelInfo& kernel, LaunchTag tag, const Any& 
   const int64_t v = value.cast<int64_t>();
   const int64_t low = tag == LaunchTag::kDynamicSharedBytes ? 0 : 1;
   if (v < low || v > std::numeric_limits<uint32_t>::max()) {
-    throw ValueError(
-        fmt::format("kernel '{}': launch extent {} (argument {}) must be in [{}, {}], "
-                    "got {}",
-                    kernel.name, sdk::to_string(tag), index, low,
-                    std::numeric_limits<uint32_t>::max(), v));
+    throw ValueError(fmt::format(
+        "kernel '{}': launch extent {} (argument {}) must be in [{}, {}], "
+        "got {}",
+        kernel.name, sdk::to_string(tag), index, low, std::numeric_limits<uint32_t>::max(), v));
   }
   return static_cast<uint32_t>(v);
 }

@@ -5,17 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <memory>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "abi_values.h"
 #include "driver_api.h"
+#include "kiln/sdk/error.hpp"
 #include "kiln/sdk/support/kernel_args.hpp"
 #include "kiln/sdk/support/kernel_metadata.hpp"
-#include "kiln/sdk/error.hpp"
 #include "module_image.h"
 #include "nvrtc_compiler.h"
 #include "plugin_options.h"
@@ -317,8 +317,7 @@ std::unique_ptr<sdk::PackedArgs> pack(const sdk::KernelInfo& k, const KilnAny* a
 }
 
 TEST(CudaArguments, PacksTheConformanceKernel) {
-  const auto meta =
-      sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
+  const auto meta = sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
   const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor a = cuda_tensor(0x7f0000000000, 0);
   DLTensor b = cuda_tensor(0x7f0000100000, 64);
@@ -349,8 +348,7 @@ TEST(CudaArguments, PacksTheConformanceKernel) {
 }
 
 TEST(CudaArguments, RejectsWrongArguments) {
-  const auto meta =
-      sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
+  const auto meta = sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
   const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor a = cuda_tensor(0x1000, 0);
   DLTensor host = cuda_tensor(0x1000, 0, 0, kDLCPU);

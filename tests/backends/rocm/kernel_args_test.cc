@@ -5,16 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <memory>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "abi_values.h"
-#include "kiln/sdk/support/kernel_args.hpp"
 #include "kernel_launch.h"
-#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/c/abi.h"
 #include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_args.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "plugin_options.h"
 #include "rocm_test_util.h"
 
@@ -63,8 +63,8 @@ DLTensor fake_tensor(DLDevice device, uintptr_t address, uint64_t byte_offset = 
 }
 
 // Packs as the launch path does (PackedArgs is not movable, so the test keeps it on the heap).
-std::unique_ptr<sdk::PackedArgs> pack(const sdk::KernelInfo& kernel, const KilnAny* args,
-                                      int32_t n, int32_t device_id = 0) {
+std::unique_ptr<sdk::PackedArgs> pack(const sdk::KernelInfo& kernel, const KilnAny* args, int32_t n,
+                                      int32_t device_id = 0) {
   auto packed = std::make_unique<sdk::PackedArgs>();
   sdk::pack_kernel_args(
       kernel, args, n,

@@ -127,8 +127,8 @@ struct DeviceSlots {
                                                stream);
     });
   }
-  static KilnError* copy_to_host(void* self, int32_t device_id, const void* src,
-                                 size_t src_offset, void* host_dst, size_t nbytes, void* stream) {
+  static KilnError* copy_to_host(void* self, int32_t device_id, const void* src, size_t src_offset,
+                                 void* host_dst, size_t nbytes, void* stream) {
     return guard(kContext, [&] {
       backend_of<Backend>(self).copy_to_host(device_id, src, src_offset, host_dst, nbytes, stream);
     });
@@ -137,8 +137,8 @@ struct DeviceSlots {
                                    size_t src_offset, void* dst, size_t dst_offset, size_t nbytes,
                                    void* stream) {
     return guard(kContext, [&] {
-      backend_of<Backend>(self).copy_on_device(device_id, src, src_offset, dst, dst_offset,
-                                               nbytes, stream);
+      backend_of<Backend>(self).copy_on_device(device_id, src, src_offset, dst, dst_offset, nbytes,
+                                               stream);
     });
   }
   static KilnError* synchronize(void* self, int32_t device_id, void* stream) {

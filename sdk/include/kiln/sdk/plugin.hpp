@@ -15,10 +15,10 @@
 #ifndef KILN_SDK_PLUGIN_HPP_
 #define KILN_SDK_PLUGIN_HPP_
 
+#include <concepts>
 #include <cstdarg>
 #include <cstdio>
 #include <functional>
-#include <concepts>
 #include <memory>
 #include <span>
 #include <string>

@@ -31,10 +31,10 @@ struct PackedArgs {
   // The `kernelParams` array the vendor launch APIs take: NULL for a kernel without arguments.
   void** kernel_params() { return count == 0 ? nullptr : pointers.data(); }
 
-  size_t count = 0;                                     // arguments packed
-  std::array<PackedArgValue, kMaxKernelArgs> values;    // [0, count) valid
-  std::array<void*, kMaxKernelArgs> pointers;           // pointers[i] == values[i].data()
-  std::array<uint32_t, kMaxKernelArgs> sizes;           // bytes of values[i] the kernel reads
+  size_t count = 0;                                   // arguments packed
+  std::array<PackedArgValue, kMaxKernelArgs> values;  // [0, count) valid
+  std::array<void*, kMaxKernelArgs> pointers;         // pointers[i] == values[i].data()
+  std::array<uint32_t, kMaxKernelArgs> sizes;         // bytes of values[i] the kernel reads
 };
 
 // Turns a tensor argument into the 8-byte value the kernel receives (a device pointer plus
@@ -57,10 +57,10 @@ class TensorToHandle {
 
   // Any other callable object: referenced, not copied.
   template <typename F>
-    requires(!std::is_same_v<std::remove_cvref_t<F>, TensorToHandle> &&
-             !std::is_function_v<std::remove_reference_t<F>> &&
-             !std::is_pointer_v<std::remove_cvref_t<F>>)
-  TensorToHandle(F&& callable)  // NOLINT(google-explicit-constructor)
+  requires(!std::is_same_v<std::remove_cvref_t<F>, TensorToHandle> &&
+           !std::is_function_v<std::remove_reference_t<F>> &&
+           !std::is_pointer_v<std::remove_cvref_t<F>>)
+      TensorToHandle(F&& callable)  // NOLINT(google-explicit-constructor)
       : call_([](const Target& t, const DLTensor& tensor, size_t index) -> uint64_t {
           return (*static_cast<std::remove_reference_t<F>*>(t.object))(tensor, index);
         }) {
