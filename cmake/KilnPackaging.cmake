@@ -1,6 +1,7 @@
 # Install rules for the two CMake packages:
 #   find_package(Kiln)    -> Kiln::kiln        (host applications)
-#   find_package(KilnSDK) -> KilnSDK::sdk, kiln_add_plugin(), kiln_add_kernel_module()
+#   find_package(KilnSDK) -> KilnSDK::sdk, KilnSDK::support, kiln_add_plugin(),
+#                            kiln_add_kernel_module()
 include(CMakePackageConfigHelpers)
 set(KILN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Kiln)
 set(KILNSDK_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/KilnSDK)
@@ -23,3 +24,7 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/KilnSDKConfigVersion.cmak
 install(FILES ${PROJECT_BINARY_DIR}/KilnSDKConfig.cmake
   ${PROJECT_BINARY_DIR}/KilnSDKConfigVersion.cmake
   sdk/cmake/KilnSDKFunctions.cmake DESTINATION ${KILNSDK_CMAKE_DIR})
+# The support library (KilnSDK::support) as an imported target of the SDK package; its headers
+# are installed with the rest of kiln/sdk above.
+install(TARGETS kiln_sdk_support EXPORT KilnSDKTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT KilnSDKTargets NAMESPACE KilnSDK:: DESTINATION ${KILNSDK_CMAKE_DIR})

@@ -11,7 +11,7 @@
 namespace kiln::cpu {
 
 PluginState::PluginState()
-    : device_(make_device_backend(this)),
+    : device_(sdk::make_device_backend(&device_backend_, kDLCPU)),
       loader_(make_so_loader(this)),
       components_{sdk::component(KILN_COMPONENT_DEVICE, "cpu", &device_),
                   sdk::component(KILN_COMPONENT_LOADER, "so", &loader_)} {}

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_device.h"
 #include "cpu_info.h"
 #include "kernel_env.h"
 #include "kiln/c/kiln.h"
@@ -73,6 +74,7 @@ class PluginState {
   std::vector<CpuAttribute> attributes_;
   std::mutex init_mu_;
   std::map<void*, std::weak_ptr<KernelEnv>> envs_;
+  CpuDevice device_backend_{*this};
   KilnDeviceBackend device_;
   KilnLoader loader_;
   std::array<KilnComponent, 2> components_;

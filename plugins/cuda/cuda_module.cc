@@ -6,10 +6,9 @@
 #include <vector>
 
 #include "cuda_driver.h"
-#include "fast_args.h"
-#include "kernel_args.h"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/kernel_args.hpp"
 #include "nvrtc_compiler.h"
 #include "plugin_state.h"
 
@@ -75,9 +74,8 @@ std::unique_ptr<CudaModule> CudaModule::load(PluginState& state, int32_t device_
   const ImageFormat image_format = parse_image_format(format);
   std::vector<uint8_t> image = prepare_image(data, size, image_format);
   std::unique_ptr<CudaModule> module(new CudaModule(state, device_id));
-  module->metadata_ =
-      plugin_common::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
-  const plugin_common::ModuleMetadata& metadata = module->metadata_;
+  module->metadata_ = sdk::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
+  const sdk::ModuleMetadata& metadata = module->metadata_;
   std::string what = std::string("the ") + format + " module on " + props.label;
 
   // The symbol each kernel is looked up under: its own name, or what NVRTC lowered it to.
@@ -193,7 +191,7 @@ CudaModule::~CudaModule() {
 CudaKernel& CudaModule::kernel(const std::string& name) {
   auto it = kernels_.find(name);
   if (it != kernels_.end()) return *it->second;
-  plugin_common::find_kernel(metadata_, name);  // throws NOT_FOUND listing the kernels
+  sdk::find_kernel(metadata_, name);  // throws NOT_FOUND listing the kernels
   throw sdk::Error(KILN_ERROR_NOT_FOUND, "no kernel '" + name + "' in the module");
 }
 
@@ -204,20 +202,15 @@ void launch_kernel(CudaKernel& kernel, const KilnAny* args, int32_t num_args,
   CudaDriver& driver = module.state().driver();
   const DriverApi& api = driver.api();
   const int32_t device_id = module.device_id();
-  // Packed without allocating when the arguments are as the metadata says; otherwise the
-  // shared packer converts them or reports what is wrong.
-  FastArgs fast;
-  plugin_common::PackedArgs packed;
-  void** params = nullptr;
-  if (pack_args_fast(*kernel.info, args, num_args, device_id, fast)) {
-    params = num_args > 0 ? fast.pointers.data() : nullptr;
-  } else {
-    packed = plugin_common::pack_kernel_args(
-        *kernel.info, args, num_args, [&kernel, device_id](const DLTensor& tensor, size_t index) {
-          return tensor_device_address(tensor, device_id, kernel.info->name, index);
-        });
-    params = packed.pointers.empty() ? nullptr : packed.pointers.data();
-  }
+  // Packed on the stack: the launch path allocates nothing.
+  sdk::PackedArgs packed;
+  sdk::pack_kernel_args(
+      *kernel.info, args, num_args,
+      [&kernel, device_id](const DLTensor& tensor, size_t index) {
+        return tensor_device_address(tensor, device_id, kernel.info->name, index);
+      },
+      packed);
+  void** params = packed.kernel_params();
   driver.check(api.cuCtxSetCurrent(module.context()), "cuCtxSetCurrent");
   if (dynamic_shared_bytes > kernel.dynamic_shared_limit.load(std::memory_order_acquire)) {
     raise_shared_limit(kernel, dynamic_shared_bytes);

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "driver_api.h"
-#include "kernel_metadata.h"
 #include "kiln/c/abi.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "module_image.h"
 
 namespace kiln::cuda {
@@ -22,7 +22,7 @@ class PluginState;
 struct CudaKernel {
   CudaModule* module = nullptr;
   CUfunction function = nullptr;
-  const plugin_common::KernelInfo* info = nullptr;  // in module->metadata()
+  const sdk::KernelInfo* info = nullptr;  // in module->metadata()
   // The dynamic shared memory the function is currently allowed (the driver's default is
   // 48 KiB; larger launches raise it once through cuFuncSetAttribute).
   std::atomic<uint32_t> dynamic_shared_limit{48 * 1024};
@@ -49,7 +49,7 @@ class CudaModule {
 
   int32_t device_id() const { return device_id_; }
   CUcontext context() const { return context_; }
-  const plugin_common::ModuleMetadata& metadata() const { return metadata_; }
+  const sdk::ModuleMetadata& metadata() const { return metadata_; }
   PluginState& state() const { return state_; }
 
  private:
@@ -58,7 +58,7 @@ class CudaModule {
   int32_t device_id_;
   CUcontext context_ = nullptr;
   CUmodule module_ = nullptr;
-  plugin_common::ModuleMetadata metadata_;
+  sdk::ModuleMetadata metadata_;
   std::map<std::string, std::unique_ptr<CudaKernel>> kernels_;
 };
 

@@ -226,7 +226,7 @@ std::set<std::string> ptx_entry_names(std::string_view ptx) {
   return names;
 }
 
-void check_kernels_present(const plugin_common::ModuleMetadata& metadata,
+void check_kernels_present(const sdk::ModuleMetadata& metadata,
                            const std::function<bool(const std::string&)>& present,
                            const std::string& what, const std::set<std::string>* available) {
   std::string missing;

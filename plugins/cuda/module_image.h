@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kernel_metadata.h"
 #include "kiln/c/abi.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 
 namespace kiln::cuda {
 
@@ -42,7 +42,7 @@ std::set<std::string> ptx_entry_names(std::string_view ptx);
 // `present(name)` is false, and the kernels the module does have when `available` is given,
 // e.g. "the cubin module lacks kernels the metadata describes: scale (the module has:
 // vector_add)". `what` names the module in the message.
-void check_kernels_present(const plugin_common::ModuleMetadata& metadata,
+void check_kernels_present(const sdk::ModuleMetadata& metadata,
                            const std::function<bool(const std::string&)>& present,
                            const std::string& what,
                            const std::set<std::string>* available = nullptr);

@@ -7,7 +7,7 @@ namespace kiln::cuda {
 
 PluginState::PluginState()
     : driver_(std::make_unique<CudaDriver>(kDefaultDriverLibrary)),
-      device_(make_device_backend(this)),
+      device_(sdk::make_device_backend(&device_backend_, kDLCUDA)),
       components_{sdk::component(KILN_COMPONENT_DEVICE, "cuda", &device_)} {}
 
 PluginState::~PluginState() = default;

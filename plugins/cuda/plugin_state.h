@@ -11,6 +11,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "cuda_device.h"
 #include "cuda_driver.h"
 #include "kiln/c/kiln.h"
 #include "nvrtc_compiler.h"
@@ -56,6 +57,7 @@ class PluginState {
   std::mutex overaligned_mu_;
   std::atomic<size_t> overaligned_count_{0};
   std::unordered_map<uint64_t, uint64_t> overaligned_;
+  CudaDevice device_backend_{*this};
   KilnDeviceBackend device_;
   std::array<KilnComponent, 1> components_;
 };

@@ -11,10 +11,9 @@
 #include <vector>
 
 #include "cl_error.h"
-#include "kernel_args.h"
 #include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/plugin.hpp"
-#include "opencl_backend.h"
+#include "kiln/sdk/support/kernel_args.hpp"
 
 namespace kiln::opencl {
 namespace {
@@ -115,7 +114,7 @@ Timer::~Timer() {
 }
 
 PluginState::PluginState()
-    : device_table_(make_device_backend(this)),
+    : device_table_(sdk::make_device_backend(this, kDLOpenCL)),
       components_{sdk::component(KILN_COMPONENT_DEVICE, "opencl", &device_table_)} {}
 
 PluginState::~PluginState() {
@@ -471,7 +470,7 @@ int64_t PluginState::timer_elapsed_ns(void* handle) {
   return end > begin ? static_cast<int64_t>(end - begin) : 0;
 }
 
-void PluginState::timer_destroy(void* handle) {
+void PluginState::timer_destroy(void* handle) noexcept {
   auto* t = static_cast<Timer*>(handle);
   {
     std::lock_guard<std::mutex> lock(objects_mu_);
@@ -486,8 +485,8 @@ void* PluginState::module_load(int32_t id, const void* data, size_t size, const 
                                const char* metadata_json) {
   DeviceRecord& d = device(id);
   if (format == nullptr) throw sdk::Error(KILN_ERROR_VALUE, "module_load: format is NULL");
-  plugin_common::ModuleMetadata metadata =
-      plugin_common::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
+  sdk::ModuleMetadata metadata =
+      sdk::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
   const std::string build_options =
       join_build_options(metadata.build_options, options_.build_options);
   std::shared_ptr<Program> program = cache_->get(d, format, data, size, build_options);
@@ -515,7 +514,7 @@ void* PluginState::module_get_kernel(void* handle, const char* name_cstr) {
   std::lock_guard<std::mutex> lock(m.mu());
   auto& kernels = m.kernels();
   if (auto it = kernels.find(name); it != kernels.end()) return it->second.get();
-  const plugin_common::KernelInfo& info = plugin_common::find_kernel(m.metadata(), name);
+  const sdk::KernelInfo& info = sdk::find_kernel(m.metadata(), name);
   DeviceRecord& d = m.device();
   cl_int err = CL_SUCCESS;
   cl_kernel k = clCreateKernel(m.program().get(), name.c_str(), &err);
@@ -538,15 +537,15 @@ void* PluginState::module_get_kernel(void* handle, const char* name_cstr) {
   err = clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof(num_params), &num_params, nullptr);
   if (err != CL_SUCCESS) throw_cl("kernel '" + name + "'", "clGetKernelInfo", err);
   bool wants_dynamic = false;
-  for (plugin_common::LaunchTag tag : info.launch) {
-    wants_dynamic |= tag == plugin_common::LaunchTag::kDynamicSharedBytes;
+  for (sdk::LaunchTag tag : info.launch) {
+    wants_dynamic |= tag == sdk::LaunchTag::kDynamicSharedBytes;
   }
   const size_t expected = info.args.size() + (wants_dynamic ? 1 : 0);
   if (num_params != expected) {
     std::string kinds;
-    for (plugin_common::ArgKind a : info.args) {
+    for (sdk::ArgKind a : info.args) {
       kinds += kinds.empty() ? "" : ", ";
-      kinds += plugin_common::to_string(a);
+      kinds += sdk::to_string(a);
     }
     throw sdk::Error(KILN_ERROR_VALUE,
                      "kernel '" + name + "' has " + std::to_string(num_params) +
@@ -567,7 +566,7 @@ void* PluginState::module_get_kernel(void* handle, const char* name_cstr) {
   return out;
 }
 
-void PluginState::module_unload(void* handle) {
+void PluginState::module_unload(void* handle) noexcept {
   auto* m = static_cast<Module*>(handle);
   {
     std::lock_guard<std::mutex> lock(objects_mu_);
@@ -740,17 +739,20 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
     const Kernel* kernel;
     std::vector<cl_mem>* subs;
   } ctx{this, &k, &subs.list};
-  const plugin_common::PackedArgs packed = plugin_common::pack_kernel_args(
-      *k.info, args, num_args, [c = &ctx](const DLTensor& t, size_t index) -> uint64_t {
+  sdk::PackedArgs packed;  // on the stack: the launch path allocates nothing
+  sdk::pack_kernel_args(
+      *k.info, args, num_args,
+      [c = &ctx](const DLTensor& t, size_t index) -> uint64_t {
         static_assert(sizeof(cl_mem) <= sizeof(uint64_t));
         cl_mem mem = c->self->tensor_argument(*c->kernel, t, index, *c->subs);
         uint64_t bits = 0;
         std::memcpy(&bits, &mem, sizeof(mem));
         return bits;
-      });
+      },
+      packed);
 
   std::lock_guard<std::mutex> lock(k.mu);  // argument values live in the cl_kernel
-  const size_t count = packed.sizes.size();
+  const size_t count = packed.count;
   if (k.set_values.size() != count) {
     k.set_values.assign(count, {});
     k.set_valid.assign(count, 0);
@@ -758,7 +760,7 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
   const uint64_t epoch = buffer_epoch_.load(std::memory_order_acquire);
   if (epoch != k.set_epoch) {
     for (size_t i = 0; i < count; ++i) {
-      if (k.info->args[i] == plugin_common::ArgKind::kTensor) k.set_valid[i] = 0;
+      if (k.info->args[i] == sdk::ArgKind::kTensor) k.set_valid[i] = 0;
     }
     k.set_epoch = epoch;
   }
@@ -769,12 +771,12 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
         clSetKernelArg(k.kernel, static_cast<cl_uint>(i), packed.sizes[i], packed.pointers[i]);
     if (err != CL_SUCCESS) {
       throw_cl("launch of kernel '" + name + "': setting argument " + std::to_string(i) + " (" +
-                   plugin_common::to_string(k.info->args[i]) +
+                   sdk::to_string(k.info->args[i]) +
                    "; does the metadata match the kernel's parameter types?)",
                "clSetKernelArg", err, KILN_ERROR_VALUE);
     }
-    const bool sub_buffer = k.info->args[i] == plugin_common::ArgKind::kTensor &&
-                            args[i].value.v_tensor->byte_offset != 0;
+    const bool sub_buffer =
+        k.info->args[i] == sdk::ArgKind::kTensor && args[i].value.v_tensor->byte_offset != 0;
     k.set_values[i] = packed.values[i];
     k.set_valid[i] = sub_buffer ? 0 : 1;  // a sub-buffer lives for this launch only
   }

@@ -20,8 +20,9 @@
 #include <vector>
 
 #include "device_registry.h"
-#include "kernel_metadata.h"
 #include "kiln/c/kiln.h"
+#include "kiln/sdk/device_backend.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "plugin_options.h"
 #include "program_cache.h"
 
@@ -39,7 +40,7 @@ struct Kernel {
   Module* module = nullptr;
   DeviceRecord* device = nullptr;
   cl_kernel kernel = nullptr;
-  const plugin_common::KernelInfo* info = nullptr;  // owned by the module's metadata
+  const sdk::KernelInfo* info = nullptr;  // owned by the module's metadata
   // The kernel takes one more parameter than its metadata arguments: a trailing __local
   // pointer sized by the launch's dynamic_shared_bytes.
   bool dynamic_local = false;
@@ -58,19 +59,18 @@ struct Kernel {
 // A program loaded on one device, with its metadata and the kernels looked up so far.
 class Module {
  public:
-  Module(DeviceRecord& device, std::shared_ptr<Program> program,
-         plugin_common::ModuleMetadata metadata)
+  Module(DeviceRecord& device, std::shared_ptr<Program> program, sdk::ModuleMetadata metadata)
       : device_(device), program_(std::move(program)), metadata_(std::move(metadata)) {}
   DeviceRecord& device() { return device_; }
   Program& program() { return *program_; }
-  const plugin_common::ModuleMetadata& metadata() const { return metadata_; }
+  const sdk::ModuleMetadata& metadata() const { return metadata_; }
   std::mutex& mu() { return mu_; }
   std::map<std::string, std::unique_ptr<Kernel>>& kernels() { return kernels_; }
 
  private:
   DeviceRecord& device_;
   std::shared_ptr<Program> program_;
-  plugin_common::ModuleMetadata metadata_;
+  sdk::ModuleMetadata metadata_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Kernel>> kernels_;
 };
@@ -102,7 +102,16 @@ class PluginState {
 
   std::span<const KilnComponent> components() const { return components_; }
 
+  // The members below serve the "opencl" device table (kiln::sdk::make_device_backend, with
+  // this state as `self`); they throw kiln::sdk::Error, prefixed with kErrorContext by the table.
+  static constexpr const char* kErrorContext = "opencl";
+
   // ---- devices ----
+  // The number of devices; when 0, `*why_none` (if not NULL) points at the reason, owned by
+  // this state.
+  int32_t device_count(const char** why_none);
+  // Visits the attributes of device `id` (errors as device()).
+  void device_attributes(int32_t id, const sdk::AttributeVisitor& visit);
   // The enumeration, done once on first call (thread-safe).
   const Enumeration& enumeration();
   // Device `id`. Throws KILN_ERROR_UNAVAILABLE with the reason when there is no device,
@@ -130,15 +139,16 @@ class PluginState {
 
   // ---- timers ----
   void* timer_create(int32_t id);
-  void timer_mark(void* timer, void* stream, bool start);
+  void timer_start(void* timer, void* stream);
+  void timer_stop(void* timer, void* stream);
   int64_t timer_elapsed_ns(void* timer);
-  void timer_destroy(void* timer);
+  void timer_destroy(void* timer) noexcept;
 
   // ---- device code ----
   void* module_load(int32_t id, const void* data, size_t size, const char* format,
                     const char* metadata_json);
   void* module_get_kernel(void* module, const char* name);
-  void module_unload(void* module);
+  void module_unload(void* module) noexcept;
   void launch(void* kernel, const KilnAny* args, int32_t num_args, const uint32_t grid[3],
               const uint32_t block[3], uint32_t dynamic_shared_bytes, void* stream);
 
@@ -155,6 +165,8 @@ class PluginState {
   // Throws KILN_ERROR_VALUE unless [offset, offset + nbytes) lies inside `b`.
   static void check_range(const Buffer& b, size_t offset, size_t nbytes, const char* what);
   Timer& timer(void* handle, const char* slot);
+  // Records a profiling marker for the start (`start`) or stop of `timer` on `stream`.
+  void timer_mark(void* timer, void* stream, bool start);
   Module& module(void* handle, const char* slot);
   // The kernel `handle` and, for a non-NULL `stream`, its queue in `*queue` (NULL for the
   // default queue); KILN_ERROR_VALUE for a handle or stream that is not live, or a stream of

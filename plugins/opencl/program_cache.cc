@@ -14,11 +14,11 @@
 #include "kiln/c/abi.h"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/plugin.hpp"
-#include "sha256.h"
+#include "kiln/sdk/support/sha256.hpp"
 
 namespace kiln::opencl {
 
-using plugin_common::Sha256;
+using sdk::Sha256;
 
 namespace {
 

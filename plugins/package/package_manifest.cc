@@ -4,7 +4,7 @@
 #include <set>
 
 #include "kiln/sdk/error.hpp"
-#include "sha256.h"
+#include "kiln/sdk/support/sha256.hpp"
 
 namespace kiln::package {
 namespace {
@@ -90,7 +90,7 @@ PackageManifest manifest_for(const KilnExportRequest* request) {
     if (!names.insert(a.name).second) fail(std::string("duplicate file name ") + a.name);
     manifest.artifacts.push_back(
         ManifestArtifact{a.name, a.role, static_cast<uint64_t>(a.size),
-                         plugin_common::Sha256::hex(plugin_common::Sha256::of(a.data, a.size))});
+                         sdk::Sha256::hex(sdk::Sha256::of(a.data, a.size))});
   }
   return manifest;
 }

@@ -48,14 +48,13 @@ void warn_about_options(const char* options_json) {
 // shutdown.
 extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* in,
                                                         KilnPluginInfo* out) {
-  KilnError* error =
-      kiln::sdk::negotiate(in, out, {"package", KILN_PACKAGE_PLUGIN_VERSION, kComponents});
-  if (error == nullptr && in != nullptr) {
+  kiln::sdk::PluginDescription description{"package", KILN_PACKAGE_PLUGIN_VERSION, kComponents};
+  description.configure = [](const KilnNegotiateIn& offer) {
     try {
-      warn_about_options(in->options_json);
+      warn_about_options(offer.options_json);
     } catch (...) {
       // Logging failed (out of memory); the options are ignored either way.
     }
-  }
-  return error;
+  };
+  return kiln::sdk::negotiate(in, out, description);
 }

@@ -7,8 +7,8 @@
 
 #include "archive_reader.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/sha256.hpp"
 #include "package_manifest.h"
-#include "sha256.h"
 
 namespace kiln::package {
 namespace {
@@ -53,8 +53,7 @@ std::unique_ptr<LoadedPackage> read_package(const std::string& path) {
            " says " + std::to_string(a.size));
     }
     if (!a.sha256.empty()) {
-      const std::string actual =
-          plugin_common::Sha256::hex(plugin_common::Sha256::of(data.data(), data.size()));
+      const std::string actual = sdk::Sha256::hex(sdk::Sha256::of(data.data(), data.size()));
       if (actual != a.sha256) {
         fail(where + " has SHA-256 " + actual + " but " + kManifestName + " says " + a.sha256 +
              ": the package is corrupt or was altered");

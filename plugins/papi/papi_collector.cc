@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,39 @@ const std::vector<std::string> kDefaultEvents = {"perf::CYCLES", "perf::STALLED-
                                                  "perf::STALLED-CYCLES-BACKEND",
                                                  "perf::INSTRUCTIONS", "perf::CACHE-MISSES"};
 
+// Negotiations alive in this process; PAPI is shut down with the last one so that libpapi's
+// own allocations are returned before the plugin (and libpapi) is unloaded.
+std::atomic<int> g_live_states{0};
+
+KilnError* init(void* self, const DLDevice* devices, int32_t num_devices, void** state);
+KilnError* start(void* self, void* state, DLDevice device, void** reading);
+KilnError* stop(void* self, void* state, void* reading, KilnMetricSink sink, void* sink_ctx);
+void teardown(void* self, void* state);
+
 // One negotiation's state: its options and its own component table, whose `self` is this
 // state, so that several runtimes can load the plugin with different options.
 struct PluginState {
+  PluginState() : requested(kDefaultEvents) {
+    collector = kiln::sdk::make_table<KilnMetricCollector>();
+    collector.self = this;
+    collector.init = init;
+    collector.start = start;
+    collector.stop = stop;
+    collector.teardown = teardown;
+    component = kiln::sdk::component(KILN_COMPONENT_COLLECTOR, "papi", &collector);
+    g_live_states.fetch_add(1);
+  }
+  ~PluginState() {
+    if (g_live_states.fetch_sub(1) == 1 && PAPI_is_initialized()) PAPI_shutdown();
+  }
+  PluginState(const PluginState&) = delete;
+  PluginState& operator=(const PluginState&) = delete;
+
+  std::span<const KilnComponent> components() const { return {&component, 1}; }
+  // Reads {"events": [...]} from `options_json` (borrowed JSON text, may be NULL). Throws
+  // kiln::sdk::Error (KILN_ERROR_VALUE) for a list that is empty or holds a non-string.
+  void configure(const char* options_json);
+
   std::vector<std::string> requested;
   KilnMetricCollector collector{};
   KilnComponent component{};
@@ -147,47 +178,31 @@ void teardown(void*, void* state) {
   PAPI_destroy_eventset(&c->event_set);
 }
 
-// Negotiations alive in this process; PAPI is shut down with the last one so that libpapi's
-// own allocations are returned before the plugin (and libpapi) is unloaded.
-std::atomic<int> g_live_states{0};
-
-void shutdown(void* state) {
-  delete static_cast<PluginState*>(state);
-  if (g_live_states.fetch_sub(1) == 1 && PAPI_is_initialized()) PAPI_shutdown();
+void PluginState::configure(const char* options_json) {
+  const auto options = nlohmann::json::parse(options_json != nullptr ? options_json : "{}");
+  if (!options.contains("events")) return;
+  if (!options["events"].is_array() || options["events"].empty()) {
+    throw kiln::sdk::Error(KILN_ERROR_VALUE,
+                           "option 'events' must be a non-empty list of PAPI event names");
+  }
+  requested.clear();
+  for (const auto& e : options["events"]) {
+    if (!e.is_string())
+      throw kiln::sdk::Error(KILN_ERROR_VALUE, "option 'events' holds a non-string");
+    requested.push_back(e.get<std::string>());
+  }
 }
 
 }  // namespace
 
+// Negotiates the ABI and reads the options ({"events": [...]}; default: the reference's CPU
+// events). Errors: KILN_ERROR_ABI for an incompatible host, KILN_ERROR_VALUE for bad options;
+// nothing is left to release then. The host frees the state through the shutdown slot.
 extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* in,
                                                         KilnPluginInfo* out) {
-  auto state = std::make_unique<PluginState>();
-  state->requested = kDefaultEvents;
-  state->collector = kiln::sdk::make_table<KilnMetricCollector>();
-  state->collector.self = state.get();
-  state->collector.init = init;
-  state->collector.start = start;
-  state->collector.stop = stop;
-  state->collector.teardown = teardown;
-  state->component = kiln::sdk::component(KILN_COMPONENT_COLLECTOR, "papi", &state->collector);
-  kiln::sdk::PluginDescription description{"papi", KILN_PAPI_PLUGIN_VERSION,
-                                           std::span(&state->component, 1), state.get(), &shutdown};
-  description.configure = [&](const KilnNegotiateIn& negotiate_in) {
-    const auto options =
-        nlohmann::json::parse(negotiate_in.options_json ? negotiate_in.options_json : "{}");
-    if (!options.contains("events")) return;
-    if (!options["events"].is_array() || options["events"].empty()) {
-      throw kiln::sdk::Error(KILN_ERROR_VALUE,
-                             "option 'events' must be a non-empty list of PAPI event names");
-    }
-    state->requested.clear();
-    for (const auto& e : options["events"]) {
-      if (!e.is_string())
-        throw kiln::sdk::Error(KILN_ERROR_VALUE, "option 'events' holds a non-string");
-      state->requested.push_back(e.get<std::string>());
-    }
-  };
-  if (KilnError* err = kiln::sdk::negotiate(in, out, description)) return err;
-  if (out == nullptr || out->plugin_state != state.get()) return nullptr;  // no host services
-  state.release();                                                         // freed by shutdown
-  return nullptr;
+  return kiln::sdk::negotiate_with_state<PluginState>(
+      in, out, "papi", KILN_PAPI_PLUGIN_VERSION,
+      [](PluginState& state, const KilnNegotiateIn& offer) {
+        state.configure(offer.options_json);
+      });
 }

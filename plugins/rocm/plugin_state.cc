@@ -73,7 +73,7 @@ DeviceInfo describe_device(const HipApi& api, const hipDeviceProp_t& p, int id) 
 }  // namespace
 
 PluginState::PluginState()
-    : device_(make_device_backend(this)),
+    : device_(sdk::make_device_backend(&device_backend_, kDLROCM)),
       components_{sdk::component(KILN_COMPONENT_DEVICE, "rocm", &device_)} {}
 
 void PluginState::configure(const KilnHostServices* /*host*/, const char* options_json) {

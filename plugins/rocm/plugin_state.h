@@ -18,6 +18,7 @@
 #include "kernel_launch.h"
 #include "kiln/c/kiln.h"
 #include "plugin_options.h"
+#include "rocm_device.h"
 
 namespace kiln::rocm {
 
@@ -93,6 +94,7 @@ class PluginState {
   std::string hiprtc_why_;
   std::mutex bases_mu_;
   std::map<void*, void*> bases_;
+  RocmDevice device_backend_{*this};
   KilnDeviceBackend device_;
   std::array<KilnComponent, 1> components_;
 };

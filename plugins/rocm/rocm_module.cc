@@ -4,9 +4,9 @@
 
 #include "code_object.h"
 #include "hiprtc_compiler.h"
-#include "kernel_args.h"
 #include "kernel_launch.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/kernel_args.hpp"
 #include "plugin_state.h"
 
 namespace kiln::rocm {
@@ -14,7 +14,7 @@ namespace {
 
 [[noreturn]] void bad(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
 
-std::vector<std::string> kernel_names(const plugin_common::ModuleMetadata& metadata) {
+std::vector<std::string> kernel_names(const sdk::ModuleMetadata& metadata) {
   std::vector<std::string> names;
   for (const auto& [name, info] : metadata.kernels) names.push_back(name);
   return names;
@@ -23,7 +23,7 @@ std::vector<std::string> kernel_names(const plugin_common::ModuleMetadata& metad
 // Compiles HIP source for `target` and returns the code object.
 std::vector<uint8_t> compile_source(PluginState& state, std::span<const uint8_t> data,
                                     const std::string& target,
-                                    const plugin_common::ModuleMetadata& metadata) {
+                                    const sdk::ModuleMetadata& metadata) {
   if (const void* nul = std::memchr(data.data(), 0, data.size())) {
     const auto at = static_cast<const uint8_t*>(nul) - data.data();
     bad("hip_source contains a NUL byte at offset " + std::to_string(at) +
@@ -62,7 +62,7 @@ std::unique_ptr<RocmModule> load_module(PluginState& state, int32_t device_id,
   if (data.empty()) bad("module_load: the " + format + " module is empty (0 bytes)");
   auto module = std::make_unique<RocmModule>();
   module->device_id = device_id;
-  module->metadata = plugin_common::parse_module_metadata(metadata_json);
+  module->metadata = sdk::parse_module_metadata(metadata_json);
   if (device.gcn_arch_name.empty()) {
     throw sdk::Error(KILN_ERROR_UNAVAILABLE,
                      "rocm device " + std::to_string(device_id) +
@@ -91,7 +91,7 @@ std::unique_ptr<RocmModule> load_module(PluginState& state, int32_t device_id,
 RocmKernel& get_kernel(PluginState& state, RocmModule& module, const std::string& name) {
   std::lock_guard<std::mutex> lock(module.mu);
   if (auto it = module.kernels.find(name); it != module.kernels.end()) return *it->second;
-  const plugin_common::KernelInfo& info = plugin_common::find_kernel(module.metadata, name);
+  const sdk::KernelInfo& info = sdk::find_kernel(module.metadata, name);
   state.use_device(module.device_id);
   const HipApi& api = state.api();
   auto kernel = std::make_unique<RocmKernel>();
@@ -135,17 +135,20 @@ void launch_kernel(PluginState& state, RocmKernel& kernel, const KilnAny* args, 
   const int32_t device_id = kernel.module->device_id;
   const DeviceInfo& device = state.use_device(device_id);
   check_launch_extents(kernel.info.name.c_str(), grid, block, dynamic_shared_bytes, device.limits);
-  plugin_common::PackedArgs packed = plugin_common::pack_kernel_args(
-      kernel.info, args, num_args, [device_id](const DLTensor& tensor, size_t index) {
+  sdk::PackedArgs packed;  // on the stack: the launch path allocates nothing
+  sdk::pack_kernel_args(
+      kernel.info, args, num_args,
+      [device_id](const DLTensor& tensor, size_t index) {
         return tensor_handle(tensor, index, device_id);
-      });
+      },
+      packed);
   const HipApi& api = state.api();
   // HIP copies the argument values into the kernel's argument buffer at launch, so `packed`
   // may go away when this returns.
   check(api,
         api.ModuleLaunchKernel(kernel.function, grid[0], grid[1], grid[2], block[0], block[1],
                                block[2], dynamic_shared_bytes, static_cast<hipStream_t>(stream),
-                               packed.pointers.empty() ? nullptr : packed.pointers.data(), nullptr),
+                               packed.kernel_params(), nullptr),
         "hipModuleLaunchKernel('" + kernel.info.name + "')");
 }
 

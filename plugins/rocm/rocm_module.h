@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "hip_api.h"
-#include "kernel_metadata.h"
 #include "kiln/c/abi.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 
 namespace kiln::rocm {
 
@@ -28,7 +28,7 @@ inline constexpr const char* kFormatHipSource = "hip_source";
 // A kernel of a loaded module; lives until its module is unloaded.
 struct RocmKernel {
   RocmModule* module = nullptr;
-  plugin_common::KernelInfo info;
+  sdk::KernelInfo info;
   hipFunction_t function = nullptr;
 };
 
@@ -38,7 +38,7 @@ struct RocmModule {
   hipModule_t handle = nullptr;
   std::vector<uint8_t> image;  // the code object given to hipModuleLoadData, kept alive
   std::string origin;          // what was loaded, for messages
-  plugin_common::ModuleMetadata metadata;
+  sdk::ModuleMetadata metadata;
   std::mutex mu;
   std::map<std::string, std::unique_ptr<RocmKernel>> kernels;
 };

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "kernel_metadata.h"
 #include "kiln/kiln.h"
 #include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "test_util.h"
 
 namespace kiln {
@@ -224,22 +224,21 @@ TEST(DeviceCode, BackendErrorsReachTheCaller) {
 }
 
 TEST(KernelMetadata, ParsesKindsTagsAndOptions) {
-  const auto meta = plugin_common::parse_module_metadata(
+  const auto meta = sdk::parse_module_metadata(
       R"({"build_options": "-O3", "kernels": {"k": {"args": ["handle", "int32", "uint64", "float64"],
           "launch": ["blockIdx.y", "threadIdx.z", "tir.use_dyn_shared_memory"], "vendor_key": 1}}})");
   EXPECT_EQ(meta.build_options, "-O3");
-  const auto& k = plugin_common::find_kernel(meta, "k");
+  const auto& k = sdk::find_kernel(meta, "k");
   ASSERT_EQ(k.args.size(), 4u);
-  EXPECT_EQ(k.args[0], plugin_common::ArgKind::kTensor);
-  EXPECT_EQ(plugin_common::arg_size(k.args[1]), 4u);
+  EXPECT_EQ(k.args[0], sdk::ArgKind::kTensor);
+  EXPECT_EQ(sdk::arg_size(k.args[1]), 4u);
   ASSERT_EQ(k.launch.size(), 3u);
-  EXPECT_EQ(k.launch[2], plugin_common::LaunchTag::kDynamicSharedBytes);
-  EXPECT_THROW(plugin_common::find_kernel(meta, "other"), sdk::Error);
-  EXPECT_THROW(plugin_common::parse_module_metadata(R"({"kernels": []})"), sdk::Error);
-  EXPECT_THROW(plugin_common::parse_module_metadata(R"({"kernels": {"k": {"args": "tensor"}}})"),
-               sdk::Error);
-  EXPECT_THROW(plugin_common::parse_module_metadata(R"({"build_options": 3})"), sdk::Error);
-  EXPECT_TRUE(plugin_common::parse_module_metadata("").kernels.empty());
+  EXPECT_EQ(k.launch[2], sdk::LaunchTag::kDynamicSharedBytes);
+  EXPECT_THROW(sdk::find_kernel(meta, "other"), sdk::Error);
+  EXPECT_THROW(sdk::parse_module_metadata(R"({"kernels": []})"), sdk::Error);
+  EXPECT_THROW(sdk::parse_module_metadata(R"({"kernels": {"k": {"args": "tensor"}}})"), sdk::Error);
+  EXPECT_THROW(sdk::parse_module_metadata(R"({"build_options": 3})"), sdk::Error);
+  EXPECT_TRUE(sdk::parse_module_metadata("").kernels.empty());
 }
 
 TEST(CacheFlushDeviceL2, WritesTheL2OfTheArgumentsDevice) {

@@ -1,6 +1,6 @@
-// Known-answer tests of plugin_common::Sha256 (FIPS 180-4 examples) and its HMAC (RFC 4231):
+// Known-answer tests of sdk::Sha256 (FIPS 180-4 examples) and its HMAC (RFC 4231):
 // the package checks, the OpenCL program cache and the RPC token proof rely on them.
-#include "sha256.h"
+#include "kiln/sdk/support/sha256.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 namespace {
 
-using kiln::plugin_common::Sha256;
+using kiln::sdk::Sha256;
 
 std::string sha256_hex(const std::string& text) {
   return Sha256::hex(Sha256::of(text.data(), text.size()));

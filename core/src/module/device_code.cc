@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "kernel_metadata.h"
 #include "kiln/device_backend.h"
 #include "kiln/device_context.h"
 #include "kiln/error.h"
 #include "kiln/module_loader.h"
 #include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/tensor.h"
 #include "module/format_loaders.h"
 
@@ -24,12 +24,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-using plugin_common::LaunchTag;
+using sdk::LaunchTag;
 
 // Parses `json` as kernel metadata, naming `where` (a file or artifact) in errors.
-plugin_common::ModuleMetadata parse_metadata(const std::string& json, const std::string& where) {
+sdk::ModuleMetadata parse_metadata(const std::string& json, const std::string& where) {
   try {
-    return plugin_common::parse_module_metadata(json);
+    return sdk::parse_module_metadata(json);
   } catch (const sdk::Error& e) {
     throw ValueError(fmt::format("{}: {}", where, e.what()));
   }
@@ -83,8 +83,8 @@ class LoadedCode : public Object {
 
 // The device every tensor argument of a call of `kernel` lives on; checks that it is of the
 // blob's target type.
-Device device_of_call(const LoadedCode& blob, const plugin_common::KernelInfo& kernel,
-                      const Any* args, size_t num_kernel_args) {
+Device device_of_call(const LoadedCode& blob, const sdk::KernelInfo& kernel, const Any* args,
+                      size_t num_kernel_args) {
   std::optional<Device> device;
   size_t first = 0;
   for (size_t i = 0; i < num_kernel_args; ++i) {
@@ -115,28 +115,27 @@ Device device_of_call(const LoadedCode& blob, const plugin_common::KernelInfo& k
 }
 
 // The launch extent `tag` given as argument `index`.
-uint32_t launch_extent(const plugin_common::KernelInfo& kernel, LaunchTag tag, const Any& value,
+uint32_t launch_extent(const sdk::KernelInfo& kernel, LaunchTag tag, const Any& value,
                        size_t index) {
   if (value.type_code() != KILN_TYPE_INT) {
     throw TypeError(
         fmt::format("kernel '{}' argument {} is the launch extent {} and expects int, "
                     "got {}",
-                    kernel.name, index, plugin_common::to_string(tag), value.type_name()));
+                    kernel.name, index, sdk::to_string(tag), value.type_name()));
   }
   const int64_t v = value.cast<int64_t>();
   const int64_t low = tag == LaunchTag::kDynamicSharedBytes ? 0 : 1;
   if (v < low || v > std::numeric_limits<uint32_t>::max()) {
-    throw ValueError(
-        fmt::format("kernel '{}': launch extent {} (argument {}) must be in [{}, {}], "
-                    "got {}",
-                    kernel.name, plugin_common::to_string(tag), index, low,
-                    std::numeric_limits<uint32_t>::max(), v));
+    throw ValueError(fmt::format(
+        "kernel '{}': launch extent {} (argument {}) must be in [{}, {}], "
+        "got {}",
+        kernel.name, sdk::to_string(tag), index, low, std::numeric_limits<uint32_t>::max(), v));
   }
   return static_cast<uint32_t>(v);
 }
 
 // The function that launches `kernel` of `blob`: the kernel's arguments, then its extents.
-Function kernel_function(Ref<LoadedCode> blob, plugin_common::KernelInfo kernel) {
+Function kernel_function(Ref<LoadedCode> blob, sdk::KernelInfo kernel) {
   std::string name = kernel.name;
   return Function::from_packed(
       std::move(name),
@@ -148,7 +147,7 @@ Function kernel_function(Ref<LoadedCode> blob, plugin_common::KernelInfo kernel)
           std::string tags;
           for (LaunchTag t : kernel.launch) {
             tags += tags.empty() ? "" : ", ";
-            tags += plugin_common::to_string(t);
+            tags += sdk::to_string(t);
           }
           throw TypeError(fmt::format(
               "kernel '{}' takes {} arguments and then {} launch extents ({}), {} in all; got {}",
@@ -293,7 +292,7 @@ Module make_device_code_module(std::vector<DeviceCode> blobs, const DeviceContex
     if (code.name.empty() || code.name.find('/') != std::string::npos) {
       throw ValueError(fmt::format("device code needs a base file name, got '{}'", code.name));
     }
-    const plugin_common::ModuleMetadata meta = parse_metadata(code.metadata_json, code.name);
+    const sdk::ModuleMetadata meta = parse_metadata(code.metadata_json, code.name);
     if (meta.kernels.empty()) {
       throw ValueError(fmt::format("{}: the metadata describes no kernels", code.name));
     }

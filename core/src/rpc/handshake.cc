@@ -5,11 +5,11 @@
 #include <cstring>
 #include <random>
 
-#include "sha256.h"
+#include "kiln/sdk/support/sha256.hpp"
 
 namespace kiln::rpc::handshake {
 
-using plugin_common::Sha256;
+using sdk::Sha256;
 
 namespace {
 constexpr char kProofContext[] = "kiln-rpc-v1";

@@ -7,15 +7,15 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "abi_values.h"
 #include "driver_api.h"
-#include "fast_args.h"
-#include "kernel_args.h"
-#include "kernel_metadata.h"
 #include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_args.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "module_image.h"
 #include "nvrtc_compiler.h"
 #include "plugin_options.h"
@@ -260,16 +260,16 @@ TEST(CudaImage, FindsPtxEntries) {
 TEST(CudaMetadata, ConformanceSidecarParses) {
   const std::string json = read_text(kExamples + "/vector_add.ptx.json");
   ASSERT_FALSE(json.empty());
-  const plugin_common::ModuleMetadata meta = plugin_common::parse_module_metadata(json);
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
-  using plugin_common::ArgKind;
-  using plugin_common::LaunchTag;
+  const sdk::ModuleMetadata meta = sdk::parse_module_metadata(json);
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
+  using sdk::ArgKind;
+  using sdk::LaunchTag;
   EXPECT_EQ(k.args, (std::vector<ArgKind>{ArgKind::kTensor, ArgKind::kTensor, ArgKind::kTensor,
                                           ArgKind::kFloat32, ArgKind::kInt32}));
   EXPECT_EQ(k.launch, (std::vector<LaunchTag>{LaunchTag::kGridX, LaunchTag::kBlockX}));
-  const plugin_common::ModuleMetadata matmul =
-      plugin_common::parse_module_metadata(read_text(kExamples + "/matmul.cu.json"));
-  const plugin_common::KernelInfo& m = plugin_common::find_kernel(matmul, "matmul");
+  const sdk::ModuleMetadata matmul =
+      sdk::parse_module_metadata(read_text(kExamples + "/matmul.cu.json"));
+  const sdk::KernelInfo& m = sdk::find_kernel(matmul, "matmul");
   EXPECT_EQ(m.launch.back(), LaunchTag::kDynamicSharedBytes);
   // Every variant's sidecar names its own format and the cuda target.
   for (const char* file :
@@ -282,14 +282,14 @@ TEST(CudaMetadata, ConformanceSidecarParses) {
 
 TEST(CudaMetadata, KernelsMissingFromTheModuleAreNamed) {
   const std::set<std::string> entries = ptx_entry_names(read_text(kExamples + "/vector_add.ptx"));
-  const auto meta = plugin_common::parse_module_metadata(
+  const auto meta = sdk::parse_module_metadata(
       R"({"kernels": {"vector_add": {"args": []}, "scale": {"args": []}, "zap": {}}})");
   auto present = [&](const std::string& name) { return entries.count(name) != 0; };
   expect_error([&] { check_kernels_present(meta, present, "the ptx module", &entries); },
                KILN_ERROR_NOT_FOUND,
                "the ptx module lacks kernels the metadata describes: scale, zap (the module has: "
                "vector_add)");
-  const auto good = plugin_common::parse_module_metadata(R"({"kernels": {"vector_add": {}}})");
+  const auto good = sdk::parse_module_metadata(R"({"kernels": {"vector_add": {}}})");
   EXPECT_NO_THROW(check_kernels_present(good, present, "m", nullptr));
 }
 
@@ -303,25 +303,32 @@ DLTensor cuda_tensor(uintptr_t data, uint64_t offset, int32_t id = 0, int type =
   return t;
 }
 
-plugin_common::PackedArgs pack(const plugin_common::KernelInfo& k, const KilnAny* args, int32_t n,
-                               int32_t device_id = 0) {
-  return plugin_common::pack_kernel_args(k, args, n, [&](const DLTensor& t, size_t index) {
-    return tensor_device_address(t, device_id, k.name, index);
-  });
+// Packs as launch_kernel does (PackedArgs is not movable, so the test keeps it on the heap).
+std::unique_ptr<sdk::PackedArgs> pack(const sdk::KernelInfo& k, const KilnAny* args, int32_t n,
+                                      int32_t device_id = 0) {
+  auto packed = std::make_unique<sdk::PackedArgs>();
+  sdk::pack_kernel_args(
+      k, args, n,
+      [&](const DLTensor& t, size_t index) {
+        return tensor_device_address(t, device_id, k.name, index);
+      },
+      *packed);
+  return packed;
 }
 
 TEST(CudaArguments, PacksTheConformanceKernel) {
-  const auto meta =
-      plugin_common::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
+  const auto meta = sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor a = cuda_tensor(0x7f0000000000, 0);
   DLTensor b = cuda_tensor(0x7f0000100000, 64);
   DLTensor out = cuda_tensor(0x7f0000200000, 4096);
   const KilnAny args[] = {tensor_arg(&a), tensor_arg(&b), tensor_arg(&out), float_arg(0.5),
                           int_arg(10000)};
-  const plugin_common::PackedArgs packed = pack(k, args, 5);
-  ASSERT_EQ(packed.pointers.size(), 5u);
-  EXPECT_EQ(packed.sizes, (std::vector<size_t>{8, 8, 8, 4, 4}));
+  const auto packed_storage = pack(k, args, 5);
+  const sdk::PackedArgs& packed = *packed_storage;
+  ASSERT_EQ(packed.count, 5u);
+  EXPECT_EQ(std::vector<uint32_t>(packed.sizes.begin(), packed.sizes.begin() + 5),
+            (std::vector<uint32_t>{8, 8, 8, 4, 4}));
   uint64_t address = 0;
   std::memcpy(&address, packed.pointers[1], 8);
   EXPECT_EQ(address, 0x7f0000100040u) << "data + byte_offset";
@@ -336,14 +343,13 @@ TEST(CudaArguments, PacksTheConformanceKernel) {
   // An integer passes as a float32 scalar too.
   const KilnAny int_alpha[] = {tensor_arg(&a), tensor_arg(&b), tensor_arg(&out), int_arg(2),
                                int_arg(1)};
-  std::memcpy(&alpha, pack(k, int_alpha, 5).pointers[3], 4);
+  std::memcpy(&alpha, pack(k, int_alpha, 5)->pointers[3], 4);
   EXPECT_EQ(alpha, 2.0f);
 }
 
 TEST(CudaArguments, RejectsWrongArguments) {
-  const auto meta =
-      plugin_common::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
+  const auto meta = sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor a = cuda_tensor(0x1000, 0);
   DLTensor host = cuda_tensor(0x1000, 0, 0, kDLCPU);
   DLTensor other = cuda_tensor(0x1000, 0, 1);
@@ -368,83 +374,6 @@ TEST(CudaArguments, RejectsWrongArguments) {
   const KilnAny on_other[] = {tensor_arg(&a), tensor_arg(&other), tensor_arg(&a), float_arg(2.0),
                               int_arg(1)};
   expect_error([&] { pack(k, on_other, 5); }, KILN_ERROR_VALUE, "argument 1: the tensor is on");
-}
-
-// The allocation-free packer agrees with pack_kernel_args: same bytes where it packs, and it
-// declines (so that pack_kernel_args reports) wherever pack_kernel_args throws.
-TEST(CudaArguments, FastPackingMatchesTheSharedPacker) {
-  const auto meta = plugin_common::parse_module_metadata(R"({"kernels": {"k": {"args": [
-      "tensor", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-      "float32", "float64"]}}})");
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "k");
-  DLTensor good = cuda_tensor(0x7f0000001000, 24, 1);
-  DLTensor host = cuda_tensor(0x1000, 0, 1, kDLCPU);
-  DLTensor other = cuda_tensor(0x1000, 0, 0);
-  DLTensor overflow = cuda_tensor(UINTPTR_MAX - 4, 64, 1);
-  KilnAny bool_arg{};
-  bool_arg.type_code = KILN_TYPE_BOOL;
-  bool_arg.value.v_int64 = 1;
-  KilnAny none{};
-  const std::vector<KilnAny> candidates = {tensor_arg(&good),
-                                           tensor_arg(&host),
-                                           tensor_arg(&other),
-                                           tensor_arg(&overflow),
-                                           tensor_arg(nullptr),
-                                           int_arg(0),
-                                           int_arg(-1),
-                                           int_arg(127),
-                                           int_arg(128),
-                                           int_arg(-129),
-                                           int_arg(255),
-                                           int_arg(256),
-                                           int_arg(32767),
-                                           int_arg(65535),
-                                           int_arg(65536),
-                                           int_arg(int64_t{1} << 31),
-                                           int_arg(-(int64_t{1} << 31)),
-                                           int_arg(int64_t{1} << 32),
-                                           int_arg(INT64_MAX),
-                                           int_arg(INT64_MIN),
-                                           float_arg(0.1),
-                                           float_arg(-2.5e300),
-                                           bool_arg,
-                                           none};
-  int packed = 0, declined = 0;
-  for (size_t position = 0; position < k.args.size(); ++position) {
-    for (const KilnAny& candidate : candidates) {
-      // Every argument valid except the one at `position`, which takes each candidate.
-      std::vector<KilnAny> args = {tensor_arg(&good), int_arg(1),     int_arg(2),      int_arg(3),
-                                   int_arg(4),        int_arg(5),     int_arg(6),      int_arg(7),
-                                   int_arg(8),        float_arg(9.5), float_arg(10.25)};
-      args[position] = candidate;
-      FastArgs fast;
-      const bool ok = pack_args_fast(k, args.data(), static_cast<int32_t>(args.size()), 1, fast);
-      try {
-        const plugin_common::PackedArgs ref =
-            pack(k, args.data(), static_cast<int32_t>(args.size()), 1);
-        ASSERT_TRUE(ok) << "fast packing declined argument " << position << " kind "
-                        << candidate.type_code;
-        for (size_t i = 0; i < args.size(); ++i) {
-          EXPECT_EQ(std::memcmp(fast.pointers[i], ref.pointers[i], ref.sizes[i]), 0)
-              << "argument " << i;
-        }
-        ++packed;
-      } catch (const sdk::Error&) {
-        EXPECT_FALSE(ok) << "fast packing accepted what pack_kernel_args refuses: argument "
-                         << position << " kind " << candidate.type_code;
-        ++declined;
-      }
-    }
-  }
-  EXPECT_GT(packed, 50);
-  EXPECT_GT(declined, 50);
-  // Counts: wrong ones decline; no arguments at all packs nothing.
-  FastArgs fast;
-  const KilnAny one[1] = {tensor_arg(&good)};
-  EXPECT_FALSE(pack_args_fast(k, one, 1, 1, fast));
-  EXPECT_FALSE(pack_args_fast(k, one, -1, 1, fast));
-  const auto empty = plugin_common::parse_module_metadata(R"({"kernels": {"e": {}}})");
-  EXPECT_TRUE(pack_args_fast(plugin_common::find_kernel(empty, "e"), nullptr, 0, 0, fast));
 }
 
 // ---- NVRTC ----

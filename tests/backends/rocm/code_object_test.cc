@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "code_object.h"
-#include "kernel_metadata.h"
 #include "kiln/c/abi.h"
 #include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "rocm_test_util.h"
 
 namespace kiln::rocm {
@@ -203,8 +203,8 @@ TEST_F(CodeObjectTest, RawObjectIsCheckedAgainstTheDevice) {
 TEST_F(CodeObjectTest, MetadataKernelsMustBeInTheCodeObject) {
   const std::vector<uint8_t> bundle = read_bytes(example_dir() / "vector_add.hsaco");
   const SelectedCodeObject s = select_code_object(bundle, "gfx90a");
-  const plugin_common::ModuleMetadata meta = plugin_common::parse_module_metadata(
-      rocm_test::read_text(example_dir() / "vector_add.hsaco.json"));
+  const sdk::ModuleMetadata meta =
+      sdk::parse_module_metadata(rocm_test::read_text(example_dir() / "vector_add.hsaco.json"));
   std::vector<std::string> names;
   for (const auto& [name, info] : meta.kernels) names.push_back(name);
   EXPECT_NO_THROW(check_kernels_present(s.elf, names, s.origin));

@@ -11,9 +11,9 @@
 
 #include "code_object.h"
 #include "hiprtc_compiler.h"
-#include "kernel_metadata.h"
 #include "kiln/c/abi.h"
 #include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "rocm_test_util.h"
 
 namespace kiln::rocm {
@@ -56,8 +56,8 @@ TEST(HiprtcTest, CompilesEveryExampleForGfx90a) {
   for (const std::string kernel : {"vector_add", "relu", "matmul"}) {
     SCOPED_TRACE(kernel);
     const std::string source = rocm_test::read_text(source_dir() / (kernel + ".hip"));
-    const plugin_common::ModuleMetadata meta = plugin_common::parse_module_metadata(
-        rocm_test::read_text(source_dir() / (kernel + ".hip.json")));
+    const sdk::ModuleMetadata meta =
+        sdk::parse_module_metadata(rocm_test::read_text(source_dir() / (kernel + ".hip.json")));
     EXPECT_EQ(meta.build_options, "-O3");
     const std::vector<std::string> options = hiprtc_options("gfx90a", meta.build_options, {});
     EXPECT_THAT(options, ElementsAre("--gpu-architecture=gfx90a", "-O3"));

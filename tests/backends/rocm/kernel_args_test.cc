@@ -6,14 +6,15 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "abi_values.h"
-#include "kernel_args.h"
 #include "kernel_launch.h"
-#include "kernel_metadata.h"
 #include "kiln/c/abi.h"
 #include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_args.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "plugin_options.h"
 #include "rocm_test_util.h"
 
@@ -42,10 +43,10 @@ std::string error_of(int32_t code, Body&& body) {
   return "";
 }
 
-plugin_common::ModuleMetadata conformance_metadata() {
+sdk::ModuleMetadata conformance_metadata() {
   const auto path =
       std::filesystem::path(KILN_SOURCE_DIR) / "examples/kernels/rocm/vector_add.hsaco.json";
-  return plugin_common::parse_module_metadata(rocm_test::read_text(path));
+  return sdk::parse_module_metadata(rocm_test::read_text(path));
 }
 
 // A 1-D float32 tensor header on `device` with a fake device address.
@@ -61,38 +62,44 @@ DLTensor fake_tensor(DLDevice device, uintptr_t address, uint64_t byte_offset = 
   return t;
 }
 
-plugin_common::PackedArgs pack(const plugin_common::KernelInfo& kernel, const KilnAny* args,
-                               int32_t n, int32_t device_id = 0) {
-  return plugin_common::pack_kernel_args(
+// Packs as the launch path does (PackedArgs is not movable, so the test keeps it on the heap).
+std::unique_ptr<sdk::PackedArgs> pack(const sdk::KernelInfo& kernel, const KilnAny* args, int32_t n,
+                                      int32_t device_id = 0) {
+  auto packed = std::make_unique<sdk::PackedArgs>();
+  sdk::pack_kernel_args(
       kernel, args, n,
-      [device_id](const DLTensor& t, size_t index) { return tensor_handle(t, index, device_id); });
+      [device_id](const DLTensor& t, size_t index) { return tensor_handle(t, index, device_id); },
+      *packed);
+  return packed;
 }
 
 constexpr DLDevice kRocm0{kDLROCM, 0};
 
 TEST(RocmKernelArgsTest, ConformanceMetadataDescribesVectorAdd) {
-  const plugin_common::ModuleMetadata meta = conformance_metadata();
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
-  using plugin_common::ArgKind;
-  using plugin_common::LaunchTag;
+  const sdk::ModuleMetadata meta = conformance_metadata();
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
+  using sdk::ArgKind;
+  using sdk::LaunchTag;
   EXPECT_THAT(k.args, ElementsAre(ArgKind::kTensor, ArgKind::kTensor, ArgKind::kTensor,
                                   ArgKind::kFloat32, ArgKind::kInt32));
   EXPECT_THAT(k.launch, ElementsAre(LaunchTag::kGridX, LaunchTag::kBlockX));
-  EXPECT_THAT(error_of(KILN_ERROR_NOT_FOUND, [&] { plugin_common::find_kernel(meta, "relu"); }),
+  EXPECT_THAT(error_of(KILN_ERROR_NOT_FOUND, [&] { sdk::find_kernel(meta, "relu"); }),
               HasSubstr("kernels: vector_add"));
 }
 
 TEST(RocmKernelArgsTest, PacksDevicePointersAndScalars) {
-  const plugin_common::ModuleMetadata meta = conformance_metadata();
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
+  const sdk::ModuleMetadata meta = conformance_metadata();
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor a = fake_tensor(kRocm0, 0x10000);
   DLTensor b = fake_tensor(kRocm0, 0x20000, 64);
   DLTensor out = fake_tensor(kRocm0, 0x30000, 4096);
   const KilnAny args[5] = {tensor_arg(&a), tensor_arg(&b), tensor_arg(&out), float_arg(0.5),
                            int_arg(10000)};
-  const plugin_common::PackedArgs packed = pack(k, args, 5);
-  ASSERT_EQ(packed.values.size(), 5u);
-  EXPECT_THAT(packed.sizes, ElementsAre(8u, 8u, 8u, 4u, 4u));
+  const auto packed_storage = pack(k, args, 5);
+  const sdk::PackedArgs& packed = *packed_storage;
+  ASSERT_EQ(packed.count, 5u);
+  EXPECT_THAT(std::vector<uint32_t>(packed.sizes.begin(), packed.sizes.begin() + 5),
+              ElementsAre(8u, 8u, 8u, 4u, 4u));
   uint64_t p = 0;
   std::memcpy(&p, packed.values[0].data(), 8);
   EXPECT_EQ(p, 0x10000u);
@@ -111,13 +118,13 @@ TEST(RocmKernelArgsTest, PacksDevicePointersAndScalars) {
   // An integer alpha is converted to float32.
   const KilnAny int_alpha[5] = {tensor_arg(&a), tensor_arg(&b), tensor_arg(&out), int_arg(2),
                                 int_arg(1)};
-  std::memcpy(&alpha, pack(k, int_alpha, 5).values[3].data(), 4);
+  std::memcpy(&alpha, pack(k, int_alpha, 5)->values[3].data(), 4);
   EXPECT_EQ(alpha, 2.0f);
 }
 
 TEST(RocmKernelArgsTest, RejectsWrongCountsKindsAndRanges) {
-  const plugin_common::ModuleMetadata meta = conformance_metadata();
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
+  const sdk::ModuleMetadata meta = conformance_metadata();
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor t = fake_tensor(kRocm0, 0x10000);
   const KilnAny four[4] = {tensor_arg(&t), tensor_arg(&t), tensor_arg(&t), float_arg(1)};
   EXPECT_THAT(error_of(KILN_ERROR_VALUE, [&] { pack(k, four, 4); }),
@@ -144,8 +151,8 @@ TEST(RocmKernelArgsTest, RejectsWrongCountsKindsAndRanges) {
 }
 
 TEST(RocmKernelArgsTest, TensorsMustBeOnTheModulesDevice) {
-  const plugin_common::ModuleMetadata meta = conformance_metadata();
-  const plugin_common::KernelInfo& k = plugin_common::find_kernel(meta, "vector_add");
+  const sdk::ModuleMetadata meta = conformance_metadata();
+  const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor gpu = fake_tensor(kRocm0, 0x10000);
   DLTensor host = fake_tensor(DLDevice{kDLCPU, 0}, 0x10000);
   const KilnAny on_cpu[5] = {tensor_arg(&gpu), tensor_arg(&host), tensor_arg(&gpu), float_arg(1),

@@ -5,14 +5,21 @@
 //   static const KilnComponent components[] = {component(KILN_COMPONENT_DEVICE, "cpu", &backend)};
 //   extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* in,
 //                                                           KilnPluginInfo* out) {
-//     return kiln::sdk::negotiate(in, out, {"cpu", "1.0.0", components, state, shutdown});
+//     return kiln::sdk::negotiate(in, out, {"cpu", "1.0.0", components});
 //   }
+//
+// A plugin whose components live in a per-negotiation state object uses negotiate_with_state:
+//
+//   return kiln::sdk::negotiate_with_state<MyState>(in, out, "cpu", "1.0.0",
+//       [](MyState& state, const KilnNegotiateIn& offer) { state.configure(offer.options_json); });
 #ifndef KILN_SDK_PLUGIN_HPP_
 #define KILN_SDK_PLUGIN_HPP_
 
+#include <concepts>
 #include <cstdarg>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -125,6 +132,40 @@ inline KilnError* negotiate(const KilnNegotiateIn* in, KilnPluginInfo* out,
   out->components = description.components.data();
   out->plugin_state = description.state;
   out->shutdown = description.shutdown;
+  return nullptr;
+}
+
+// A per-negotiation plugin state: default-constructible, and lists the components whose tables
+// it owns (their `self` usually points back at it).
+template <typename State>
+concept NegotiatedState = std::default_initializable<State> && requires(const State& state) {
+  { state.components() } -> std::convertible_to<std::span<const KilnComponent>>;
+};
+
+// The body of kiln_plugin_negotiate for a plugin with state: creates a `State`, runs
+// negotiate() with `configure(state, offer)` as its configure step, and on success hands the
+// state to the host, which frees it through the shutdown slot (`delete`) once every object
+// made through the plugin is gone. `in` is borrowed for the call; `out` (host-allocated)
+// receives pointers owned by the state. Errors: those of negotiate() (KILN_ERROR_ABI, whatever
+// `configure` throws); on error the state is freed and nothing is left for the host to
+// release. Returns NULL without filling `out` when the state cannot be created or the host
+// offers no usable services (no error object can be made then; the host treats the unfilled
+// `out` as a failure).
+template <NegotiatedState State, typename Configure>
+KilnError* negotiate_with_state(const KilnNegotiateIn* in, KilnPluginInfo* out, const char* name,
+                                const char* version, Configure&& configure) {
+  std::unique_ptr<State> state;
+  try {
+    state = std::make_unique<State>();
+  } catch (...) {
+    return nullptr;  // before negotiate() there is no error factory
+  }
+  PluginDescription description{name, version, state->components(), state.get(),
+                                [](void* s) { delete static_cast<State*>(s); }};
+  description.configure = [&](const KilnNegotiateIn& offer) { configure(*state, offer); };
+  if (KilnError* error = negotiate(in, out, description)) return error;
+  if (out == nullptr || out->plugin_state != state.get()) return nullptr;  // no host services
+  state.release();  // owned by the host's call of shutdown from now on
   return nullptr;
 }
 

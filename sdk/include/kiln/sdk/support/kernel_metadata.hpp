@@ -6,8 +6,8 @@
 //                               "launch": ["blockIdx.x", "threadIdx.x"]}}}
 //
 // Only "kernels" matters here; other keys belong to the host or to one backend.
-#ifndef KILN_PLUGINS_COMMON_KERNEL_METADATA_H_
-#define KILN_PLUGINS_COMMON_KERNEL_METADATA_H_
+#ifndef KILN_SDK_SUPPORT_KERNEL_METADATA_HPP_
+#define KILN_SDK_SUPPORT_KERNEL_METADATA_HPP_
 
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +16,12 @@
 #include <string_view>
 #include <vector>
 
-namespace kiln::plugin_common {
+namespace kiln::sdk {
+
+// The most arguments one kernel may declare. Launch arguments are packed into fixed storage of
+// this many slots (kernel_args.hpp) so that a launch allocates nothing; 128 scalars of 8 bytes
+// stay well inside the parameter space of every vendor API (CUDA's 4 KiB).
+inline constexpr size_t kMaxKernelArgs = 128;
 
 // The kind of one kernel argument.
 enum class ArgKind : uint8_t {
@@ -66,13 +71,14 @@ struct ModuleMetadata {
 
 // Parses `json`. An empty string or "{}" gives no kernels. Throws kiln::sdk::Error
 // (KILN_ERROR_VALUE) naming the key and the bad value for malformed JSON, an unknown argument
-// kind or launch tag, a repeated launch tag, or a wrongly typed field.
+// kind or launch tag, a repeated launch tag, more than kMaxKernelArgs arguments, or a wrongly
+// typed field.
 ModuleMetadata parse_module_metadata(std::string_view json);
 
 // The kernel `name` of `metadata`; kiln::sdk::Error (KILN_ERROR_NOT_FOUND) listing the kernels
 // the metadata describes when there is none.
 const KernelInfo& find_kernel(const ModuleMetadata& metadata, const std::string& name);
 
-}  // namespace kiln::plugin_common
+}  // namespace kiln::sdk
 
-#endif  // KILN_PLUGINS_COMMON_KERNEL_METADATA_H_
+#endif  // KILN_SDK_SUPPORT_KERNEL_METADATA_HPP_

@@ -1,4 +1,4 @@
-#include "kernel_args.h"
+#include "kiln/sdk/support/kernel_args.hpp"
 
 #include <cstring>
 #include <limits>
@@ -7,12 +7,12 @@
 #include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/error.hpp"
 
-namespace kiln::plugin_common {
+namespace kiln::sdk {
 namespace {
 
 template <typename T>
-std::array<uint8_t, 8> bytes_of(T value) {
-  std::array<uint8_t, 8> out{};
+PackedArgValue bytes_of(T value) {
+  PackedArgValue out{};
   std::memcpy(out.data(), &value, sizeof(T));
   return out;
 }
@@ -23,8 +23,7 @@ std::string where(const KernelInfo& kernel, size_t index) {
 }
 
 template <typename T>
-std::array<uint8_t, 8> checked_int(int64_t v, const KernelInfo& kernel, size_t index,
-                                   ArgKind kind) {
+PackedArgValue checked_int(int64_t v, const KernelInfo& kernel, size_t index, ArgKind kind) {
   const bool fits = std::numeric_limits<T>::is_signed
                         ? v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
                               v <= static_cast<int64_t>(std::numeric_limits<T>::max())
@@ -38,18 +37,23 @@ std::array<uint8_t, 8> checked_int(int64_t v, const KernelInfo& kernel, size_t i
 
 }  // namespace
 
-PackedArgs pack_kernel_args(const KernelInfo& kernel, const KilnAny* args, int32_t num_args,
-                            const TensorToHandle& to_handle) {
+void pack_kernel_args(const KernelInfo& kernel, const KilnAny* args, int32_t num_args,
+                      TensorToHandle to_handle, PackedArgs& out) {
   const size_t expected = kernel.args.size();
   if (num_args < 0 || static_cast<size_t>(num_args) != expected) {
     throw sdk::Error(KILN_ERROR_VALUE, "kernel '" + kernel.name + "' takes " +
                                            std::to_string(expected) + " arguments, got " +
                                            std::to_string(num_args));
   }
-  PackedArgs out;
-  out.values.resize(expected);
-  out.sizes.resize(expected);
-  out.pointers.resize(expected);
+  if (expected > kMaxKernelArgs) {  // parse_module_metadata refuses these; a hand-made KernelInfo
+    throw sdk::Error(KILN_ERROR_VALUE, "kernel '" + kernel.name + "' takes " +
+                                           std::to_string(expected) + " arguments; at most " +
+                                           std::to_string(kMaxKernelArgs) + " can be packed");
+  }
+  if (expected > 0 && args == nullptr) {
+    throw sdk::Error(KILN_ERROR_VALUE, "kernel '" + kernel.name + "': NULL argument array");
+  }
+  out.count = 0;
   for (size_t i = 0; i < expected; ++i) {
     const ArgKind kind = kernel.args[i];
     const KilnAny& a = args[i];
@@ -107,10 +111,10 @@ PackedArgs pack_kernel_args(const KernelInfo& kernel, const KilnAny* args, int32
         }
       }
     }
-    out.sizes[i] = arg_size(kind);
+    out.sizes[i] = static_cast<uint32_t>(arg_size(kind));
+    out.pointers[i] = out.values[i].data();
   }
-  for (size_t i = 0; i < expected; ++i) out.pointers[i] = out.values[i].data();
-  return out;
+  out.count = expected;
 }
 
-}  // namespace kiln::plugin_common
+}  // namespace kiln::sdk

@@ -1,8 +1,8 @@
-#include "sha256.h"
+#include "kiln/sdk/support/sha256.hpp"
 
 #include <cstring>
 
-namespace kiln::plugin_common {
+namespace kiln::sdk {
 namespace {
 
 // The first 32 bits of the fractional parts of the cube roots of the first 64 primes.
@@ -144,4 +144,4 @@ std::string Sha256::hex(const Digest& digest) {
   return out;
 }
 
-}  // namespace kiln::plugin_common
+}  // namespace kiln::sdk

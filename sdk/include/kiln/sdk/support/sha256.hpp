@@ -2,8 +2,8 @@
 // OpenCL program cache, whose keys name programs by the hash of their source and options; and
 // HMAC-SHA256 (RFC 2104) for the RPC token challenge. A local implementation: nothing else in
 // Kiln needs a crypto library.
-#ifndef KILN_PLUGINS_COMMON_SHA256_H_
-#define KILN_PLUGINS_COMMON_SHA256_H_
+#ifndef KILN_SDK_SUPPORT_SHA256_HPP_
+#define KILN_SDK_SUPPORT_SHA256_HPP_
 
 #include <array>
 #include <cstddef>
@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace kiln::plugin_common {
+namespace kiln::sdk {
 
 class Sha256 {
  public:
@@ -38,6 +38,6 @@ class Sha256 {
   uint64_t total_bytes_ = 0;
 };
 
-}  // namespace kiln::plugin_common
+}  // namespace kiln::sdk
 
-#endif  // KILN_PLUGINS_COMMON_SHA256_H_
+#endif  // KILN_SDK_SUPPORT_SHA256_HPP_

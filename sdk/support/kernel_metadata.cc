@@ -1,4 +1,4 @@
-#include "kernel_metadata.h"
+#include "kiln/sdk/support/kernel_metadata.hpp"
 
 #include <array>
 #include <nlohmann/json.hpp>
@@ -6,7 +6,7 @@
 
 #include "kiln/sdk/error.hpp"
 
-namespace kiln::plugin_common {
+namespace kiln::sdk {
 namespace {
 
 using Json = nlohmann::json;
@@ -60,6 +60,10 @@ KernelInfo parse_kernel(const std::string& name, const Json& body) {
     if (!value.is_array()) bad(where + "." + key + " must be a list of strings");
   }
   if (auto it = body.find("args"); it != body.end()) {
+    if (it->size() > kMaxKernelArgs) {
+      bad(where + ".args lists " + std::to_string(it->size()) + " arguments; at most " +
+          std::to_string(kMaxKernelArgs) + " are supported");
+    }
     for (size_t i = 0; i < it->size(); ++i) {
       const Json& item = (*it)[i];
       const std::string at = where + ".args[" + std::to_string(i) + "]";
@@ -165,4 +169,4 @@ const KernelInfo& find_kernel(const ModuleMetadata& metadata, const std::string&
           (metadata.kernels.empty() ? std::string("none") : joined_names(metadata.kernels)) + ")");
 }
 
-}  // namespace kiln::plugin_common
+}  // namespace kiln::sdk
