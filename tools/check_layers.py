@@ -23,7 +23,7 @@ HEADER_OWNERS = {
     "kiln/evaluator.h": "eval",
     "kiln/testing.h": "testing",
     "kiln/rpc/session.h": "rpc",
-    "kiln/plugins.h": "plugin",
+    "kiln/plugin_discovery.h": "plugin",
     "kiln/profiling/metrics.h": "profiling",
     "kiln/config_error.h": "config",
 }

@@ -17,7 +17,7 @@
 #include "kiln/device_context.h"
 #include "kiln/module.h"
 #include "kiln/module_loader.h"
-#include "kiln/plugins.h"
+#include "kiln/plugin_discovery.h"
 
 struct KilnExporter;
 struct KilnMetricCollector;

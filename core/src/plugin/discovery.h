@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/plugins.h"
+#include "kiln/plugin_discovery.h"
 #include "plugin/manifest.h"
 #include "plugin/plugin_set.h"
 

@@ -5,7 +5,7 @@
 #define KILN_SRC_PLUGIN_PLUGIN_LOADER_H_
 
 #include "kiln/object.h"
-#include "kiln/plugins.h"
+#include "kiln/plugin_discovery.h"
 #include "plugin/discovery.h"
 #include "plugin/loaded_plugin.h"
 

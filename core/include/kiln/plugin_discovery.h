@@ -1,7 +1,7 @@
 // Plugin discovery: how a Runtime finds plugins (RuntimeOptions) and what happened to each
 // plugin it considered (PluginStatus). See docs/plugin-abi.md for the search order.
-#ifndef KILN_PLUGINS_H_
-#define KILN_PLUGINS_H_
+#ifndef KILN_PLUGIN_DISCOVERY_H_
+#define KILN_PLUGIN_DISCOVERY_H_
 
 #include <filesystem>
 #include <optional>
@@ -41,4 +41,4 @@ struct RuntimeOptions {
 
 }  // namespace kiln
 
-#endif  // KILN_PLUGINS_H_
+#endif  // KILN_PLUGIN_DISCOVERY_H_
