@@ -102,6 +102,10 @@ struct TrackerCommandOptions {
   int port = 9190;  // 0: any free port
   int port_end = 9199;
   std::string stop_key;  // empty: a random one
+  double handshake_timeout = 10;               // seconds for the magic and first message
+  size_t max_connections = 4096;               // open at once
+  size_t max_connections_per_address = 256;    // open at once from one peer address
+  size_t max_held_bytes = 64u << 20;           // free values and requests, all peers
 };
 
 // `kiln tracker`: serves the tracker protocol until SIGINT, SIGTERM or STOP.

@@ -137,6 +137,26 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tracker->add_option("--stop-key", tracker_options.stop_key,
                       "Key a STOP command must carry (default: a random key)");
+  tracker
+      ->add_option("--handshake-timeout", tracker_options.handshake_timeout,
+                   "Seconds a connection has to send the magic and its first message")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  tracker
+      ->add_option("--max-connections", tracker_options.max_connections,
+                   "Connections open at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  tracker
+      ->add_option("--max-connections-per-address", tracker_options.max_connections_per_address,
+                   "Connections open at once from one peer address")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  tracker
+      ->add_option("--max-held-bytes", tracker_options.max_held_bytes,
+                   "Bytes of free servers and waiting requests held for all peers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   QueryOptions query_options;
   auto* query = app.add_subcommand(
       "query", "Print a tracker's servers and queues (like TVM's query_rpc_tracker)");
