@@ -122,7 +122,8 @@ StartedProcess start_tracker(std::vector<std::string> extra_args) {
 }
 
 StartedProcess start_rpc_server(std::vector<std::string> extra_args) {
-  std::vector<std::string> argv = {kiln_cli(), "rpc-server", "--port", "0"};
+  std::vector<std::string> argv = {kiln_cli(), "rpc-server", "--port", "0",
+                                   "--enable-test-functions"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   return start(std::move(argv));
 }

@@ -111,7 +111,37 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   server->add_option("--max-session-memory", server_options.max_session_memory,
-                     "Bytes of device memory one session may allocate; 0 = no limit (default: 0)");
+                     "Bytes of memory one session may hold, whoever allocated it (allocations and "
+                     "tensors that calls return); 0 = no limit (default: 0)");
+  server
+      ->add_option("--handshake-timeout", server_options.handshake_timeout,
+                   "Seconds a client has for the whole handshake")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  server
+      ->add_option("--idle-timeout", server_options.idle_timeout,
+                   "Seconds a session's client may stay silent between requests; 0 = unlimited")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  server
+      ->add_option("--write-timeout", server_options.write_timeout,
+                   "Seconds a client may leave reply data unread; 0 = unlimited")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  server
+      ->add_option("--max-handles", server_options.max_handles,
+                   "Handles (remote tensors, functions, modules) one session may hold; 0 = no limit")
+      ->capture_default_str();
+  server
+      ->add_option("--max-upload-bytes", server_options.max_upload_bytes,
+                   "Bytes one session may upload; 0 = no limit")
+      ->capture_default_str();
+  server->add_flag("--enable-test-functions", server_options.enable_test_functions,
+                   "Offer the diagnostic functions rpc.test.* and testing.* (for tests only: "
+                   "rpc.test.sleep holds a session as long as asked)");
+  server->add_flag("--allow-insecure", server_options.allow_insecure,
+                   "Listen on a non-loopback --host without a token (anyone who can reach the "
+                   "port can run code on this machine)");
   auto* token_opt = server->add_option(
       "--token", server_options.token,
       "Shared token clients must prove they hold (visible in ps: prefer --token-file or "

@@ -248,6 +248,10 @@ void RPCSession::Impl::close() noexcept {
   closed_reason = "closed by the client";
   try {
     conn->write_frame(Code::kShutdown, {});
+    // Returns once the server has ended the session: it frees the slot before it closes the
+    // connection, so an immediate reconnect is not told "busy". Bounded for a server that
+    // never answers.
+    conn->wait_for_close(std::chrono::seconds(5));
   } catch (const std::exception&) {
   }
   conn->shutdown();
