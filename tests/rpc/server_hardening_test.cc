@@ -442,7 +442,7 @@ TEST(RpcHardening, AFrameHeaderAloneAllocatesNothing) {
   const int64_t before = rss_kib(server.process->pid());
   // A 12-byte header announcing a 64 MiB GetGlobalFunc, and nothing more.
   uint8_t header[12];
-  const uint64_t length = (64ull << 20) + 4;
+  const uint64_t length = 64ull << 20;  // the largest frame a GetGlobalFunc may have
   const uint32_t code = static_cast<uint32_t>(wire::Code::kGetGlobalFunc);
   std::memcpy(header, &length, 8);
   std::memcpy(header + 8, &code, 4);
