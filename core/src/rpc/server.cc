@@ -124,6 +124,10 @@ void register_diagnostic_functions() {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
       }));
+  // Like a kernel: does not look at call_cancelled(), so that stop()'s bound is testable.
+  add("rpc.test.block", Function::from_typed("rpc.test.block", [](double seconds) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      }));
   add("rpc.test.alloc", Function::from_typed("rpc.test.alloc", [](int64_t nbytes) {
         return Tensor::empty({nbytes}, DataType::UInt(8), Device::cpu());
       }));
