@@ -207,9 +207,11 @@ struct Server::Impl {
     const std::string peer = ec ? "unknown peer" : fmt::format("{}:{}", ip, remote.port());
     std::lock_guard lock(mu);
     if (stopping) return;
-    if (handshakes_by_address[ip] >= kMaxHandshakesPerAddress) {
+    // find(), not []: a refused address must not leave an entry behind.
+    const auto from_here = handshakes_by_address.find(ip);
+    if (from_here != handshakes_by_address.end() && from_here->second >= kMaxHandshakesPerAddress) {
       warn(fmt::format("{} handshakes from {} are in progress; closing the connection from {}",
-                       handshakes_by_address[ip], ip, peer));
+                       from_here->second, ip, peer));
       return;
     }
     if (handshakes >= kMaxHandshakes) {

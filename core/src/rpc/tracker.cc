@@ -294,9 +294,11 @@ void Tracker::Impl::start(tcp::socket socket) {
   }
   const std::string ip = address.to_string();
   const std::string name = fmt::format("{}:{}", ip, peer.port());
-  if (per_address[ip] >= options.max_connections_per_address) {
+  // find(), not []: a refused address must not leave an entry behind.
+  const auto open_here = per_address.find(ip);
+  if (open_here != per_address.end() && open_here->second >= options.max_connections_per_address) {
     warn(fmt::format("refusing {}: {} connections from {} are open (the per-address limit)", name,
-                     per_address[ip], ip));
+                     open_here->second, ip));
     socket.close(ec);
     return;
   }
