@@ -11,10 +11,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kiln/rpc/tracker.h"
@@ -43,11 +45,18 @@ int connect_loopback(int port) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    std::perror("connect to the tracker");
-    std::abort();
+  // Closed with a reset: hundreds of thousands of inputs must not exhaust loopback ports in
+  // TIME_WAIT (and the tracker sees resets as well as orderly closes).
+  const linger reset{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+    if (errno != EADDRNOTAVAIL && errno != EAGAIN) break;
+    usleep(10000);
   }
-  return fd;
+  std::fprintf(stderr, "kiln fuzz: cannot connect to the tracker on port %d: %s\n", port,
+               std::strerror(errno));
+  std::abort();
 }
 
 void send_all(int fd, const void* data, size_t n) {
@@ -78,7 +87,7 @@ bool ping(int port) {
   send_all(fd, msg.data(), msg.size());
   std::string got;
   char buf[64];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (got.size() < 9 && std::chrono::steady_clock::now() < deadline) {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 100) <= 0) continue;
@@ -87,7 +96,9 @@ bool ping(int port) {
     got.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
-  return got.size() >= 9 && got.substr(8, 1) == "0";  // magic, length 1, "0"
+  const bool ok = got.size() >= 9 && got.substr(8, 1) == "0";  // magic, length 1, "0"
+  if (!ok) std::fprintf(stderr, "kiln fuzz: PING got %zu bytes\n", got.size());
+  return ok;
 }
 
 }  // namespace
