@@ -147,6 +147,7 @@ kiln::rpc::Server& server() {
     o.port = 0;
     o.key = "bench";
     o.max_sessions = 4;
+    o.enable_test_functions = true;  // rpc.test.nop
     return new kiln::rpc::Server(o);
   }();
   return *s;

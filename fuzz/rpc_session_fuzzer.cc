@@ -74,8 +74,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kiln::rpc::SessionState state;
     state.conn = std::move(server_end);
     state.max_memory_bytes = 64 << 20;  // allocations are bounded like every other length
-    static const std::filesystem::path work =
-        std::filesystem::temp_directory_path() / ("kiln-fuzz-rpc-" + std::to_string(getpid()));
+    // The parent of the session directories serve_session creates (and removes).
+    static const std::filesystem::path work = [] {
+      auto p =
+          std::filesystem::temp_directory_path() / ("kiln-fuzz-rpc-" + std::to_string(getpid()));
+      std::filesystem::create_directories(p);
+      return p;
+    }();
+    state.max_handles = 4096;
+    state.max_upload_bytes = 1 << 20;
     char mode;
     try {
       state.conn->read_exact(&mode, 1, "mode byte");

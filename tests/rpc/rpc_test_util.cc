@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -17,7 +18,12 @@ extern char** environ;
 
 namespace kiln::test {
 
-std::string kiln_cli() { return KILN_CLI_PATH; }
+// KILN_TEST_CLI runs the process tests against another build of `kiln` (e.g. to check that a
+// regression test fails on the code before its fix).
+std::string kiln_cli() {
+  const char* other = std::getenv("KILN_TEST_CLI");
+  return other != nullptr && *other != '\0' ? other : KILN_CLI_PATH;
+}
 
 ChildProcess::ChildProcess(std::vector<std::string> argv) {
   static int counter = 0;
@@ -116,7 +122,8 @@ StartedProcess start_tracker(std::vector<std::string> extra_args) {
 }
 
 StartedProcess start_rpc_server(std::vector<std::string> extra_args) {
-  std::vector<std::string> argv = {kiln_cli(), "rpc-server", "--port", "0"};
+  std::vector<std::string> argv = {kiln_cli(), "rpc-server", "--port", "0",
+                                   "--enable-test-functions"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   return start(std::move(argv));
 }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -65,13 +66,25 @@ std::string le32(int32_t v) { return tracker_wire::encode_int32(v); }
 // A raw TCP peer of the tracker: bytes exactly as written, replies read with a time limit.
 class RawPeer {
  public:
-  explicit RawPeer(int port, bool handshake = true) {
+  // `source`: the loopback address to connect from (127.0.0.0/8 is all loopback on Linux), so
+  // that tests can play peers on distinct addresses.
+  explicit RawPeer(int port, bool handshake = true, const char* source = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (source != nullptr) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source, &from.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+        ::close(fd_);
+        throw std::runtime_error("bind to " + std::string(source) + " failed: " + strerror(errno));
+      }
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(fd_);
       throw std::runtime_error("connect failed: " + std::string(strerror(errno)));
     }
     if (handshake) {
@@ -459,6 +472,144 @@ TEST(TrackerWait, TheMessageCountsBusyServers) {
   const auto grant = waiting.recv_json();
   ASSERT_TRUE(grant.has_value());
   EXPECT_EQ((*grant)[0], 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 16: attacks on `kiln tracker` (real processes where a crash is the failure)
+
+// Item 1: a value nested 50,000 deep used to overflow the io thread's stack (SIGSEGV); one
+// nested 2,000 deep was stored and broke TVM's query_rpc_tracker when it was replayed.
+TEST(TrackerHardening, DeeplyNestedJsonClosesThatConnectionAndTheTrackerLives) {
+  auto tracker = kiln::test::start_tracker();
+  RawPeer bystander(tracker.port);
+  for (const int depth : {50000, 2000, 100}) {
+    RawPeer peer(tracker.port);
+    const std::string nested = std::string(depth, '[') + std::string(depth, ']');
+    ASSERT_TRUE(peer.send_json(R"([5, {"key": "server:deep", "addr": [null, 9000], "v": )" +
+                               nested + "}]"));
+    EXPECT_TRUE(peer.closed_within(10s)) << "depth " << depth;
+    ASSERT_TRUE(tracker.process->running()) << "depth " << depth << "\n" << tracker.process->log();
+    EXPECT_EQ(bystander.call("[1]"), 0);
+  }
+  // Strings may hold brackets: only structure counts.
+  RawPeer fine(tracker.port);
+  EXPECT_EQ(
+      fine.call(
+          R"([5, {"key": "server:ok", "addr": [null, 9000], "v": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}])"),
+      0);
+  const TrackerSummary s = connect_tracker("127.0.0.1", tracker.port).summary();
+  ASSERT_EQ(s.servers.size(), 1u);
+  EXPECT_EQ(s.servers[0].key, "server:ok");
+  EXPECT_THAT(tracker.process->log(), HasSubstr("nested deeper than"));
+}
+
+// Item 6: keys, match keys and addresses are bounded in bytes (one 0.5 MiB key used to be
+// accepted, and 200 of them grew the tracker by ~490 MB and broke SUMMARY for everyone).
+TEST(TrackerHardening, OversizedKeysMatchKeysAndAddressesAreRefused) {
+  auto tracker = kiln::test::start_tracker();
+  RawPeer bystander(tracker.port);
+  const std::string huge(512 * 1024, 'k');
+  const std::vector<std::string> bad = {
+      R"([3, ")" + huge + R"(", [9000, "k:1"], null])",
+      R"([3, "k", [9000, ")" + huge + R"("], null])",
+      R"([3, "k", [9000, "k:1"], ")" + huge + R"("])",
+      R"([3, "k", [")" + huge + R"(", "k:1"], null])",
+      R"([4, ")" + huge + R"(", "", 1])",
+      R"([5, {"key": "server:k", "addr": [")" + huge + R"(", 9000]}])",
+  };
+  for (const std::string& text : bad) {
+    RawPeer peer(tracker.port);
+    ASSERT_TRUE(peer.send_json(text));
+    EXPECT_TRUE(peer.closed_within()) << text.substr(0, 40);
+  }
+  EXPECT_EQ(bystander.call("[1]"), 0);
+  const TrackerSummary s = connect_tracker("127.0.0.1", tracker.port).summary();
+  EXPECT_TRUE(s.queues.empty());
+  EXPECT_TRUE(s.servers.empty());
+  EXPECT_THAT(tracker.process->log(), HasSubstr("bytes long; the limit is"));
+}
+
+// Item 6: what a tracker holds is bounded in bytes, per connection and in all, and SUMMARY
+// stays answerable (its reply must fit a tracker message) however many keys peers make.
+TEST(TrackerHardening, HeldBytesAreBoundedAndSummaryStaysAnswerable) {
+  TrackerOptions o = loopback();
+  o.max_held_bytes = 256 * 1024;
+  Tracker tracker(o);
+  // Values PUT by a connection that leaves without UPDATE_INFO stay (as in TVM): the total
+  // bound holds them, and the first connection's own bound stops it first.
+  int accepted = 0;
+  {
+    RawPeer p(tracker.port());
+    for (int i = 0; i < 1000; ++i) {
+      if (!p.send_json(
+              fmt::format(R"([3, "mem", [9000, "mem:{}{}"], null])", i, std::string(400, 'x')))) {
+        break;
+      }
+      const auto reply = p.recv_json(2s);
+      if (!reply) break;
+      ++accepted;
+    }
+    EXPECT_TRUE(p.closed_within());
+  }
+  EXPECT_GT(accepted, 10);
+  EXPECT_LT(accepted, 600);  // 256 KiB / ~560 bytes
+  // Many distinct queue keys from several connections: SUMMARY still fits one message.
+  for (int c = 0; c < 4; ++c) {
+    RawPeer p(tracker.port());
+    for (int i = 0; i < 1000; ++i) {
+      if (!p.send_json(fmt::format(R"([4, "{}-{}-{}", "", 1])", c, i, std::string(500, 'q'))))
+        break;
+    }
+    p.closed_within(1s);
+  }
+  TrackerSession session = connect_tracker("127.0.0.1", tracker.port());
+  EXPECT_NO_THROW(session.summary());
+  EXPECT_TRUE(session.ping());
+}
+
+// Item 5: connections that never send the magic (or their first message) are closed at a
+// deadline, one address cannot hold more than its share, and when the tracker is full the
+// oldest connection still in its handshake makes room for a new one.
+TEST(TrackerHardening, IdleConnectionsCannotLockOutClients) {
+  struct rlimit lim {};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur < 1024) GTEST_SKIP() << "needs 1024 descriptors, ulimit -n is " << lim.rlim_cur;
+  auto tracker = kiln::test::start_tracker({"--handshake-timeout", "30", "--max-connections", "200",
+                                            "--max-connections-per-address", "64"});
+  std::vector<std::unique_ptr<RawPeer>> idle;
+  for (int a = 2; a < 7; ++a) {
+    const std::string source = fmt::format("127.0.1.{}", a);
+    for (int i = 0; i < 60; ++i) {
+      idle.push_back(std::make_unique<RawPeer>(tracker.port, false, source.c_str()));
+    }
+  }
+  // 300 idle connections from five addresses: a client is still answered at once.
+  RawPeer client(tracker.port);
+  EXPECT_EQ(client.call("[1]"), 0);
+  // One address is capped on its own.
+  std::vector<std::unique_ptr<RawPeer>> flood;
+  for (int i = 0; i < 80; ++i) {
+    flood.push_back(std::make_unique<RawPeer>(tracker.port, false, "127.0.2.1"));
+  }
+  EXPECT_TRUE(flood.back()->closed_within(5s));
+  EXPECT_THAT(tracker.process->log(), HasSubstr("connections from 127.0.2.1"));
+  RawPeer second(tracker.port);
+  EXPECT_EQ(second.call("[1]"), 0);
+}
+
+TEST(TrackerHardening, TheMagicAndFirstMessageHaveADeadline) {
+  auto tracker = kiln::test::start_tracker({"--handshake-timeout", "1"});
+  RawPeer silent(tracker.port, false);
+  RawPeer magic_only(tracker.port);  // sends the magic, then nothing
+  EXPECT_TRUE(silent.closed_within(10s));
+  EXPECT_TRUE(magic_only.closed_within(10s));
+  // A peer that keeps talking is not bound by it.
+  RawPeer talker(tracker.port);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(talker.call("[1]"), 0);
+    std::this_thread::sleep_for(600ms);
+  }
+  EXPECT_THAT(tracker.process->log(), HasSubstr("within the handshake deadline"));
 }
 
 // ---------------------------------------------------------------------------------------------

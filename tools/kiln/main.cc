@@ -111,7 +111,37 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   server->add_option("--max-session-memory", server_options.max_session_memory,
-                     "Bytes of device memory one session may allocate; 0 = no limit (default: 0)");
+                     "Bytes of memory one session may hold, whoever allocated it (allocations and "
+                     "tensors that calls return); 0 = no limit (default: 0)");
+  server
+      ->add_option("--handshake-timeout", server_options.handshake_timeout,
+                   "Seconds a client has for the whole handshake")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  server
+      ->add_option("--idle-timeout", server_options.idle_timeout,
+                   "Seconds a session's client may stay silent between requests; 0 = unlimited")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  server
+      ->add_option("--write-timeout", server_options.write_timeout,
+                   "Seconds a client may leave reply data unread; 0 = unlimited")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  server
+      ->add_option("--max-handles", server_options.max_handles,
+                   "Handles (remote tensors, functions, modules) one session may hold; 0 = no limit")
+      ->capture_default_str();
+  server
+      ->add_option("--max-upload-bytes", server_options.max_upload_bytes,
+                   "Bytes one session may upload; 0 = no limit")
+      ->capture_default_str();
+  server->add_flag("--enable-test-functions", server_options.enable_test_functions,
+                   "Offer the diagnostic functions rpc.test.* and testing.* (for tests only: "
+                   "rpc.test.sleep holds a session as long as asked)");
+  server->add_flag("--allow-insecure", server_options.allow_insecure,
+                   "Listen on a non-loopback --host without a token (anyone who can reach the "
+                   "port can run code on this machine)");
   auto* token_opt = server->add_option(
       "--token", server_options.token,
       "Shared token clients must prove they hold (visible in ps: prefer --token-file or "
@@ -137,6 +167,26 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tracker->add_option("--stop-key", tracker_options.stop_key,
                       "Key a STOP command must carry (default: a random key)");
+  tracker
+      ->add_option("--handshake-timeout", tracker_options.handshake_timeout,
+                   "Seconds a connection has to send the magic and its first message")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  tracker
+      ->add_option("--max-connections", tracker_options.max_connections,
+                   "Connections open at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  tracker
+      ->add_option("--max-connections-per-address", tracker_options.max_connections_per_address,
+                   "Connections open at once from one peer address")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  tracker
+      ->add_option("--max-held-bytes", tracker_options.max_held_bytes,
+                   "Bytes of free servers and waiting requests held for all peers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   QueryOptions query_options;
   auto* query = app.add_subcommand(
       "query", "Print a tracker's servers and queues (like TVM's query_rpc_tracker)");

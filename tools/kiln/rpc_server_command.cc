@@ -52,6 +52,13 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
   server_options.session_timeout_s = options.session_timeout;
   server_options.max_sessions = options.max_sessions;
   server_options.max_session_memory = options.max_session_memory;
+  server_options.handshake_timeout_s = options.handshake_timeout;
+  server_options.idle_timeout_s = options.idle_timeout;
+  server_options.write_timeout_s = options.write_timeout;
+  server_options.max_handles = options.max_handles;
+  server_options.max_upload_bytes = options.max_upload_bytes;
+  server_options.enable_test_functions = options.enable_test_functions;
+  server_options.allow_insecure = options.allow_insecure;
   server_options.token = read_token(options);
 
   // Signals are taken by sigwait below, not by whichever thread they land on.
@@ -72,11 +79,18 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
               options.host.c_str(), server.port(), options.key.c_str(), options.max_sessions,
               options.max_sessions == 1 ? "" : "s", server_options.token.empty() ? "" : ", token",
               options.tracker ? fmt::format(", tracker {}", *options.tracker).c_str() : "");
+  log(LogLevel::kInfo, "rpc-server", fmt::format("work directory {}", server.work_dir().string()));
   std::fflush(stdout);
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "kiln rpc-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  server.stop();
+  if (!server.stop()) {
+    // A call ignored the stop and runs on in a thread that uses this process's runtime: end
+    // the process now rather than destroy what it uses (the work directory is already gone).
+    std::fprintf(stderr, "kiln rpc-server: a call did not end; exiting without waiting for it\n");
+    std::fflush(stderr);
+    std::_Exit(kExitOk);
+  }
   return kExitOk;
 }
 

@@ -44,6 +44,11 @@ int run_tracker(const TrackerCommandOptions& options) {
   tracker_options.port = options.port;
   tracker_options.port_end = options.port_end;
   tracker_options.stop_key = options.stop_key;
+  tracker_options.handshake_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(options.handshake_timeout * 1000));
+  tracker_options.max_connections = options.max_connections;
+  tracker_options.max_connections_per_address = options.max_connections_per_address;
+  tracker_options.max_held_bytes = options.max_held_bytes;
   rpc::Tracker tracker(tracker_options);
   std::printf("kiln tracker listening on %s:%d\n", options.host.c_str(), tracker.port());
   std::fflush(stdout);

@@ -202,6 +202,10 @@ void RPCSession::Impl::close() noexcept {
   closed_reason = "closed by the client";
   try {
     conn->write_frame(Code::kShutdown, {});
+    // Returns once the server has ended the session: it frees the slot before it closes the
+    // connection, so an immediate reconnect is not told "busy". Bounded for a server that
+    // never answers.
+    conn->wait_for_close(std::chrono::seconds(5));
   } catch (const std::exception&) {
   }
   conn->shutdown();
@@ -309,6 +313,8 @@ RPCSession connect(const std::string& host, int port, const ConnectOptions& opti
   auto conn = Connection::connect(host, port, options.connect_timeout);
   // The handshake is bounded too: a peer that accepts and stays silent is not a server.
   conn->set_timeouts(options.connect_timeout, options.connect_timeout);
+  // ...as a whole: a peer that drips bytes cannot stretch it past connect_timeout either.
+  conn->set_deadline(std::chrono::steady_clock::now() + options.connect_timeout);
   auto impl = std::make_shared<RPCSession::Impl>();
   impl->peer = conn->peer();
   impl->session_timeout_s = options.session_timeout_s;
@@ -323,6 +329,7 @@ RPCSession connect(const std::string& host, int port, const ConnectOptions& opti
       options.session_timeout_s > 0
           ? std::chrono::milliseconds(static_cast<int64_t>(options.session_timeout_s * 1000) + 5000)
           : std::chrono::milliseconds(0);
+  conn->set_deadline(std::nullopt);
   conn->set_timeouts(limit, limit);
   impl->conn = std::move(conn);
   impl->runtime = &runtime;

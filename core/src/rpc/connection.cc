@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <unistd.h>
@@ -84,12 +85,41 @@ void Connection::set_timeouts(std::chrono::milliseconds receive, std::chrono::mi
   send_timeout_ = send;
 }
 
+void Connection::set_deadline(std::optional<std::chrono::steady_clock::time_point> deadline) {
+  deadline_ = deadline;
+  if (!deadline_) set_timeouts(receive_timeout_, send_timeout_);  // the per-call limits again
+}
+
+void Connection::apply_deadline(bool sending, const char* what) {
+  if (!deadline_) return;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      *deadline_ - std::chrono::steady_clock::now());
+  if (left.count() <= 0) {
+    throw ConnectionError(
+        fmt::format("{} did not complete the exchange within its deadline ({} {})", peer_,
+                    sending ? "sending" : "waiting for", what),
+        ConnectionError::Kind::kTimedOut);
+  }
+  auto bound = left;
+  const auto per_call = sending ? send_timeout_ : receive_timeout_;
+  if (per_call.count() > 0) bound = std::min(bound, per_call);
+  const timeval tv = to_timeval(std::max(bound, std::chrono::milliseconds(1)));
+  ::setsockopt(fd(), SOL_SOCKET, sending ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
 void Connection::fail_io(const char* op, const char* what, int err, bool eof) {
   if (eof || err == ECONNRESET || err == EPIPE) {
     throw ConnectionError(
         fmt::format("{} closed the connection while {} {}", peer_,
                     std::strcmp(op, "send") == 0 ? "sending" : "waiting for", what),
         ConnectionError::Kind::kClosed);
+  }
+  if ((err == EAGAIN || err == EWOULDBLOCK) && deadline_ &&
+      std::chrono::steady_clock::now() >= *deadline_) {
+    throw ConnectionError(
+        fmt::format("{} did not complete the exchange within its deadline ({} {})", peer_,
+                    std::strcmp(op, "send") == 0 ? "sending" : "waiting for", what),
+        ConnectionError::Kind::kTimedOut);
   }
   if (err == EAGAIN || err == EWOULDBLOCK) {
     const bool sending = std::strcmp(op, "send") == 0;
@@ -112,6 +142,7 @@ void Connection::read_exact(void* dst, size_t n, const char* what) {
   out += have;
   n -= have;
   while (n > 0) {
+    apply_deadline(false, what);
     if (n >= buffer_.size() / 2) {
       // Large reads go straight to their destination: no second copy of tensor data.
       const ssize_t got = ::recv(fd(), out, n, 0);
@@ -152,6 +183,7 @@ void Connection::write_all(iovec* iov, int count) {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(std::min(count, 64));
+    apply_deadline(true, "a message");
     const ssize_t sent = ::sendmsg(fd(), &msg, MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
@@ -194,8 +226,16 @@ void Connection::read_body(uint64_t n, std::vector<uint8_t>& body, const char* w
     throw wire::ProtocolError(fmt::format("{}: a {} message of {} bytes exceeds the limit of {}",
                                           peer_, what, n, wire::kMaxMessageBytes));
   }
-  body.resize(static_cast<size_t>(n));
-  if (n > 0) read_exact(body.data(), body.size(), what);
+  // The body grows with the bytes that arrive: a 12-byte header announcing 64 MiB costs
+  // nothing until the peer actually sends them.
+  constexpr size_t kStep = 1 << 20;
+  body.clear();
+  while (body.size() < n) {
+    const size_t have = body.size();
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(kStep, n - have));
+    body.resize(have + take);
+    read_exact(body.data() + have, take, what);
+  }
 }
 
 void Connection::write_frame_start(wire::Code code, const std::vector<uint8_t>& body,
@@ -223,5 +263,22 @@ void Connection::write_frame_parts(wire::Code code, const std::vector<uint8_t>& 
 }
 
 void Connection::shutdown() noexcept { ::shutdown(fd(), SHUT_RDWR); }
+
+void Connection::wait_for_close(std::chrono::milliseconds limit) noexcept {
+  ::shutdown(fd(), SHUT_WR);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  char scratch[4096];
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    pollfd p{fd(), POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return;
+    const ssize_t got = ::recv(fd(), scratch, sizeof(scratch), MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) return;
+  }
+}
 
 }  // namespace kiln::rpc

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ class Connection {
 
   // Receive and send time limits; zero means none.
   void set_timeouts(std::chrono::milliseconds receive, std::chrono::milliseconds send);
+  // A deadline for every read and write until it is cleared (nullopt): each system call is
+  // bounded by what is left of it, so a peer that sends a byte now and then cannot stretch
+  // a handshake (the per-call timeouts alone restart with every byte). Passing it throws
+  // ConnectionError (timed out) naming `what`.
+  void set_deadline(std::optional<std::chrono::steady_clock::time_point> deadline);
 
   // Reads exactly `n` bytes (`what` names them in errors).
   void read_exact(void* dst, size_t n, const char* what);
@@ -80,6 +86,9 @@ class Connection {
 
   // Stops reads and writes in both directions (wakes a thread blocked in a read).
   void shutdown() noexcept;
+  // Stops writing, then reads and discards until the peer closes or `limit` passes: after a
+  // Shutdown request this returns once the server has ended the session (and freed its slot).
+  void wait_for_close(std::chrono::milliseconds limit) noexcept;
   int fd() const { return fd_; }
   const std::string& peer() const { return peer_; }
   // Bytes already received but not yet consumed.
@@ -90,6 +99,10 @@ class Connection {
   void write_frame_parts(wire::Code code, const std::vector<uint8_t>& body, const void* payload,
                          uint64_t payload_sent, uint64_t payload_bytes);
   [[noreturn]] void fail_io(const char* op, const char* what, int err, bool eof);
+  // Bounds the next system call by the deadline (SO_RCVTIMEO / SO_SNDTIMEO); throws when it
+  // has passed.
+  void apply_deadline(bool sending, const char* what);
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
   int fd_ = -1;  // owned
   std::string peer_;
   std::vector<uint8_t> buffer_;

@@ -12,7 +12,8 @@ namespace kiln::rpc::handshake {
 using sdk::Sha256;
 
 namespace {
-constexpr char kProofContext[] = "kiln-rpc-v1";
+constexpr char kProofContext[] = "kiln-rpc-v2";
+constexpr char kServerProofContext[] = "kiln-rpc-v2-server";
 
 std::string read_string(Connection& conn, uint32_t limit, const char* what) {
   uint32_t len = 0;
@@ -33,10 +34,25 @@ void append_string(std::vector<uint8_t>& out, const std::string& s) {
 }
 }  // namespace
 
-Mac proof(const std::string& token, const Nonce& nonce, const std::string& key) {
+Mac proof(const std::string& token, const Nonce& server_nonce, const Nonce& client_nonce,
+          const std::string& key) {
   std::vector<uint8_t> message(kProofContext, kProofContext + sizeof(kProofContext) - 1);
-  message.insert(message.end(), nonce.begin(), nonce.end());
+  message.insert(message.end(), server_nonce.begin(), server_nonce.end());
+  message.insert(message.end(), client_nonce.begin(), client_nonce.end());
   message.insert(message.end(), key.begin(), key.end());
+  return Sha256::hmac(token, message.data(), message.size());
+}
+
+Mac server_proof(const std::string& token, const Nonce& client_nonce, const Nonce& server_nonce,
+                 wire::HelloStatus status, const std::string& text) {
+  std::vector<uint8_t> message(kServerProofContext,
+                               kServerProofContext + sizeof(kServerProofContext) - 1);
+  message.insert(message.end(), client_nonce.begin(), client_nonce.end());
+  message.insert(message.end(), server_nonce.begin(), server_nonce.end());
+  const auto code = static_cast<uint16_t>(status);
+  message.push_back(static_cast<uint8_t>(code & 0xFF));
+  message.push_back(static_cast<uint8_t>(code >> 8));
+  message.insert(message.end(), text.begin(), text.end());
   return Sha256::hmac(token, message.data(), message.size());
 }
 
@@ -64,6 +80,8 @@ std::string client(Connection& conn, const ConnectOptions& options) {
   const std::string key = "client:" + options.key;
   append_string(hello, key);
   w.f64(options.session_timeout_s);
+  const Nonce client_nonce = random_nonce();
+  w.raw(client_nonce.data(), client_nonce.size());
   conn.write_all(hello.data(), hello.size());
 
   char magic[sizeof(wire::kMagic)];
@@ -92,7 +110,18 @@ std::string client(Connection& conn, const ConnectOptions& options) {
   };
   switch (static_cast<wire::HelloStatus>(status)) {
     case wire::HelloStatus::kAccepted:
+      if (!options.token.empty()) {
+        // A server that holds the token always challenges: one that does not is an impostor
+        // (or a server without a token), and it would receive the client's modules and data.
+        throw ValueError(fmt::format(
+            "{} accepted the session without asking for the token: it is not a server that "
+            "holds this client's token (an impostor, or a server started without --token); "
+            "refusing to use it",
+            conn.peer()));
+      }
       return message;
+    case wire::HelloStatus::kAuthFailed:
+      throw ValueError(fmt::format("{} refused the session: {}", conn.peer(), message));
     case wire::HelloStatus::kAuthRequired: {
       if (options.token.empty()) {
         // Authentication problems are ValueErrors: retrying with the same token cannot help.
@@ -101,18 +130,26 @@ std::string client(Connection& conn, const ConnectOptions& options) {
             "--token, or remote.token in a run config) and none was given",
             conn.peer()));
       }
-      const Mac mac = proof(options.token, nonce, key);
+      const Mac mac = proof(options.token, nonce, client_nonce, key);
       conn.write_all(mac.data(), mac.size());
       uint16_t result = 0;
       conn.read_exact(&result, 2, "the authentication result");
       const std::string result_message =
           read_string(conn, wire::kMaxHelloMessageBytes, "the authentication result");
-      if (static_cast<wire::HelloStatus>(result) == wire::HelloStatus::kAuthFailed) {
+      Mac server_mac{};
+      conn.read_exact(server_mac.data(), server_mac.size(), "the server's token proof");
+      const auto result_status = static_cast<wire::HelloStatus>(result);
+      if (result_status == wire::HelloStatus::kAuthFailed) {
         throw ValueError(fmt::format("{} refused the session: {}", conn.peer(), result_message));
       }
-      if (static_cast<wire::HelloStatus>(result) != wire::HelloStatus::kAccepted) {
-        throw refused(result_message);
+      if (!equal(server_mac,
+                 server_proof(options.token, client_nonce, nonce, result_status, result_message))) {
+        throw ValueError(fmt::format(
+            "{} did not prove that it holds the token (its answer to this client's nonce is "
+            "wrong): it is not the server the token is for; refusing to use it",
+            conn.peer()));
       }
+      if (result_status != wire::HelloStatus::kAccepted) throw refused(result_message);
       return result_message;
     }
     case wire::HelloStatus::kVersionMismatch:
@@ -146,6 +183,7 @@ ClientHello read_client_hello(Connection& conn) {
   ClientHello hello;
   uint16_t reserved = 0;
   conn.read_exact(&hello.version, 2, "the client's version");
+  if (hello.version != wire::kProtocolVersion) return hello;
   conn.read_exact(&reserved, 2, "the client's hello");
   hello.key = read_string(conn, wire::kMaxKeyBytes, "client key");
   conn.read_exact(&hello.session_timeout_s, 8, "the client's session timeout");
@@ -153,6 +191,7 @@ ClientHello read_client_hello(Connection& conn) {
     throw wire::ProtocolError(fmt::format("{} asked for an invalid session timeout {}", conn.peer(),
                                           hello.session_timeout_s));
   }
+  conn.read_exact(hello.nonce.data(), hello.nonce.size(), "the client's nonce");
   return hello;
 }
 
@@ -173,11 +212,13 @@ Mac read_proof(Connection& conn) {
   return mac;
 }
 
-void send_auth_result(Connection& conn, wire::HelloStatus status, const std::string& message) {
+void send_auth_result(Connection& conn, wire::HelloStatus status, const std::string& message,
+                      const Mac& proof) {
   std::vector<uint8_t> out;
   wire::Writer w(out);
   w.u16(static_cast<uint16_t>(status));
   append_string(out, message.substr(0, wire::kMaxHelloMessageBytes));
+  w.raw(proof.data(), proof.size());
   conn.write_all(out.data(), out.size());
 }
 

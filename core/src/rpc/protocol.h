@@ -21,7 +21,10 @@ namespace kiln::rpc::wire {
 
 // The first 8 bytes either side sends.
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', '-', 'R', 'P', 'C'};
-inline constexpr uint16_t kProtocolVersion = 1;
+// Version 2 (issue 16): the client hello carries a client nonce and a server that requires a
+// token proves it holds it too (docs/rpc-protocol.md §2). Version 1 peers are refused with
+// kVersionMismatch.
+inline constexpr uint16_t kProtocolVersion = 2;
 // TVM's RPC magic (0xFF271 as little-endian int32): what a TVM client sends first.
 inline constexpr uint32_t kTvmRpcMagic = 0xFF271;
 inline constexpr uint32_t kTvmCodeMismatch = 0xFF273;
@@ -29,11 +32,11 @@ inline constexpr uint32_t kTvmCodeMismatch = 0xFF273;
 // Handshake status codes (server hello and auth reply).
 enum class HelloStatus : uint16_t {
   kAccepted = 0,         // session starts
-  kAuthRequired = 1,     // prove the token: send HMAC-SHA256(token, context || nonce || key)
+  kAuthRequired = 1,     // prove the token (handshake.h); the server then proves it too
   kVersionMismatch = 2,  // message says which versions
   kKeyMismatch = 3,      // the key is not this server's
   kBusy = 4,             // --max-sessions sessions are running
-  kAuthFailed = 5,       // wrong or missing token
+  kAuthFailed = 5,       // wrong or missing token, or too many wrong tokens from the address
 };
 
 inline constexpr size_t kNonceBytes = 32;

@@ -2,7 +2,14 @@
 #include "kiln/rpc/server.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <map>
 
 #include <algorithm>
 #include <boost/asio.hpp>
@@ -16,6 +23,7 @@
 #include "kiln/rpc/rpc_config.h"
 #include "kiln/rpc/tracker.h"
 #include "kiln/runtime.h"
+#include "kiln/tensor.h"
 #include "rpc/handshake.h"
 #include "rpc/listen.h"
 #include "rpc/session_server.h"
@@ -28,13 +36,71 @@ using asio::ip::tcp;
 
 namespace {
 
+void info(const std::string& message) { log(LogLevel::kInfo, "rpc-server", message); }
+void warn(const std::string& message) { log(LogLevel::kWarn, "rpc-server", message); }
+
 // At most this many connections may be in their handshake at once; more are closed at once,
 // so a flood of idle connections cannot exhaust threads.
 constexpr int kMaxHandshakes = 32;
+// Handshakes from one peer address at once: one host cannot take every handshake slot.
+constexpr int kMaxHandshakesPerAddress = 8;
 constexpr auto kHousekeepingPeriod = std::chrono::milliseconds(100);
+// Wrong tokens from one address before it must wait, and how long: guesses are not answered
+// at network speed.
+constexpr int kMaxAuthFailures = 5;
+constexpr auto kAuthFailureWindow = std::chrono::seconds(60);
+constexpr auto kAuthBackoff = std::chrono::seconds(30);
 
-void info(const std::string& message) { log(LogLevel::kInfo, "rpc-server", message); }
-void warn(const std::string& message) { log(LogLevel::kWarn, "rpc-server", message); }
+std::chrono::milliseconds seconds_to_ms(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+// Whether `host` (an address or a name) is a loopback address; a name counts when every
+// address it resolves to is.
+bool is_loopback_host(const std::string& host) {
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (!ec) return address.is_loopback();
+  if (host == "localhost") return true;
+  asio::io_context io;
+  tcp::resolver resolver(io);
+  const auto results = resolver.resolve(host, "", ec);
+  if (ec || results.empty()) return true;  // binding reports it
+  for (const auto& r : results) {
+    if (!r.endpoint().address().is_loopback()) return false;
+  }
+  return true;
+}
+
+// Removes default work directories that servers of this user left when they crashed:
+// "kiln-rpc-<uid>-<pid>-XXXXXX" in `temp`, real directories (never links) owned by this user
+// whose <pid> is a process that is gone.
+void remove_leftover_work_dirs(const fs::path& temp) {
+  const std::string prefix = fmt::format("kiln-rpc-{}-", getuid());
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(temp, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) {
+      continue;
+    }
+    long pid = 0;
+    try {
+      size_t used = 0;
+      pid = std::stol(name.substr(prefix.size()), &used);
+      if (name.compare(prefix.size() + used, 1, "-") != 0) continue;
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still running
+    std::error_code remove_ec;
+    fs::remove_all(entry.path(), remove_ec);  // does not follow links inside
+    info(fmt::format("removed {}, left by server process {} which is gone", entry.path().string(),
+                     pid));
+  }
+}
 
 // Functions every server offers for diagnostics and tests (SPEC.md §4.8's names).
 void register_diagnostic_functions() {
@@ -50,7 +116,20 @@ void register_diagnostic_functions() {
         return s + ":" + std::to_string(x);
       }));
   add("rpc.test.sleep", Function::from_typed("rpc.test.sleep", [](double seconds) {
+        // In steps, so that a session timeout or a server stop ends it.
+        const auto end = std::chrono::steady_clock::now() +
+                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(seconds));
+        while (std::chrono::steady_clock::now() < end && !call_cancelled()) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }));
+  // Like a kernel: does not look at call_cancelled(), so that stop()'s bound is testable.
+  add("rpc.test.block", Function::from_typed("rpc.test.block", [](double seconds) {
         std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      }));
+  add("rpc.test.alloc", Function::from_typed("rpc.test.alloc", [](int64_t nbytes) {
+        return Tensor::empty({nbytes}, DataType::UInt(8), Device::cpu());
       }));
   add("rpc.test.raise", Function::from_typed("rpc.test.raise", [](const std::string& message) {
         throw ValueError(message);
@@ -81,6 +160,14 @@ struct Server::Impl {
   std::condition_variable cv;
   std::list<Running> connections;
   int handshakes = 0;
+  std::map<std::string, int> handshakes_by_address;
+  struct AuthFailures {
+    int count = 0;
+    std::chrono::steady_clock::time_point first{};
+    std::chrono::steady_clock::time_point blocked_until{};
+  };
+  std::map<std::string, AuthFailures> auth_failures;  // by peer address
+  bool stuck = false;                                 // stop() left a call running
   int active = 0;
   bool stopping = false;
   bool stopped = false;
@@ -106,22 +193,67 @@ struct Server::Impl {
   void on_connection(tcp::socket socket) {
     boost::system::error_code ec;
     const auto remote = socket.remote_endpoint(ec);
-    const std::string peer =
-        ec ? "unknown peer" : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+    std::string ip = "unknown";
+    if (!ec) {
+      asio::ip::address address = remote.address();
+      if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+        address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+      }
+      ip = address.to_string();
+    }
+    const std::string peer = ec ? "unknown peer" : fmt::format("{}:{}", ip, remote.port());
     std::lock_guard lock(mu);
     if (stopping) return;
-    if (handshakes >= kMaxHandshakes) {
-      warn(fmt::format("{} handshakes are in progress; closing the connection from {}",
-                       kMaxHandshakes, peer));
+    // find(), not []: a refused address must not leave an entry behind.
+    const auto from_here = handshakes_by_address.find(ip);
+    if (from_here != handshakes_by_address.end() && from_here->second >= kMaxHandshakesPerAddress) {
+      warn(fmt::format("{} handshakes from {} are in progress; closing the connection from {}",
+                       from_here->second, ip, peer));
       return;
     }
+    if (handshakes >= kMaxHandshakes) {
+      // Full: the oldest handshake makes room. A client that completes its handshake at once
+      // always gets a slot; peers that drip bytes lose theirs to it.
+      Running* oldest = nullptr;
+      for (auto& r : connections) {
+        if (r.state->in_handshake &&
+            (oldest == nullptr || r.state->handshake_started < oldest->state->handshake_started)) {
+          oldest = &r;
+        }
+      }
+      if (oldest == nullptr) {
+        warn(fmt::format("{} handshakes are in progress; closing the connection from {}",
+                         handshakes, peer));
+        return;
+      }
+      warn(
+          fmt::format("{} handshakes are in progress: ending the oldest, from {}, to make room "
+                      "for {}",
+                      handshakes, oldest->state->conn->peer(), peer));
+      oldest->state->in_handshake = false;  // counted until its thread leaves
+      oldest->state->conn->shutdown();
+    }
     ++handshakes;
+    ++handshakes_by_address[ip];
     auto state = std::make_shared<SessionState>();
     state->conn = std::make_unique<Connection>(std::move(socket), peer);
     state->id = next_id++;
+    state->peer_ip = ip;
+    state->in_handshake = true;
+    state->handshake_started = std::chrono::steady_clock::now();
     state->max_memory_bytes = options.max_session_memory;
+    state->max_handles = options.max_handles;
+    state->max_upload_bytes = options.max_upload_bytes;
+    state->idle_timeout = seconds_to_ms(options.idle_timeout_s);
+    state->write_timeout = seconds_to_ms(options.write_timeout_s);
+    state->enable_test_functions = options.enable_test_functions;
     connections.push_back(Running{state, {}});
     connections.back().thread = std::thread([this, state] { run_connection(*state); });
+  }
+
+  // Frees the session's slot (once: a timeout frees it before the session thread returns).
+  void release_slot(SessionState& state) {
+    if (!state.slot_released.exchange(true)) --active;
   }
 
   // Handshake, then the session. Runs on the connection's own thread.
@@ -135,26 +267,73 @@ struct Server::Impl {
     {
       std::lock_guard lock(mu);
       --handshakes;
+      state.in_handshake = false;
+      auto it = handshakes_by_address.find(state.peer_ip);
+      if (it != handshakes_by_address.end() && --it->second <= 0) handshakes_by_address.erase(it);
     }
     if (holds_slot) {
-      serve_session(state, work_dir / fmt::format("session-{}", state.id), runtime);
-      std::lock_guard lock(mu);
-      --active;
-    } else {
-      state.conn->shutdown();
+      serve_session(state, work_dir, runtime);
+      {
+        std::lock_guard lock(mu);
+        release_slot(state);
+      }
+      cv.notify_all();  // the registration thread registers the free slot again
     }
+    // Closed only now: a client's close() returns once it sees this, with the slot free.
+    state.conn->shutdown();
     state.finished = true;
     cv.notify_all();
   }
 
-  // Returns whether the client got a session slot.
+  // Whether `ip` must wait before its next token attempt; records nothing.
+  bool auth_blocked(const std::string& ip, std::chrono::seconds* left) {
+    std::lock_guard lock(mu);
+    auto it = auth_failures.find(ip);
+    if (it == auth_failures.end()) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < it->second.blocked_until) {
+      *left = std::chrono::duration_cast<std::chrono::seconds>(it->second.blocked_until - now) +
+              std::chrono::seconds(1);
+      return true;
+    }
+    return false;
+  }
+
+  void record_auth_result(const std::string& ip, bool ok) {
+    std::lock_guard lock(mu);
+    if (ok) {
+      auth_failures.erase(ip);
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    AuthFailures& f = auth_failures[ip];
+    if (now - f.first > kAuthFailureWindow) {
+      f.count = 0;
+      f.first = now;
+    }
+    if (++f.count >= kMaxAuthFailures) {
+      f.blocked_until = now + kAuthBackoff;
+      f.count = 0;
+      f.first = now;
+      warn(fmt::format("{} wrong tokens from {}: its next attempts wait {} s", kMaxAuthFailures, ip,
+                       kAuthBackoff.count()));
+    }
+    if (auth_failures.size() > 4096) {  // bounded: forget addresses that are not blocked
+      std::erase_if(auth_failures, [&](const auto& kv) { return kv.second.blocked_until < now; });
+    }
+  }
+
+  // Returns whether the client got a session slot. With a token nothing about the server
+  // (its key, whether it is busy) is said before the client proved it holds the token.
   bool handshake(SessionState& state) {
     Connection& conn = *state.conn;
-    const auto limit =
-        std::chrono::milliseconds(static_cast<int64_t>(options.handshake_timeout_s * 1000));
+    const auto limit = seconds_to_ms(options.handshake_timeout_s);
     conn.set_timeouts(limit, limit);
+    // One deadline for the whole handshake: dripping bytes does not extend it.
+    conn.set_deadline(std::chrono::steady_clock::now() + limit);
     const handshake::ClientHello hello = handshake::read_client_hello(conn);
     const handshake::Nonce nonce = handshake::random_nonce();
+    const bool with_token = !options.token.empty();
     const auto refuse = [&](wire::HelloStatus status, const std::string& message) {
       info(fmt::format("refused {}: {}", conn.peer(), message));
       handshake::send_server_hello(conn, status, message, nonce);
@@ -168,52 +347,65 @@ struct Server::Impl {
     const std::string prefix = "client:";
     const bool from_client = hello.key.rfind(prefix, 0) == 0;
     const std::string key = from_client ? hello.key.substr(prefix.size()) : std::string();
+    const std::string server_key = "server:" + options.key;
+    // With a token the final answer is the authentication result, with the server's proof;
+    // without, the hello.
+    const auto answer = [&](wire::HelloStatus status, const std::string& message) {
+      if (!with_token) {
+        handshake::send_server_hello(conn, status, message, nonce);
+        return;
+      }
+      const std::string sent = message.substr(0, wire::kMaxHelloMessageBytes);
+      handshake::send_auth_result(
+          conn, status, sent,
+          handshake::server_proof(options.token, hello.nonce, nonce, status, sent));
+    };
+    const auto refuse_after_auth = [&](wire::HelloStatus status, const std::string& message) {
+      info(fmt::format("refused {}: {}", conn.peer(), message));
+      answer(status, message);
+      return false;
+    };
+    if (with_token) {
+      std::chrono::seconds left{0};
+      if (auth_blocked(state.peer_ip, &left)) {
+        return refuse(wire::HelloStatus::kAuthFailed,
+                      fmt::format("too many wrong tokens from {}: try again in {} s", state.peer_ip,
+                                  left.count()));
+      }
+      handshake::send_server_hello(conn, wire::HelloStatus::kAuthRequired, "", nonce);
+      const handshake::Mac got = handshake::read_proof(conn);
+      const bool ok =
+          handshake::equal(got, handshake::proof(options.token, nonce, hello.nonce, hello.key));
+      record_auth_result(state.peer_ip, ok);
+      if (!ok) {
+        handshake::send_auth_result(conn, wire::HelloStatus::kAuthFailed,
+                                    "wrong token: the client does not hold the server's token",
+                                    handshake::Mac{});
+        warn(fmt::format("refused {}: wrong token", conn.peer()));
+        // The tracker handed this key out and will not again: retire it so that the next
+        // maintain() registers a fresh one at once instead of after the unmatch timeout.
+        if (registration && from_client) registration->claim(key);
+        return false;
+      }
+    }
     bool key_ok = key == options.key;
     if (registration) {
       const auto keys = registration->outstanding();
       key_ok = std::find(keys.begin(), keys.end(), key) != keys.end();
     }
     if (!from_client || !key_ok) {
-      return refuse(wire::HelloStatus::kKeyMismatch,
-                    fmt::format("key '{}' does not match this server{}", key,
-                                registration ? " (request a server through the tracker)"
-                                             : fmt::format(" (its key is '{}')", options.key)));
-    }
-    {
-      std::lock_guard lock(mu);
-      if (active >= options.max_sessions) {
-        return refuse(wire::HelloStatus::kBusy,
-                      fmt::format("the server is busy: {} of {} sessions are running", active,
-                                  options.max_sessions));
-      }
-    }
-    const std::string server_key = "server:" + options.key;
-    // With a token the final answer is the authentication result; without, the hello.
-    const auto answer = [&](wire::HelloStatus status, const std::string& message) {
-      if (options.token.empty()) {
-        handshake::send_server_hello(conn, status, message, nonce);
-      } else {
-        handshake::send_auth_result(conn, status, message);
-      }
-    };
-    if (!options.token.empty()) {
-      handshake::send_server_hello(conn, wire::HelloStatus::kAuthRequired, server_key, nonce);
-      const handshake::Mac got = handshake::read_proof(conn);
-      if (!handshake::equal(got, handshake::proof(options.token, nonce, hello.key))) {
-        handshake::send_auth_result(conn, wire::HelloStatus::kAuthFailed,
-                                    "wrong token: the client does not hold the server's token");
-        warn(fmt::format("refused {}: wrong token", conn.peer()));
-        // The tracker handed this key out and will not again: retire it so that the next
-        // maintain() registers a fresh one at once instead of after the unmatch timeout.
-        if (registration) registration->claim(key);
-        return false;
-      }
+      return refuse_after_auth(
+          wire::HelloStatus::kKeyMismatch,
+          fmt::format("key '{}' does not match this server{}", key,
+                      registration ? " (request a server through the tracker)"
+                                   : fmt::format(" (its key is '{}')", options.key)));
     }
     {
       std::lock_guard lock(mu);
       if (active >= options.max_sessions || (registration && !registration->claim(key))) {
-        answer(wire::HelloStatus::kBusy, "the server is busy");
-        return false;
+        return refuse_after_auth(wire::HelloStatus::kBusy,
+                                 fmt::format("the server is busy: {} of {} sessions are running",
+                                             active, options.max_sessions));
       }
       ++active;
     }
@@ -221,14 +413,14 @@ struct Server::Impl {
       answer(wire::HelloStatus::kAccepted, server_key);
     } catch (...) {
       std::lock_guard lock(mu);
-      --active;  // the client left before its session started: the slot is free again
+      release_slot(state);  // the client left before its session started: the slot is free
       throw;
     }
     double timeout = hello.session_timeout_s;
     if (options.session_timeout_s > 0 && (timeout <= 0 || options.session_timeout_s < timeout)) {
       timeout = options.session_timeout_s;
     }
-    conn.set_timeouts(std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+    conn.set_deadline(std::nullopt);
     {
       std::lock_guard lock(mu);
       state.timeout_s = timeout;
@@ -246,6 +438,7 @@ struct Server::Impl {
   // Ends `state` at its deadline: tells the client why, then closes the connection.
   static void expire(SessionState& state) {
     state.timed_out = true;
+    state.cancelled = true;
     std::vector<uint8_t> body;
     wire::Writer w(body);
     w.i32(kErrorCodeRpcSessionTimeout);
@@ -282,6 +475,9 @@ struct Server::Impl {
         }
         if (it->state->deadline && now >= *it->state->deadline && !it->state->timed_out) {
           expired.push_back(it->state);
+          // The slot is free at once, even while a call that ignores call_cancelled() runs
+          // on: a session cannot outlive its timeout by holding a call.
+          release_slot(*it->state);
         }
         ++it;
       }
@@ -310,10 +506,11 @@ struct Server::Impl {
     }
   }
 
-  void stop() {
+  // Returns false when a call did not return within the grace period (see Server::stop).
+  bool stop() {
     {
       std::lock_guard lock(mu);
-      if (stopping) return;
+      if (stopping) return !stuck;
       stopping = true;
     }
     cv.notify_all();
@@ -329,18 +526,37 @@ struct Server::Impl {
       std::lock_guard lock(mu);
       left.swap(connections);
     }
-    for (auto& r : left) r.state->conn->shutdown();
-    for (auto& r : left) r.thread.join();
-    registration.reset();
+    for (auto& r : left) {
+      r.state->cancelled = true;
+      r.state->conn->shutdown();
+    }
+    const auto grace_end = std::chrono::steady_clock::now() + seconds_to_ms(options.stop_grace_s);
+    for (auto& r : left) {
+      while (!r.state->finished && std::chrono::steady_clock::now() < grace_end) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (r.state->finished) {
+        r.thread.join();
+      } else {
+        warn(
+            fmt::format("session {} with {}: a call did not return within {} s of the stop; "
+                        "leaving it running",
+                        r.state->id, r.state->conn->peer(), options.stop_grace_s));
+        r.thread.detach();
+        stuck = true;
+      }
+    }
+    if (!stuck) registration.reset();
     if (own_work_dir) {
       std::error_code ec;
-      fs::remove_all(work_dir, ec);
+      fs::remove_all(work_dir, ec);  // created by mkdtemp: ours, and no link
     }
     {
       std::lock_guard lock(mu);
       stopped = true;
     }
     cv.notify_all();
+    return !stuck;
   }
 };
 
@@ -355,16 +571,41 @@ Server::Server(ServerOptions options, Runtime& runtime)
   if (s.options.key.find_first_of(" \t\n") != std::string::npos) {
     throw ValueError(fmt::format("key '{}' contains whitespace", s.options.key));
   }
-  register_diagnostic_functions();
+  if (s.options.handshake_timeout_s <= 0) throw ValueError("handshake_timeout must be > 0");
+  if (s.options.token.empty() && !is_loopback_host(s.options.host)) {
+    if (!s.options.allow_insecure) {
+      throw ValueError(fmt::format(
+          "refusing to listen on '{}' without a token: anyone who can reach it could run code "
+          "on this machine. Give a token (--token-file or $KILN_RPC_TOKEN), listen on a "
+          "loopback address, or pass --allow-insecure on a trusted network",
+          s.options.host));
+    }
+    warn(
+        fmt::format("listening on '{}' without a token (--allow-insecure): anyone who can reach "
+                    "it can run code on this machine",
+                    s.options.host));
+  }
+  if (s.options.enable_test_functions) register_diagnostic_functions();
   s.port =
       listen_on_first_free_port(s.acceptor, s.options.host, s.options.port, s.options.port_end);
   if (s.options.work_dir.empty()) {
-    s.work_dir = fs::temp_directory_path() / fmt::format("kiln-rpc-{}-{}", getpid(), s.port);
+    const fs::path temp = fs::temp_directory_path();
+    remove_leftover_work_dirs(temp);
+    // mkdtemp: a new directory (0700) that nobody could have planted, not a predictable name.
+    // The pid in the name lets a later server tell a crashed server's leftover from a live
+    // one's; the random suffix makes the name unpredictable.
+    std::string pattern =
+        (temp / fmt::format("kiln-rpc-{}-{}-XXXXXX", getuid(), getpid())).string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw RuntimeError(fmt::format("cannot create a work directory in {}: {}", temp.string(),
+                                     std::strerror(errno)));
+    }
+    s.work_dir = pattern;
     s.own_work_dir = true;
   } else {
     s.work_dir = s.options.work_dir;
+    fs::create_directories(s.work_dir);
   }
-  fs::create_directories(s.work_dir);
   s.work_dir = fs::canonical(s.work_dir);
   if (s.options.tracker) {
     const HostPort tracker = parse_host_port(*s.options.tracker);
@@ -382,7 +623,10 @@ Server::Server(ServerOptions options, Runtime& runtime)
   if (s.registration) s.registration_thread = std::thread([&s] { s.keep_registered(); });
 }
 
-Server::~Server() { impl_->stop(); }
+Server::~Server() {
+  // A call still running holds the state: it stays, leaked, rather than freed under it.
+  if (!impl_->stop()) (void)impl_.release();
+}
 
 int Server::port() const { return impl_->port; }
 const fs::path& Server::work_dir() const { return impl_->work_dir; }
@@ -394,7 +638,7 @@ int Server::active_sessions() const {
 
 bool Server::registered() const { return impl_->registration && impl_->registration->connected(); }
 
-void Server::stop() { impl_->stop(); }
+bool Server::stop() { return impl_->stop(); }
 
 bool Server::wait(std::optional<std::chrono::milliseconds> timeout) {
   std::unique_lock lock(impl_->mu);

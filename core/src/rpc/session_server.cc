@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
 #include <algorithm>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <unordered_map>
 
@@ -48,6 +52,26 @@ fs::path sandboxed_path(const fs::path& root, const std::string& relative) {
 namespace {
 
 constexpr uint64_t kStagingBytes = 4ull << 20;
+constexpr auto kPrivateDir = fs::perms::owner_all;
+constexpr auto kPrivateFile = fs::perms::owner_read | fs::perms::owner_write;
+
+thread_local const std::atomic<bool>* t_cancelled = nullptr;
+
+// Whether `name` is a diagnostic function offered only with --enable-test-functions.
+bool is_test_function(const std::string& name) {
+  return name.rfind("rpc.test.", 0) == 0 || name.rfind("testing.", 0) == 0;
+}
+
+// The object that owns a tensor's memory: views (of views) lead to it, so each storage is
+// counted once however many handles refer to it.
+const void* storage_of(const Tensor& t) {
+  const Object* o = t.get();
+  while (const auto* tensor = dynamic_cast<const TensorObj*>(o)) {
+    if (!tensor->storage) return tensor->dl.data != nullptr ? tensor->dl.data : tensor;
+    o = tensor->storage.get();
+  }
+  return o;
+}
 
 // One server-side object a client holds a handle to.
 struct Entry {
@@ -56,7 +80,7 @@ struct Entry {
   Function function{};
   Module module{};
   Any object{};
-  uint64_t allocated = 0;  // bytes counted against the session's memory limit (Alloc only)
+  const void* storage = nullptr;  // kBuffer: the storage counted for it (SessionServer::held_)
 
   // The memory of a buffer: its base address (as the backend allocated it), size and device.
   void* base() const { return buffer.dl()->data; }
@@ -72,6 +96,8 @@ class SessionServer {
 
   // Returns why the session ended.
   std::string serve() {
+    t_cancelled = &state_.cancelled;
+    conn_.set_timeouts(state_.idle_timeout, state_.write_timeout);
     while (true) {
       Connection::FrameHeader h;
       try {
@@ -110,7 +136,7 @@ class SessionServer {
         log(LogLevel::kDebug, "rpc", fmt::format("FreeHandle of unknown handle {}", handle));
         return;
       }
-      allocated_bytes_ -= it->second.allocated;
+      forget(it->second);
       handles_.erase(it);
       return;
     }
@@ -120,7 +146,8 @@ class SessionServer {
         case Code::kGetGlobalFunc: {
           const std::string name = r.str("name", wire::kMaxPathBytes);
           r.finish();
-          auto f = registry::get(name);
+          auto f = (is_test_function(name) && !state_.enable_test_functions) ? std::nullopt
+                                                                             : registry::get(name);
           if (!f) throw NotFoundError(fmt::format("no global function '{}' on the server", name));
           result.push_back(*f);
           break;
@@ -158,20 +185,12 @@ class SessionServer {
           r.u64("alignment");  // the server's allocator aligns to at least 64 bytes
           r.finish();
           // The size is a length from the network too: bounded before allocating.
-          const uint64_t limit = state_.max_memory_bytes;
-          if (limit > 0 && (nbytes > limit || allocated_bytes_ > limit - nbytes)) {
-            throw OutOfMemoryError(fmt::format(
-                "allocating {} bytes would exceed the session's memory limit of {} bytes ({} "
-                "allocated; the server's --max-session-memory)",
-                nbytes, limit, allocated_bytes_));
-          }
+          check_memory(nbytes);
           if (nbytes > static_cast<uint64_t>(INT64_MAX)) {
             throw OutOfMemoryError(fmt::format("cannot allocate {} bytes", nbytes));
           }
           Tensor t = Tensor::empty({static_cast<int64_t>(nbytes)}, DataType::UInt(8), d, runtime_);
           const uint64_t handle = add_buffer(t);
-          handles_.at(handle).allocated = nbytes;
-          allocated_bytes_ += nbytes;
           result.emplace_back(static_cast<int64_t>(handle));
           break;
         }
@@ -279,12 +298,62 @@ class SessionServer {
   }
 
   uint64_t add(Entry e) {
+    if (state_.max_handles > 0 && handles_.size() >= state_.max_handles) {
+      throw OutOfMemoryError(fmt::format(
+          "the session already holds {} handles, its limit (the server's --max-handles); free "
+          "some first",
+          handles_.size()));
+    }
     const uint64_t h = next_handle_++;
     handles_.emplace(h, std::move(e));
     return h;
   }
 
-  uint64_t add_buffer(const Tensor& t) { return add({.kind = Entry::Kind::kBuffer, .buffer = t}); }
+  // Throws when holding `nbytes` more would pass the session's memory limit.
+  void check_memory(uint64_t nbytes) const {
+    const uint64_t limit = state_.max_memory_bytes;
+    if (limit > 0 && (nbytes > limit || held_bytes_ > limit - nbytes)) {
+      throw OutOfMemoryError(fmt::format(
+          "allocating {} bytes would exceed the session's memory limit of {} bytes ({} held; the "
+          "server's --max-session-memory)",
+          nbytes, limit, held_bytes_));
+    }
+  }
+
+  // Every tensor that enters the handle table is counted against the memory limit by its
+  // storage, once, whoever allocated it (an Alloc, or a function that returned a tensor).
+  uint64_t add_buffer(const Tensor& t) {
+    const void* storage = storage_of(t);
+    auto it = held_.find(storage);
+    if (it == held_.end()) {
+      const uint64_t bytes = t.dl()->byte_offset + t.nbytes();
+      check_memory(bytes);
+      it = held_.emplace(storage, Held{0, bytes}).first;
+      held_bytes_ += bytes;
+    }
+    uint64_t handle = 0;
+    try {
+      handle = add({.kind = Entry::Kind::kBuffer, .buffer = t, .storage = storage});
+    } catch (...) {
+      if (it->second.refs == 0) {
+        held_bytes_ -= it->second.bytes;
+        held_.erase(it);
+      }
+      throw;
+    }
+    ++it->second.refs;
+    return handle;
+  }
+
+  // Stops counting what `e` held (its handle is going).
+  void forget(const Entry& e) {
+    if (e.kind != Entry::Kind::kBuffer) return;
+    auto it = held_.find(e.storage);
+    if (it != held_.end() && --it->second.refs == 0) {
+      held_bytes_ -= it->second.bytes;
+      held_.erase(it);
+    }
+  }
 
   // The memory [offset, offset + n) of buffer `handle`, checked.
   Entry& buffer_range(uint64_t handle, uint64_t offset, uint64_t n) {
@@ -504,19 +573,32 @@ class SessionServer {
       throw wire::ProtocolError(fmt::format("Upload states {} bytes but its frame carries {}",
                                             nbytes, body_length - 16 - path_len));
     }
+    std::string error;
+    int32_t error_code = KILN_ERROR_RUNTIME;
+    const uint64_t limit = state_.max_upload_bytes;
+    if (limit > 0 && (nbytes > limit || uploaded_bytes_ > limit - nbytes)) {
+      error = fmt::format(
+          "uploading {} bytes would exceed the session's upload limit of {} bytes ({} uploaded; "
+          "the server's --max-upload-bytes)",
+          nbytes, limit, uploaded_bytes_);
+      error_code = KILN_ERROR_OUT_OF_MEMORY;
+    } else {
+      uploaded_bytes_ += nbytes;
+    }
     fs::path target;
     std::ofstream out;
     fs::path temp;
-    std::string error;
-    int32_t error_code = KILN_ERROR_RUNTIME;
     try {
+      if (!error.empty()) throw OutOfMemoryError(error);
       if (relative.empty()) throw ValueError("Upload needs a file name");
       target = sandboxed_path(work_dir_, relative);
-      fs::create_directories(target.parent_path());
+      make_private_dirs(target.parent_path());
       if (fs::is_directory(target)) throw ValueError(fmt::format("'{}' is a directory", relative));
       temp = target.parent_path() / ("." + target.filename().string() + ".kiln-upload");
       out.open(temp, std::ios::binary | std::ios::trunc);
       if (!out) throw RuntimeError(fmt::format("cannot write '{}' on the server", relative));
+      // Before any byte is written: session files are the session's alone.
+      fs::permissions(temp, kPrivateFile, fs::perm_options::replace);
     } catch (const Error& e) {
       error = e.what();
       error_code = e.code();
@@ -577,6 +659,18 @@ class SessionServer {
     }
   }
 
+  // Creates the directories of `dir` below the work directory, each 0700.
+  void make_private_dirs(const fs::path& dir) {
+    std::vector<fs::path> missing;
+    for (fs::path p = dir; p != work_dir_ && !fs::exists(p); p = p.parent_path()) {
+      missing.push_back(p);
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      fs::create_directory(*it);
+      fs::permissions(*it, kPrivateDir, fs::perm_options::replace);
+    }
+  }
+
   std::vector<uint8_t>& staging_buffer() {
     if (staging_.empty()) staging_.resize(kStagingBytes);
     return staging_;
@@ -617,7 +711,13 @@ class SessionServer {
   Runtime& runtime_;
   std::unordered_map<uint64_t, Entry> handles_;
   uint64_t next_handle_ = 1;
-  uint64_t allocated_bytes_ = 0;  // live Alloc bytes
+  struct Held {
+    uint64_t refs = 0;   // handles that refer to the storage
+    uint64_t bytes = 0;  // counted for it
+  };
+  std::unordered_map<const void*, Held> held_;  // by storage
+  uint64_t held_bytes_ = 0;                     // the sum of held_'s bytes
+  uint64_t uploaded_bytes_ = 0;
   std::vector<uint8_t> body_;
   std::vector<uint8_t> reply_;
   std::vector<uint8_t> staging_;
@@ -625,10 +725,20 @@ class SessionServer {
 
 }  // namespace
 
-void serve_session(SessionState& state, const fs::path& work_dir, Runtime& runtime) {
+bool call_cancelled() { return t_cancelled != nullptr && t_cancelled->load(); }
+
+void serve_session(SessionState& state, const fs::path& parent, Runtime& runtime) {
   std::string why;
+  fs::path work_dir;
   try {
-    fs::create_directories(work_dir);
+    // mkdtemp: a fresh directory nobody else has (another server sharing --work-dir, files a
+    // crashed server left, a planted link), 0700.
+    std::string pattern = (parent / "session-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw RuntimeError(fmt::format("cannot create a session directory in {}: {}", parent.string(),
+                                     std::strerror(errno)));
+    }
+    work_dir = pattern;
     SessionServer server(state, fs::canonical(work_dir), runtime);
     why = server.serve();
   } catch (const wire::ProtocolError& e) {
@@ -638,16 +748,18 @@ void serve_session(SessionState& state, const fs::path& work_dir, Runtime& runti
   } catch (const std::exception& e) {
     why = e.what();
   }
+  t_cancelled = nullptr;
   if (state.timed_out) why = fmt::format("session timeout ({} s)", state.timeout_s);
-  std::error_code ec;
-  fs::remove_all(work_dir, ec);
-  if (ec) {
-    log(LogLevel::kWarn, "rpc",
-        fmt::format("cannot remove the work directory {}: {}", work_dir.string(), ec.message()));
+  if (!work_dir.empty()) {
+    std::error_code ec;
+    fs::remove_all(work_dir, ec);
+    if (ec) {
+      log(LogLevel::kWarn, "rpc",
+          fmt::format("cannot remove the work directory {}: {}", work_dir.string(), ec.message()));
+    }
   }
   log(LogLevel::kInfo, "rpc",
       fmt::format("session {} with {} ended: {}", state.id, state.conn->peer(), why));
-  state.conn->shutdown();
 }
 
 }  // namespace kiln::rpc

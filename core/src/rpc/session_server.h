@@ -21,16 +21,40 @@ struct SessionState {
   std::mutex write_mu;  // held while a whole reply is written
   std::optional<std::chrono::steady_clock::time_point> deadline;
   double timeout_s = 0;
-  uint64_t max_memory_bytes = 0;      // live Alloc bytes allowed; 0 = no limit
-  std::atomic<bool> finished{false};  // set by the connection's thread as its last step
+  // Bytes of memory the session may hold through its handles, whoever allocated them
+  // (Alloc, or a function that returned a tensor): each storage counted once; 0 = no limit.
+  uint64_t max_memory_bytes = 0;
+  uint64_t max_handles = 0;       // handles held at once; 0 = no limit
+  uint64_t max_upload_bytes = 0;  // bytes uploaded over the session's life; 0 = no limit
+  // Per-call limits once the session runs: a client silent this long between (or inside)
+  // requests, or one that takes no reply data this long, ends the session. Zero: none.
+  std::chrono::milliseconds idle_timeout{0};
+  std::chrono::milliseconds write_timeout{0};
+  bool enable_test_functions = false;  // whether "rpc.test.*" and "testing.*" are offered
+  std::atomic<bool> finished{false};   // set by the connection's thread as its last step
   std::atomic<bool> timed_out{false};
+  // Set when the session must end (timeout, server stop): functions that cooperate
+  // (rpc::call_cancelled()) return early.
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> slot_released{false};  // the server no longer counts it as active
   uint64_t id = 0;
+  // The handshake, while it runs (Server bookkeeping, under its mutex).
+  std::string peer_ip;
+  bool in_handshake = false;
+  std::chrono::steady_clock::time_point handshake_started{};
 };
 
 // Serves requests on `state.conn` until Shutdown, a closed connection, a protocol error or
-// the session timeout. Never throws; logs why the session ended. Every handle and the work
-// directory (created here, removed on return) are released before it returns.
-void serve_session(SessionState& state, const std::filesystem::path& work_dir, Runtime& runtime);
+// the session timeout. Never throws; logs why the session ended. The session's work
+// directory is created here, unique (mkdtemp under `parent`, mode 0700, never an existing
+// one), and removed with every handle before it returns. Does not close the connection: the
+// caller frees the session's slot first, then closes it (a client's close() waits for that).
+void serve_session(SessionState& state, const std::filesystem::path& parent, Runtime& runtime);
+
+// Whether the session whose call runs on this thread must end (its timeout passed or the
+// server is stopping). Long-running functions registered for sessions poll it. False outside
+// a session.
+bool call_cancelled();
 
 // Resolves `relative` inside the existing directory `root`: refuses absolute paths, NUL
 // bytes, `..` components and paths that symlinks lead out of `root`. Throws ValueError naming

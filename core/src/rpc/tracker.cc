@@ -33,12 +33,22 @@ using tracker_wire::frame;
 using tracker_wire::Json;
 
 // Limits that bound what one peer can make the tracker hold (docs/tracker.md).
-constexpr size_t kMaxConnections = 4096;
 constexpr size_t kMaxFreeValuesPerConnection = 1024;  // PUT values not yet handed out
 constexpr size_t kMaxRequestsPerConnection = 1024;    // REQUESTs waiting
-constexpr size_t kMaxInfoBytes = 64 * 1024;           // UPDATE_INFO, merged, as JSON text
-constexpr size_t kMaxQueuedReplyBytes = 64 << 20;     // replies the peer has not read yet
-constexpr size_t kMaxKeys = 16384;                    // schedulers (empty ones are dropped)
+constexpr size_t kMaxInfoBytes = 4 * 1024;            // UPDATE_INFO, merged, as JSON text
+// Keys, match keys, users and addresses (TVM's are tens of bytes).
+constexpr size_t kMaxNameBytes = 512;
+// Held free values and requests of one connection, in bytes (see Value::bytes).
+constexpr size_t kMaxHeldBytesPerConnection = 1 << 20;
+// What SUMMARY lists (queue keys and server infos), in bytes: its reply must fit one message
+// (kMaxTrackerMessageBytes) or every client's SUMMARY fails.
+constexpr size_t kMaxSummaryBytes = 768 * 1024;
+// Bytes one queue adds to SUMMARY besides its key: `"": {"free": n, "pending": m}, `.
+constexpr size_t kQueueSummaryOverhead = 64;
+// Bookkeeping per value or request besides its strings.
+constexpr size_t kEntryOverhead = 128;
+constexpr size_t kMaxQueuedReplyBytes = 64 << 20;  // replies the peer has not read yet
+constexpr size_t kMaxKeys = 16384;                 // schedulers (empty ones are dropped)
 constexpr double kMaxWaitSeconds = 30.0 * 24 * 3600;
 constexpr size_t kReadChunkBytes = 64 * 1024;
 
@@ -84,6 +94,8 @@ struct Value {
   Json port;
   std::string matchkey;
   bool dead = false;  // its server connection closed: never hand it out again
+  size_t bytes = 0;   // charged to Impl::held_bytes while it is free
+  bool held = false;  // whether `bytes` is still charged
 };
 
 struct Request {
@@ -94,6 +106,7 @@ struct Request {
   std::unique_ptr<asio::steady_timer> timer;  // the wait bound, when given
   double wait_s = 0;
   bool active = true;
+  size_t bytes = 0;  // charged to held_bytes (and its connection) while active
 };
 
 // Requests ordered by higher priority first, then arrival.
@@ -121,6 +134,10 @@ struct Connection {
   Json info = Json::object();
   std::vector<std::shared_ptr<Value>> free_values;        // PUT here, not yet handed out
   std::map<uint64_t, std::shared_ptr<Request>> requests;  // waiting, by seq
+  size_t held_bytes = 0;                                  // of its free values and waiting requests
+  size_t info_bytes = 0;  // of `info` as JSON text, charged to Impl::summary_bytes
+  bool greeted = false;   // it sent the magic and a first complete message
+  std::unique_ptr<asio::steady_timer> handshake_timer;
 
   bool is_server() const { return info.contains("key"); }
 };
@@ -149,6 +166,9 @@ struct Tracker::Impl {
   uint64_t next_connection_id = 0;
   uint64_t next_request_seq = 0;
   size_t total_free_values = 0;
+  size_t held_bytes = 0;     // Value::bytes and Request::bytes of everything held
+  size_t summary_bytes = 0;  // queue keys and infos: what SUMMARY will list
+  std::unordered_map<std::string, size_t> per_address;  // open connections by peer IP
   // Free values whose connection left without sending UPDATE_INFO (they stay, as in TVM),
   // oldest first: the first to go when the tracker is full.
   std::deque<std::weak_ptr<Value>> orphans;
@@ -185,6 +205,12 @@ struct Tracker::Impl {
   // Takes a free value out of its queue for good.
   void drop_free_value(const std::shared_ptr<Value>& v);
   void on_update_info(const std::shared_ptr<Connection>& c, const Json& msg);
+  // Stops charging a free value that left the queues.
+  void release(const std::shared_ptr<Value>& v);
+  // Charges `bytes` for `c`; BadMessage when its own or the tracker's bound is passed.
+  void charge(const std::shared_ptr<Connection>& c, size_t bytes, const char* what);
+  // Drops empty queues (their keys count against the SUMMARY budget).
+  void drop_empty_queues();
 
   // Runs `f`; an exception closes `c` with a warning instead of leaving the io thread.
   template <typename F>
@@ -201,6 +227,17 @@ namespace {
 struct BadMessage : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Refuses a key, match key, user or address longer than kMaxNameBytes (a string, or a
+// number's text).
+void check_name(const Json& value, const char* what) {
+  const size_t n =
+      value.is_string() ? value.get_ref<const std::string&>().size() : dumps(value).size();
+  if (n > kMaxNameBytes) {
+    throw BadMessage(
+        fmt::format("the {} is {} bytes long; the limit is {}", what, n, kMaxNameBytes));
+  }
+}
 }  // namespace
 
 void Tracker::Impl::bind() {
@@ -251,22 +288,60 @@ void Tracker::Impl::start(tcp::socket socket) {
   boost::system::error_code ec;
   const tcp::endpoint peer = socket.remote_endpoint(ec);
   if (ec) return;  // already gone
-  if (connections.size() >= kMaxConnections) {
-    warn(fmt::format("refusing a connection: {} connections are open", connections.size()));
-    socket.close(ec);
-    return;
-  }
-  auto c = std::make_shared<Connection>(std::move(socket));
-  c->id = next_connection_id++;
   asio::ip::address address = peer.address();
   if (address.is_v6() && address.to_v6().is_v4_mapped()) {
     address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
   }
-  c->peer_ip = address.to_string();
-  c->name = fmt::format("{}:{}", c->peer_ip, peer.port());
+  const std::string ip = address.to_string();
+  const std::string name = fmt::format("{}:{}", ip, peer.port());
+  // find(), not []: a refused address must not leave an entry behind.
+  const auto open_here = per_address.find(ip);
+  if (open_here != per_address.end() && open_here->second >= options.max_connections_per_address) {
+    warn(fmt::format("refusing {}: {} connections from {} are open (the per-address limit)", name,
+                     open_here->second, ip));
+    socket.close(ec);
+    return;
+  }
+  if (connections.size() >= options.max_connections) {
+    // Make room by closing the oldest connection that has not said anything yet: a client
+    // that talks at once gets in even when idle peers have filled the tracker.
+    std::shared_ptr<Connection> idle;
+    for (const auto& [id, other] : connections) {
+      if (!other->greeted) {
+        idle = other;
+        break;
+      }
+    }
+    if (!idle) {
+      warn(fmt::format("refusing {}: {} connections are open", name, connections.size()));
+      socket.close(ec);
+      return;
+    }
+    close(idle, LogLevel::kWarn,
+          fmt::format("{} connections are open: closing {}, which has not completed its "
+                      "handshake, to make room for {}",
+                      connections.size(), idle->name, name));
+  }
+  auto c = std::make_shared<Connection>(std::move(socket));
+  c->id = next_connection_id++;
+  c->peer_ip = ip;
+  c->name = name;
   c->socket.non_blocking(true, ec);
   c->socket.set_option(tcp::no_delay(true), ec);
   connections[c->id] = c;
+  ++per_address[ip];
+  c->handshake_timer = std::make_unique<asio::steady_timer>(io);
+  c->handshake_timer->expires_after(options.handshake_timeout);
+  std::weak_ptr<Connection> weak = c;
+  c->handshake_timer->async_wait([this, weak](const boost::system::error_code& e) {
+    if (e || stopping) return;
+    const auto conn = weak.lock();
+    if (!conn || !conn->open || conn->greeted) return;
+    close(conn, LogLevel::kWarn,
+          fmt::format("{} sent no magic and first message within the handshake deadline of {} "
+                      "ms; closing it",
+                      conn->name, options.handshake_timeout.count()));
+  });
   debug(fmt::format("connection from {}", c->name));
   read_magic(c);
 }
@@ -393,7 +468,13 @@ void Tracker::Impl::close(const std::shared_ptr<Connection>& c, LogLevel level,
   boost::system::error_code ec;
   c->socket.shutdown(tcp::socket::shutdown_both, ec);
   c->socket.close(ec);
-  connections.erase(c->id);
+  if (c->handshake_timer) c->handshake_timer->cancel();
+  if (connections.erase(c->id) > 0) {
+    auto it = per_address.find(c->peer_ip);
+    if (it != per_address.end() && --it->second == 0) per_address.erase(it);
+  }
+  summary_bytes -= c->info_bytes;
+  c->info_bytes = 0;
   // Its waiting requests go at once.
   auto requests = std::move(c->requests);
   c->requests.clear();
@@ -421,8 +502,53 @@ void Tracker::Impl::drop_free_value(const std::shared_ptr<Value>& v) {
     if (it != s->values.end()) {
       s->values.erase(it);
       --total_free_values;
+      release(v);
     }
   }
+}
+
+void Tracker::Impl::release(const std::shared_ptr<Value>& v) {
+  if (!v->held) return;
+  v->held = false;
+  held_bytes -= v->bytes;
+  if (auto owner = v->owner.lock()) owner->held_bytes -= v->bytes;
+}
+
+void Tracker::Impl::charge(const std::shared_ptr<Connection>& c, size_t bytes, const char* what) {
+  if (c->held_bytes + bytes > kMaxHeldBytesPerConnection) {
+    throw BadMessage(fmt::format("this {} would make the connection hold more than {} bytes", what,
+                                 kMaxHeldBytesPerConnection));
+  }
+  while (held_bytes + bytes > options.max_held_bytes && !orphans.empty()) {
+    const std::shared_ptr<Value> orphan = orphans.front().lock();
+    orphans.pop_front();
+    if (orphan && !orphan->dead) {
+      debug(fmt::format("the tracker is full: dropping {}, whose server left", orphan->matchkey));
+      drop_free_value(orphan);
+    }
+  }
+  if (held_bytes + bytes > options.max_held_bytes) {
+    throw BadMessage(
+        fmt::format("the tracker already holds {} bytes for its peers (the limit is "
+                    "{}); this {} does not fit",
+                    held_bytes, options.max_held_bytes, what));
+  }
+  held_bytes += bytes;
+  c->held_bytes += bytes;
+}
+
+void Tracker::Impl::drop_empty_queues() {
+  std::vector<std::string> kept;
+  for (const std::string& k : key_order) {
+    const Scheduler& s = *schedulers.at(k);
+    if (s.values.empty() && s.requests.empty()) {
+      schedulers.erase(k);
+      summary_bytes -= k.size() + kQueueSummaryOverhead;
+    } else {
+      kept.push_back(k);
+    }
+  }
+  key_order = std::move(kept);
 }
 
 Scheduler* Tracker::Impl::find_scheduler(const std::string& key) {
@@ -432,22 +558,19 @@ Scheduler* Tracker::Impl::find_scheduler(const std::string& key) {
 
 Scheduler& Tracker::Impl::scheduler(const std::string& key) {
   if (Scheduler* s = find_scheduler(key)) return *s;
-  if (schedulers.size() >= kMaxKeys) {
-    // Drop the empty queues before refusing new keys.
-    std::vector<std::string> kept;
-    for (const std::string& k : key_order) {
-      const Scheduler& s = *schedulers.at(k);
-      if (s.values.empty() && s.requests.empty()) {
-        schedulers.erase(k);
-      } else {
-        kept.push_back(k);
-      }
-    }
-    key_order = std::move(kept);
+  const size_t cost = key.size() + kQueueSummaryOverhead;
+  if (schedulers.size() >= kMaxKeys || summary_bytes + cost > kMaxSummaryBytes) {
+    drop_empty_queues();  // before refusing new keys
     if (schedulers.size() >= kMaxKeys) {
       throw BadMessage(fmt::format("the tracker already has {} keys", schedulers.size()));
     }
+    if (summary_bytes + cost > kMaxSummaryBytes) {
+      throw BadMessage(
+          fmt::format("the tracker's queue keys and server infos already take {} bytes of SUMMARY",
+                      summary_bytes));
+    }
   }
+  summary_bytes += cost;
   key_order.push_back(key);
   return *(schedulers[key] = std::make_unique<Scheduler>());
 }
@@ -455,6 +578,8 @@ Scheduler& Tracker::Impl::scheduler(const std::string& key) {
 void Tracker::Impl::remove_request(const std::shared_ptr<Request>& r) {
   if (!r->active) return;
   r->active = false;
+  held_bytes -= r->bytes;
+  if (auto owner = r->conn.lock()) owner->held_bytes -= r->bytes;
   if (r->timer) r->timer->cancel();
   if (Scheduler* s = find_scheduler(r->key)) s->requests.erase({-r->priority, r->seq});
   if (auto c = r->conn.lock()) c->requests.erase(r->seq);
@@ -473,6 +598,7 @@ void Tracker::Impl::schedule(const std::string& key) {
         c && c->open && reply(c, Json::array({0, Json::array({v->host, v->port, v->matchkey})}));
     if (granted) {
       --total_free_values;
+      release(v);
       if (auto owner = v->owner.lock()) {
         auto& fv = owner->free_values;
         auto it = std::find(fv.begin(), fv.end(), v);
@@ -484,6 +610,7 @@ void Tracker::Impl::schedule(const std::string& key) {
       s->values.push_back(v);  // the requester is gone: the value stays free
     } else {
       --total_free_values;
+      release(v);
     }
   }
 }
@@ -551,6 +678,10 @@ void Tracker::Impl::on_put(const std::shared_ptr<Connection>& c, const Json& msg
     throw BadMessage(
         fmt::format("more than {} free values from one connection", kMaxFreeValuesPerConnection));
   }
+  check_name(msg[1], "key");
+  check_name(msg[2][0], "port");
+  check_name(msg[2][1], "match key");
+  if (msg.size() >= 4) check_name(msg[3], "custom address");
   while (total_free_values >= options.max_free_values && !orphans.empty()) {
     const std::shared_ptr<Value> orphan = orphans.front().lock();
     orphans.pop_front();
@@ -568,7 +699,11 @@ void Tracker::Impl::on_put(const std::shared_ptr<Connection>& c, const Json& msg
   v->port = msg[2][0];
   v->matchkey = msg[2][1].get<std::string>();
   v->host = (msg.size() >= 4 && !msg[3].is_null()) ? msg[3] : Json(c->peer_ip);
+  v->bytes = kEntryOverhead + v->key.size() + v->matchkey.size() + dumps(v->host).size() +
+             dumps(v->port).size();
   Scheduler& s = scheduler(v->key);
+  charge(c, v->bytes, "PUT");
+  v->held = true;
   c->free_values.push_back(v);
   s.values.push_back(v);
   ++total_free_values;
@@ -592,12 +727,16 @@ void Tracker::Impl::on_request(const std::shared_ptr<Connection>& c, const Json&
     throw BadMessage(fmt::format("more than {} waiting requests from one connection",
                                  kMaxRequestsPerConnection));
   }
+  check_name(msg[1], "key");
+  check_name(msg[2], "user");
   auto r = std::make_shared<Request>();
   r->seq = next_request_seq++;
   r->priority = msg[3].get<double>();
   r->key = msg[1].get<std::string>();
   r->conn = c;
   Scheduler& s = scheduler(r->key);
+  r->bytes = kEntryOverhead + r->key.size();
+  charge(c, r->bytes, "REQUEST");
   s.requests.emplace(RequestOrder{-r->priority, r->seq}, r);
   c->requests.emplace(r->seq, r);
   if (wait) {
@@ -627,18 +766,43 @@ void Tracker::Impl::on_update_info(const std::shared_ptr<Connection>& c, const J
   if (msg[1].contains("key") && !msg[1]["key"].is_string()) {
     throw BadMessage("UPDATE_INFO's key must be a string");
   }
+  if (msg[1].contains("key")) check_name(msg[1]["key"], "info key");
+  for (const auto& part : msg[1]["addr"]) check_name(part, "address");
   Json update = msg[1];
   if (update["addr"][0].is_null()) update["addr"][0] = c->peer_ip;
   Json merged = c->info;
   for (const auto& [k, v] : update.items()) merged[k] = v;
-  if (dumps(merged).size() > kMaxInfoBytes) {
+  const size_t info_bytes = dumps(merged).size();
+  if (info_bytes > kMaxInfoBytes) {
     throw BadMessage(fmt::format("the info of one connection exceeds {} bytes", kMaxInfoBytes));
   }
+  if (summary_bytes - c->info_bytes + info_bytes > kMaxSummaryBytes) {
+    drop_empty_queues();
+    if (summary_bytes - c->info_bytes + info_bytes > kMaxSummaryBytes) {
+      throw BadMessage(
+          fmt::format("the tracker's queue keys and server infos already take {} bytes of SUMMARY",
+                      summary_bytes));
+    }
+  }
+  summary_bytes = summary_bytes - c->info_bytes + info_bytes;
+  c->info_bytes = info_bytes;
   c->info = std::move(merged);
   reply(c, 0);
 }
 
 void Tracker::Impl::handle(const std::shared_ptr<Connection>& c, const std::string& text) {
+  // The parser recurses per level: text nested deeper than the bound never reaches it (and
+  // nothing nested deeper is stored, so replays of stored values stay shallow too).
+  if (tracker_wire::json_depth(text, tracker_wire::kMaxJsonDepth) > tracker_wire::kMaxJsonDepth) {
+    close(c, LogLevel::kWarn,
+          fmt::format("a message from {} is nested deeper than {} levels: '{}'; closing it",
+                      c->name, tracker_wire::kMaxJsonDepth, excerpt(text)));
+    return;
+  }
+  if (!c->greeted) {
+    c->greeted = true;
+    c->handshake_timer->cancel();
+  }
   Json msg = Json::parse(text, nullptr, false);
   if (msg.is_discarded()) {
     close(c, LogLevel::kWarn,
@@ -716,6 +880,7 @@ void Tracker::Impl::do_stop() {
   accept_retry.cancel();
   for (auto& [id, c] : connections) {
     c->open = false;
+    if (c->handshake_timer) c->handshake_timer->cancel();
     c->socket.shutdown(tcp::socket::shutdown_both, ec);
     c->socket.close(ec);
     for (auto& [seq, r] : c->requests) {
@@ -723,6 +888,7 @@ void Tracker::Impl::do_stop() {
     }
   }
   connections.clear();
+  per_address.clear();
   schedulers.clear();
   key_order.clear();
   io.stop();

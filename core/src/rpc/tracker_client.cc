@@ -96,6 +96,13 @@ class TrackerConnection {
     std::string text(static_cast<size_t>(size), '\0');
     conn_->set_timeouts(bound(), bound());
     conn_->read_exact(text.data(), text.size(), "a tracker reply");
+    // A SUMMARY reply wraps stored values (at most kMaxJsonDepth deep) in 4 more levels; a
+    // reply nested deeper would overflow the parser's recursion.
+    if (tracker_wire::json_depth(text, tracker_wire::kMaxJsonDepth + 8) >
+        tracker_wire::kMaxJsonDepth + 8) {
+      throw ConnectionError(fmt::format("{} sent JSON nested deeper than {} levels", peer(),
+                                        tracker_wire::kMaxJsonDepth + 8));
+    }
     Json value = Json::parse(text, nullptr, false);
     if (value.is_discarded()) {
       throw ConnectionError(fmt::format("{} sent malformed JSON: {}", peer(), text.substr(0, 200)));

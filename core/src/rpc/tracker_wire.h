@@ -13,6 +13,15 @@ namespace kiln::rpc::tracker_wire {
 // Objects keep their members in the order they arrived, as Python dicts do.
 using Json = nlohmann::ordered_json;
 
+// The deepest nesting of arrays and objects in JSON `text`, counted over the bytes (brackets
+// inside strings do not count) without parsing: nlohmann::json's parser recurses once per
+// level, so text nested too deep must be refused before it is parsed. Stops counting once
+// `stop_above` is passed and returns that depth.
+size_t json_depth(const std::string& text, size_t stop_above = SIZE_MAX);
+// The nesting bound of every JSON text the tracker and its clients parse (TVM's own values
+// nest 3 deep; Python's json recursion breaks replays somewhere below 1,000).
+inline constexpr size_t kMaxJsonDepth = 32;
+
 // Little-endian int32 to and from 4 bytes.
 std::string encode_int32(int32_t value);
 int32_t decode_int32(const unsigned char* bytes);

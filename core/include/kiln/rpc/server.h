@@ -17,25 +17,47 @@ class Runtime;
 namespace kiln::rpc {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";          // address or name; loopback unless asked otherwise
+  // Address or name; loopback unless asked otherwise. A non-loopback address needs a token
+  // or allow_insecure (whoever can connect without a token can run code on this machine).
+  std::string host = "127.0.0.1";
   int port = 9090;                         // 0: an ephemeral port
   int port_end = 9199;                     // binds the first free port in [port, port_end)
   std::string key;                         // the key clients (and the tracker) know this server by
   std::optional<std::string> tracker;      // "host:port": register there
   std::optional<std::string> custom_addr;  // the address the tracker hands out
-  // Where session directories go (one per session, removed when it ends). Default: a fresh
-  // directory in the system's temporary directory, removed when the server stops.
+  // Where session directories go (one per session: unique, 0700, removed when it ends).
+  // Default: a fresh private directory (mkdtemp, 0700) in the system's temporary directory,
+  // removed when the server stops; those that crashed servers of the same user left behind
+  // are removed at start. A given work_dir itself is never removed.
   std::filesystem::path work_dir;
   // The longest a session may last; 0 = as long as the client asks (its session_timeout,
   // 0 = unlimited). The shorter of the two applies.
   double session_timeout_s = 0;
   int max_sessions = 1;  // sessions served at once; more are refused with "busy"
   std::string token;     // when set, clients must prove they hold it
-  // The most device memory one session may hold through allocations (bytes); 0 = no limit
-  // beyond the device's own.
+  // The most memory one session may hold through its handles (bytes), whoever allocated it:
+  // Alloc and tensors that functions return, each storage counted once; 0 = no limit beyond
+  // the device's own.
   uint64_t max_session_memory = 0;
-  // Seconds a client has to complete the handshake.
+  // Seconds a client has for the whole handshake (a deadline, not a per-read timeout).
   double handshake_timeout_s = 10;
+  // Seconds a session's client may stay silent while the server waits for its next request
+  // (or the rest of one); 0 = unlimited.
+  double idle_timeout_s = 600;
+  // Seconds the server waits for a client to take reply data; 0 = unlimited. A client that
+  // never reads cannot hold a slot for longer.
+  double write_timeout_s = 60;
+  // Handles one session may hold at once; 0 = unlimited.
+  uint64_t max_handles = 65536;
+  // Bytes one session may upload over its life; 0 = unlimited.
+  uint64_t max_upload_bytes = 4ull << 30;
+  // Offer the diagnostic functions "rpc.test.*" and "testing.*" (rpc.test.sleep can hold a
+  // session for as long as it is asked to): for tests only.
+  bool enable_test_functions = false;
+  // Listen on a non-loopback address without a token (logged as a warning).
+  bool allow_insecure = false;
+  // Seconds stop() waits for running calls to return after telling them to end.
+  double stop_grace_s = 5;
 };
 
 class Server {
@@ -58,8 +80,12 @@ class Server {
   int active_sessions() const;
   // Whether the tracker registration is up (false without a tracker).
   bool registered() const;
-  // Stops serving (idempotent).
-  void stop();
+  // Stops serving (idempotent): closes every connection, tells running calls to end
+  // (call_cancelled()), waits up to stop_grace_s for them and removes the work directory.
+  // Returns false when a call did not return in time: its thread is left running detached
+  // (and the server's state is then kept alive for it, leaked, by the destructor), so the
+  // caller should end the process soon.
+  bool stop();
   // Blocks until stop() or `timeout`; returns whether stopped.
   bool wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 

@@ -50,6 +50,20 @@ struct TrackerOptions {
   // without UPDATE_INFO) are dropped oldest first; a PUT that still finds no room closes its
   // connection.
   size_t max_free_values = 65536;
+  // Connections open at once. When full, the oldest connection that has not yet sent its
+  // magic and first message is closed to make room (a flood of idle connections cannot lock
+  // out a client that talks at once); when every one has, the new connection is refused.
+  size_t max_connections = 4096;
+  // Connections open at once from one peer address (`kiln tracker --max-connections-per-
+  // address`); more are refused, so one host cannot take every slot.
+  size_t max_connections_per_address = 256;
+  // How long a connection has to send the magic and its first complete message
+  // (--handshake-timeout); it is closed when the deadline passes.
+  std::chrono::milliseconds handshake_timeout{10000};
+  // Bytes of free values and waiting requests held for all peers (--max-held-bytes); a PUT or
+  // REQUEST beyond it drops free values whose server left, then closes its connection.
+  // One connection may hold at most 1 MiB of them.
+  size_t max_held_bytes = 64u << 20;
 };
 
 // A tracker serving on its own thread. Thread-safe.
