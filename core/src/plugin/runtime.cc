@@ -22,6 +22,7 @@
 #include "kiln/logging.h"
 #include "kiln/temp_dir.h"
 #include "kiln/version.h"
+#include "plugin/copy_table.h"
 #include "plugin/loaded_plugin.h"
 #include "plugin/manifest.h"
 #include "plugin/plugin_set.h"
@@ -93,15 +94,7 @@ std::string clean_dl_error(const std::string& what) {
                      end == std::string::npos || end < start ? std::string::npos : end - start);
 }
 
-template <typename Table>
-std::unique_ptr<Table> copy_table(const void* table) {
-  auto copy = std::make_unique<Table>();
-  std::memset(copy.get(), 0, sizeof(Table));
-  const size_t size = *static_cast<const size_t*>(table);
-  std::memcpy(copy.get(), table, std::min(size, sizeof(Table)));
-  copy->struct_size = sizeof(Table);
-  return copy;
-}
+using plugin::copy_table;
 
 // Thrown inside loading to mark the plugin failed with a reason.
 struct LoadFailure {
