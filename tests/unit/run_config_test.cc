@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -278,6 +280,44 @@ TEST_F(RunConfigTest, UnknownKeysSuggestTheClosest) {
   expect_error(text, "rand}", "inputs[0].init",
                "unknown init 'rand' (did you mean 'random'?); expected one of zeros, ones, "
                "random, arange");
+}
+
+TEST_F(RunConfigTest, FPreprocNamesARegisteredGlobalFunction) {
+  RunSpec spec = parse("module: mod.so\nevaluator: {f_preproc: cache_flush_device_l2}\n");
+  EXPECT_EQ(spec.extra.f_preproc, "cache_flush_device_l2");
+  EXPECT_FALSE(spec.evaluator.enable_cpu_cache_flush);
+  std::string text = "module: mod.so\nevaluator: {f_preproc: cache_flush_devcie_l2}\n";
+  expect_error(text, "cache_flush_devcie_l2", "evaluator.f_preproc",
+               "'cache_flush_devcie_l2' is not a registered global function");
+  text = "module: mod.so\nevaluator: {enable_cpu_cache_flush: true, f_preproc: testing.x}\n";
+  expect_error(text, "testing.x", "evaluator.f_preproc",
+               "cannot be combined with enable_cpu_cache_flush");
+}
+
+// f_preproc from a run config reaches the evaluator the way `kiln run` passes it
+// (RunHooks::evaluator = RunSpec::extra): it runs once before each repeat.
+TEST_F(RunConfigTest, FPreprocRunsBeforeEachRepeatOfALocalRun) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  registry::set("testing.run_config_preproc",
+                Function::from_packed("testing.run_config_preproc",
+                                      [calls](const Any*, int32_t) {
+                                        ++*calls;
+                                        return Any();
+                                      }),
+                true);
+  const RunSpec spec = parse("module: " + std::string(KILN_EXAMPLE_KERNEL_DIR) +
+                             "/libvector_add.so\nfunction: vector_add\nexport: tar\n"
+                             "evaluator: {number: 1, repeat: 3, min_repeat_ms: 0, "
+                             "f_preproc: testing.run_config_preproc}\n"
+                             "inputs:\n  - {shape: [16]}\n  - {shape: [16]}\n"
+                             "  - {shape: [16]}\n  - {scalar: 0.5}\n");
+  testing::RunHooks hooks;
+  hooks.function = spec.function;
+  hooks.evaluator = spec.extra;
+  testing::local_run(load_module(spec.module), spec.device, make_inputs(spec), spec.evaluator,
+                     spec.exporter, std::nullopt, hooks);
+  registry::remove("testing.run_config_preproc");
+  EXPECT_EQ(calls->load(), 3) << "once per repeat";
 }
 
 TEST_F(RunConfigTest, WrongTypes) {
