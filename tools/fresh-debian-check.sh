@@ -84,10 +84,15 @@ if [ "$use_ccache" = "1" ]; then
   cache="${CCACHE_DIR:-$HOME/.cache/ccache}"
   mkdir -p "$cache"
   bind "$cache"
+  # The configuration (base_dir above all, without which no path matches) is copied in and
+  # named explicitly: with CCACHE_DIR set, ccache would read $CCACHE_DIR/ccache.conf instead.
   mkdir -p "$root/root/.config/ccache"
   conf="${CCACHE_CONFIGPATH:-$HOME/.config/ccache/ccache.conf}"
+  [ -f "$conf" ] || conf="$cache/ccache.conf"
+  touch "$root/root/.config/ccache/ccache.conf"
   if [ -f "$conf" ]; then cp "$conf" "$root/root/.config/ccache/ccache.conf"; fi
-  env_args+=(CCACHE_DIR="$cache" CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  env_args+=(CCACHE_DIR="$cache" CCACHE_CONFIGPATH=/root/.config/ccache/ccache.conf
+             CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache)
   chroot "$root" /usr/bin/env -i "${env_args[@]}" bash -c \
     'command -v ccache >/dev/null || { apt-get update -qq && apt-get install -y -qq ccache; }'
 fi
