@@ -63,6 +63,11 @@ if [ "${KILN_FRESH_REUSE:-0}" != "1" ] || [ ! -f "$root/etc/debian_version" ]; t
   }
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# debootstrap writes no /etc/hosts (an installed Debian has one, from the installer), and
+# without it 'localhost' does not resolve (RpcSession.ServesOnAHostName listens on it).
+if [ ! -s "$root/etc/hosts" ]; then
+  printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+fi
 echo "deb $mirror bookworm main" >"$root/etc/apt/sources.list"
 echo "deb $mirror bookworm-updates main" >>"$root/etc/apt/sources.list"
 echo "deb http://deb.debian.org/debian-security bookworm-security main" >>"$root/etc/apt/sources.list"
