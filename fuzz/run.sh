@@ -9,7 +9,8 @@
 # Environment: KILN_FUZZ_SECONDS (per target, default 60), KILN_FUZZ_JOBS (build jobs, default
 # 2), KILN_FUZZ_CC / KILN_FUZZ_CXX (default clang / clang++), KILN_FUZZ_BUILD_DIR (default
 # <repo>/build-fuzz). Needs clang and its libFuzzer runtime (Debian: clang and
-# libclang-rt-14-dev, or clang-15 and libclang-common-15-dev).
+# libclang-rt-14-dev, or clang-15 and libclang-common-15-dev). Reports are symbolized with
+# ASAN_SYMBOLIZER_PATH (default: the first of llvm-symbolizer, -14, -15 on PATH).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,8 +38,20 @@ names=()
 for t in "${targets[@]}"; do names+=("${t%% *}"); done
 cmake --build "$build" -j "$jobs" --target "${names[@]}"
 
+# Symbolized reports: llvm-symbolizer under any of Debian's names (llvm-15, which pocl and
+# hipcc pull in, has only llvm-symbolizer-15).
+if [ -z "${ASAN_SYMBOLIZER_PATH:-}" ]; then
+  for s in llvm-symbolizer llvm-symbolizer-14 llvm-symbolizer-15; do
+    if command -v "$s" >/dev/null; then
+      ASAN_SYMBOLIZER_PATH=$(command -v "$s")
+      export ASAN_SYMBOLIZER_PATH
+      break
+    fi
+  done
+fi
 # A hostile Alloc may ask for any size: the allocator must fail it, not abort the process.
-export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}"
+# intercept_tls_get_addr=0: see tools/dev.sh (LeakSanitizer's tracer crash on dynamic TLS).
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1:intercept_tls_get_addr=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 status=0
 for t in "${targets[@]}"; do

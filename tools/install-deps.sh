@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package Kiln needs to build, test and benchmark. Idempotent; run as
-# root (or with sudo available). Package notes: ../shared/deps.md and docs/building.md.
+# root (or with sudo available). What each package is for, and the other ways to build:
+# docs/building.md.
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config clang-format
+  build-essential cmake ninja-build pkg-config git clang-format clang-tidy
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost1.81-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libtbb-dev
   nlohmann-json3-dev libcli11-dev libarchive-dev libdlpack-dev

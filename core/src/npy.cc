@@ -511,19 +511,19 @@ std::vector<uint8_t> serialize_npy(DataType dtype, std::span<const int64_t> shap
     }
   }
 
-  std::vector<uint8_t> out;
-  out.reserve(header_offset + header_length + nbytes);
-  out.insert(out.end(), kMagic, kMagic + kMagicSize);
-  out.push_back(major);
-  out.push_back(0);
+  // The layout is known in full: size the buffer once and copy each part to its offset
+  // (magic, version, header length, the dict padded with spaces, '\n', the data).
+  std::vector<uint8_t> out(header_offset + header_length + nbytes, ' ');
+  uint8_t* p = out.data();
+  std::memcpy(p, kMagic, kMagicSize);
+  p[kMagicSize] = major;
+  p[kMagicSize + 1] = 0;
   for (size_t i = 0; i < header_offset - kMagicSize - 2; ++i) {
-    out.push_back(static_cast<uint8_t>(header_length >> (8 * i)));
+    p[kMagicSize + 2 + i] = static_cast<uint8_t>(header_length >> (8 * i));
   }
-  out.insert(out.end(), dict.begin(), dict.end());
-  out.resize(header_offset + header_length - 1, ' ');
-  out.push_back('\n');
-  const uint8_t* src = static_cast<const uint8_t*>(data);
-  if (nbytes > 0) out.insert(out.end(), src, src + nbytes);
+  std::memcpy(p + header_offset, dict.data(), dict.size());
+  p[header_offset + header_length - 1] = '\n';
+  if (nbytes > 0) std::memcpy(p + header_offset + header_length, data, nbytes);
   return out;
 }
 

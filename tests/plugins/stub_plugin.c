@@ -12,6 +12,10 @@
  *   STUB_NULL_OPTIONAL   every optional slot is NULL (no timer, streams or modules)
  *   STUB_WRONG_NAME      answers a name that differs from the manifest's
  *   STUB_ZERO_TIMER      has timer slots whose every reading is 0 ns
+ *   STUB_TABLE_SIZE      the device table's struct_size (default sizeof): a shorter table as
+ *                        an older minor's plugin answers it; the bytes from there up to
+ *                        sizeof(KilnDeviceBackend) + 64 are 0xA5 (non-NULL junk), so a host
+ *                        that reads past struct_size instead of zero-extending sees them
  *
  * Written in plain C against the C headers only, as a third-party plugin would be. */
 #include <stdlib.h>
@@ -150,7 +154,12 @@ __attribute__((unused)) static void stub_timer_destroy(void* self, void* timer) 
   free(timer);
 }
 
-static KilnDeviceBackend g_backend;
+/* The device table, with room after it for the junk of STUB_TABLE_SIZE. */
+static union {
+  KilnDeviceBackend table;
+  unsigned char bytes[sizeof(KilnDeviceBackend) + 64];
+} g_backend_storage;
+#define g_backend g_backend_storage.table
 static KilnComponent g_component;
 static int g_shutdown_calls;
 
@@ -173,7 +182,7 @@ KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo
 #ifdef STUB_INIT_FAIL
   return stub_error(KILN_ERROR_UNAVAILABLE, "stub: init failed: device firmware missing");
 #endif
-  memset(&g_backend, 0, sizeof(g_backend));
+  memset(&g_backend_storage, 0, sizeof(g_backend_storage));
   g_backend.struct_size = sizeof(g_backend);
 #ifdef STUB_SMALL_STRUCT
   g_backend.struct_size = 24;
@@ -199,6 +208,13 @@ KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo
 #ifndef STUB_NULL_OPTIONAL
   g_backend.stream_create = stub_stream_create;
   g_backend.stream_destroy = stub_stream_destroy;
+#endif
+
+#ifdef STUB_TABLE_SIZE
+  /* Junk from the answered size on: the slots past it do not exist in this plugin. */
+  g_backend.struct_size = STUB_TABLE_SIZE;
+  memset(g_backend_storage.bytes + STUB_TABLE_SIZE, 0xA5,
+         sizeof(g_backend_storage.bytes) - STUB_TABLE_SIZE);
 #endif
 
   memset(&g_component, 0, sizeof(g_component));

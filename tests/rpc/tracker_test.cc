@@ -437,7 +437,8 @@ TEST(TrackerWait, ABoundedRequestForAnUnknownKeyFailsClearly) {
     EXPECT_THAT(e.what(), HasSubstr("no free server with key 'nokey' within 0.2 s"));
     EXPECT_THAT(e.what(), HasSubstr("no server is registered with this key"));
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  // A hang guard, not a speed bound: without the 200 ms bound the request waits forever.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
   EXPECT_TRUE(session.ping());  // the connection stays usable
   EXPECT_EQ(pending_of(session.summary(), "nokey"), 0);
 
@@ -877,7 +878,8 @@ TEST(TrackerClient, ConnectFailuresAreClear) {
   } catch (const RuntimeError& e) {
     EXPECT_THAT(e.what(), HasSubstr(fmt::format("127.0.0.1:{}", free_port)));
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  // Not a speed bound: ignoring the 700 ms timeout would retry for the default 10 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 8s);
 
   // Something that answers another magic is not a tracker.
   const int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);

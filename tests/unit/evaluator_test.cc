@@ -121,21 +121,38 @@ TEST(Evaluator, PreprocRunsOncePerRepeatWithTheSameArguments) {
 }
 
 TEST(Evaluator, CooldownSleepsAfterEveryNthRepeat) {
-  Counter c;
+  // on_repeat runs after each repeat's cooldown, so the gap before each on_repeat call holds
+  // that repeat (an empty function) and its sleep, if any. Lower bounds show each sleep
+  // happened; a gap without one must be shorter than one sleep, which it is unless a sleep
+  // was added there (a structural check, not a speed bound: the sleep is 400 ms).
+  using Clock = std::chrono::steady_clock;
+  constexpr double kSleep = 0.400;
+  const auto gaps_of = [](TimeEvaluatorOptions o) {
+    std::vector<Clock::time_point> marks{Clock::now()};
+    o.on_repeat = [&](int32_t, int32_t) { marks.push_back(Clock::now()); };
+    Counter c;
+    TimeEvaluator(c.f(), Device::cpu(), o)({});
+    std::vector<double> gaps;
+    for (size_t i = 1; i < marks.size(); ++i) {
+      gaps.push_back(std::chrono::duration<double>(marks[i] - marks[i - 1]).count());
+    }
+    return gaps;
+  };
   TimeEvaluatorOptions o = opts(1, 2);
-  o.cooldown_interval_ms = 150;
-  auto start = std::chrono::steady_clock::now();
-  TimeEvaluator(c.f(), Device::cpu(), o)({});
-  const double every =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_GE(every, 0.300) << "sleeps after repeats 0 and 1";  // checklist 6
+  o.cooldown_interval_ms = static_cast<int32_t>(kSleep * 1000);
+  std::vector<double> gaps = gaps_of(o);  // checklist 6
+  ASSERT_EQ(gaps.size(), 2u);
+  EXPECT_GE(gaps[0], kSleep) << "sleeps after repeat 0";
+  EXPECT_GE(gaps[1], kSleep) << "and after repeat 1";
+  o = opts(1, 4);
+  o.cooldown_interval_ms = static_cast<int32_t>(kSleep * 1000);
   o.repeats_to_cooldown = 2;
-  start = std::chrono::steady_clock::now();
-  TimeEvaluator(c.f(), Device::cpu(), o)({});
-  const double second =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_GE(second, 0.150);
-  EXPECT_LT(second, 0.300) << "only after repeat 0";
+  gaps = gaps_of(o);
+  ASSERT_EQ(gaps.size(), 4u);
+  EXPECT_GE(gaps[0], kSleep) << "sleeps after repeat 0";
+  EXPECT_LT(gaps[1], kSleep) << "not after repeat 1";
+  EXPECT_GE(gaps[2], kSleep) << "sleeps after repeat 2";
+  EXPECT_LT(gaps[3], kSleep) << "not after repeat 3";
 }
 
 TEST(Evaluator, ZeroTimeReadingsStopAfterTheLimit) {

@@ -5,10 +5,12 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "kiln/kiln.h"
+#include "plugin/copy_table.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -118,13 +120,69 @@ TEST(PluginLoader, NullOptionalSlotsLoadWithFallbacks) {
 }
 
 TEST(PluginLoader, OlderOrEqualMinorLoadsAndSeesOnlyItsSlots) {
-  // stub_ok answers 1.0 with tables of exactly the 1.0 layout: the host zero-extends its
-  // copies, so slots a later minor appends read NULL.
-  auto rt = isolated_runtime({stub_dir("stub_ok")});
-  auto backend = rt->backend(100);
-  EXPECT_EQ(backend->table().struct_size, sizeof(KilnDeviceBackend));
+  // stub_table_1_0 answers 1.0 with a device table of the 1.0 layout (the oldest a 1.x host
+  // accepts) followed by 0xA5 junk, and no timer slots.
+  auto rt = isolated_runtime({stub_dir("stub_table_1_0")});
+  const PluginStatus& s = status_of(*rt, "stub_table_1_0");
+  ASSERT_EQ(s.state, PluginStatus::State::kLoaded) << s.reason;
+  auto backend = rt->backend(113);
+  const KilnDeviceBackend& table = backend->table();
+  EXPECT_EQ(table.struct_size, sizeof(KilnDeviceBackend)) << "the host's copy, of its own size";
+  // Past the plugin's table the host's copy is zero, not the junk. (No bytes today, while the
+  // 1.0 layout is the whole table; the slots a later minor appends land here.)
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&table);
+  for (size_t i = KILN_DEVICE_BACKEND_SIZE_1_0; i < sizeof(KilnDeviceBackend); ++i) {
+    EXPECT_EQ(bytes[i], 0) << "byte " << i << " of the host's copy";
+  }
   EXPECT_TRUE(backend->has_streams());
   EXPECT_FALSE(backend->has_timer());
+  // The documented fallback for a backend without timer slots: sync + the host's clock.
+  TimeEvaluatorOptions o;
+  o.number = 1;
+  o.repeat = 1;
+  Function nop = Function::from_packed("test.nop", [](const Any*, int32_t) { return Any(); });
+  const BenchmarkResult r = TimeEvaluator(nop, Device{113, 0}, o, *rt)({});
+  EXPECT_EQ(r.timer, "wall");
+}
+
+// Two minors of one function table: V2 appends two slots to V1.
+struct TableV1 {
+  size_t struct_size;
+  void (*a)();
+  void (*b)();
+};
+struct TableV2 {
+  size_t struct_size;
+  void (*a)();
+  void (*b)();
+  void (*c)();
+  void (*d)();
+};
+void slot_a() {}
+void slot_b() {}
+
+TEST(PluginLoader, TheHostZeroExtendsAnOlderMinorsTable) {
+  // A V1 plugin's table with junk after it, as a V2 host copies it.
+  union {
+    TableV1 v1;
+    unsigned char bytes[sizeof(TableV2) + 16];
+  } plugin_memory;
+  std::memset(&plugin_memory, 0xA5, sizeof(plugin_memory));
+  plugin_memory.v1 = TableV1{sizeof(TableV1), slot_a, slot_b};
+  const auto host = plugin::copy_table<TableV2>(&plugin_memory);
+  EXPECT_EQ(host->struct_size, sizeof(TableV2));
+  EXPECT_EQ(host->a, &slot_a);
+  EXPECT_EQ(host->b, &slot_b);
+  EXPECT_EQ(host->c, nullptr) << "a slot the older minor lacks reads NULL, not what follows it";
+  EXPECT_EQ(host->d, nullptr);
+}
+
+TEST(PluginLoader, TheHostCutsANewerMinorsTableToItsOwnLayout) {
+  const TableV2 newer{sizeof(TableV2), slot_a, slot_b, slot_b, slot_a};
+  const auto host = plugin::copy_table<TableV1>(&newer);
+  EXPECT_EQ(host->struct_size, sizeof(TableV1));
+  EXPECT_EQ(host->a, &slot_a);
+  EXPECT_EQ(host->b, &slot_b);
 }
 
 TEST(PluginLoader, TwoPluginsClaimingOneDeviceTypeAreRefusedUntilThePluginSetChooses) {

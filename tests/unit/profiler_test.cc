@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "kiln/kiln.h"
 #include "kiln/profiling/profiler.h"
@@ -14,26 +16,36 @@ namespace {
 using ::testing::ElementsAre;
 
 // Counts what the profiler asks of it, and reports the number of calls it saw stop.
+// It handles devices of `handled_type` only (the cpu unless told otherwise): for others its
+// start() answers null, and the profiler must then neither stop it nor report its metrics.
+// Its metrics are named "<prefix> Calls", "<prefix> Label" and "<prefix> Ratio".
 class TestCollector : public MetricCollector {
  public:
+  explicit TestCollector(int32_t handled_type = kDLCPU, std::string prefix = "Test")
+      : handled_type_(handled_type), prefix_(std::move(prefix)) {}
   std::string name() const override { return "test"; }
   void init(const std::vector<Device>& devices) override {
     ++inits;
     devices_seen = devices.size();
   }
   std::shared_ptr<void> start(Device device) override {
-    if (device.type != kDLCPU) return nullptr;  // handles the cpu only
+    ++asked;
+    if (device.type != handled_type_) return nullptr;
     ++starts;
     return std::make_shared<int>(starts);
   }
   MetricMap stop(std::shared_ptr<void> state) override {
     ++stops;
-    return {{"Test Calls", Count{*static_cast<int*>(state.get())}},
-            {"Test Label", std::string("from the test collector")},
-            {"Test Ratio", Ratio{0.5}}};
+    return {{prefix_ + " Calls", Count{*static_cast<int*>(state.get())}},
+            {prefix_ + " Label", std::string("from the test collector")},
+            {prefix_ + " Ratio", Ratio{0.5}}};
   }
-  int inits = 0, starts = 0, stops = 0;
+  int inits = 0, asked = 0, starts = 0, stops = 0;
   size_t devices_seen = 0;
+
+ private:
+  int32_t handled_type_;
+  std::string prefix_;
 };
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
@@ -96,17 +108,27 @@ TEST(Profiler, MisuseIsAnError) {
 }
 
 TEST(Profiler, CollectorSkipsDevicesItDoesNotHandle) {
-  auto collector = std::make_shared<TestCollector>();
-  RuntimeOptions ro;
-  ro.search_paths = {std::string(KILN_STUB_PLUGIN_DIR) + "/stub_ok"};
-  ro.read_environment = false;
-  ro.search_install_prefix = false;
-  Runtime rt(ro);  // registers the stub's device type; the profiler uses the global runtime
-  Profiler p({Device::cpu()}, {collector});
+  // Beside a collector of the cpu, one that handles only CUDA devices: it is asked for every
+  // cpu frame, declines each, and is never stopped; its metrics appear nowhere.
+  auto cpu = std::make_shared<TestCollector>(kDLCPU, "Cpu");
+  auto cuda_only = std::make_shared<TestCollector>(kDLCUDA, "Cuda");
+  Profiler p({Device::cpu()}, {cpu, cuda_only});
   p.start();
+  p.start_call("call", Device::cpu());
+  p.stop_call();
   p.stop();
-  EXPECT_EQ(collector->starts, 1);
-  EXPECT_EQ(p.report().device_metrics.at("cpu0").count("Test Calls"), 1u);
+  EXPECT_EQ(cuda_only->asked, 2) << "Total + call";
+  EXPECT_EQ(cuda_only->starts, 0);
+  EXPECT_EQ(cuda_only->stops, 0) << "a collector that declined a frame is not stopped";
+  EXPECT_EQ(cpu->starts, 2);
+  EXPECT_EQ(cpu->stops, 2);
+  const Report r = p.report();
+  ASSERT_EQ(r.calls.size(), 1u);
+  for (const MetricMap* row : {&r.calls[0], &r.device_metrics.at("cpu0")}) {
+    EXPECT_EQ(row->count("Cpu Calls"), 1u);
+    EXPECT_EQ(row->count("Cuda Calls"), 0u);
+    EXPECT_EQ(row->count("Cuda Label"), 0u);
+  }
 }
 
 TEST(ProfileFunction, ReturnsTheCollectorsMetrics) {

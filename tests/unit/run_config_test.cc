@@ -6,16 +6,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <yaml-cpp/yaml.h>
 
 #include "kiln/config_error.h"
 #include "kiln/error.h"
@@ -276,6 +280,44 @@ TEST_F(RunConfigTest, UnknownKeysSuggestTheClosest) {
   expect_error(text, "rand}", "inputs[0].init",
                "unknown init 'rand' (did you mean 'random'?); expected one of zeros, ones, "
                "random, arange");
+}
+
+TEST_F(RunConfigTest, FPreprocNamesARegisteredGlobalFunction) {
+  RunSpec spec = parse("module: mod.so\nevaluator: {f_preproc: cache_flush_device_l2}\n");
+  EXPECT_EQ(spec.extra.f_preproc, "cache_flush_device_l2");
+  EXPECT_FALSE(spec.evaluator.enable_cpu_cache_flush);
+  std::string text = "module: mod.so\nevaluator: {f_preproc: cache_flush_devcie_l2}\n";
+  expect_error(text, "cache_flush_devcie_l2", "evaluator.f_preproc",
+               "'cache_flush_devcie_l2' is not a registered global function");
+  text = "module: mod.so\nevaluator: {enable_cpu_cache_flush: true, f_preproc: testing.x}\n";
+  expect_error(text, "testing.x", "evaluator.f_preproc",
+               "cannot be combined with enable_cpu_cache_flush");
+}
+
+// f_preproc from a run config reaches the evaluator the way `kiln run` passes it
+// (RunHooks::evaluator = RunSpec::extra): it runs once before each repeat.
+TEST_F(RunConfigTest, FPreprocRunsBeforeEachRepeatOfALocalRun) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  registry::set("testing.run_config_preproc",
+                Function::from_packed("testing.run_config_preproc",
+                                      [calls](const Any*, int32_t) {
+                                        ++*calls;
+                                        return Any();
+                                      }),
+                true);
+  const RunSpec spec = parse("module: " + std::string(KILN_EXAMPLE_KERNEL_DIR) +
+                             "/libvector_add.so\nfunction: vector_add\nexport: tar\n"
+                             "evaluator: {number: 1, repeat: 3, min_repeat_ms: 0, "
+                             "f_preproc: testing.run_config_preproc}\n"
+                             "inputs:\n  - {shape: [16]}\n  - {shape: [16]}\n"
+                             "  - {shape: [16]}\n  - {scalar: 0.5}\n");
+  testing::RunHooks hooks;
+  hooks.function = spec.function;
+  hooks.evaluator = spec.extra;
+  testing::local_run(load_module(spec.module), spec.device, make_inputs(spec), spec.evaluator,
+                     spec.exporter, std::nullopt, hooks);
+  registry::remove("testing.run_config_preproc");
+  EXPECT_EQ(calls->load(), 3) << "once per repeat";
 }
 
 TEST_F(RunConfigTest, WrongTypes) {
@@ -865,15 +907,32 @@ std::vector<fs::path> example_configs() {
   return files;
 }
 
-TEST(RunExamplesTest, EveryExampleParsesAndBuildsItsInputs) {
+// The toolkit whose output the module of the example `config` is ("cuda": nvcc's PTX, cubin
+// and fatbin; "rocm": the HIP code objects), or "" for modules every build makes.
+std::string toolkit_needed_by(const fs::path& config) {
+  const std::string module = YAML::LoadFile(config.string())["module"].as<std::string>("");
+  if (module.find("/cuda/") != std::string::npos) return "cuda";
+  if (module.find("/rocm/") != std::string::npos && fs::path(module).extension() == ".hsaco") {
+    return "rocm";
+  }
+  return "";
+}
+
+// Whether the build made the example kernels of `toolkit` (KILN_TOOLKIT_EXAMPLES comes from
+// examples/kernels/{cuda,rocm}/CMakeLists.txt through tests/CMakeLists.txt).
+bool toolkit_examples_built(const std::string& toolkit) {
+  const std::string built = "," KILN_TOOLKIT_EXAMPLES ",";
+  return built.find("," + toolkit + ",") != std::string::npos;
+}
+
+// Parses each example config that needs `toolkit` ("" for none) and builds its inputs.
+void check_examples(const std::string& toolkit) {
   ScopedEnv env("KILN_EXAMPLES", KILN_EXAMPLE_KERNEL_DIR);
-  const std::vector<fs::path> files = example_configs();
-  std::set<std::string> names;
-  for (const fs::path& file : files) names.insert(file.filename().string());
-  EXPECT_TRUE(names.count("vector_add.yaml") && names.count("relu.yaml") &&
-              names.count("matmul.yaml"));
-  for (const fs::path& file : files) {
+  size_t checked = 0;
+  for (const fs::path& file : example_configs()) {
+    if (toolkit_needed_by(file) != toolkit) continue;
     SCOPED_TRACE(file.string());
+    ++checked;
     const RunSpec spec = parse_run_config(file);
     EXPECT_TRUE(fs::exists(spec.module));
     const std::vector<Any> args = make_inputs(spec);
@@ -882,13 +941,38 @@ TEST(RunExamplesTest, EveryExampleParsesAndBuildsItsInputs) {
       EXPECT_FALSE(out.save) << "examples write nothing by default";
     }
   }
+  EXPECT_GT(checked, 0u) << "no example config needs '" << toolkit << "'";
+}
+
+TEST(RunExamplesTest, EveryExampleParsesAndBuildsItsInputs) {
+  std::set<std::string> names;
+  for (const fs::path& file : example_configs()) names.insert(file.filename().string());
+  EXPECT_TRUE(names.count("vector_add.yaml") && names.count("relu.yaml") &&
+              names.count("matmul.yaml"));
+  check_examples("");
+}
+
+TEST(RunExamplesTest, EveryCudaExampleParsesAndBuildsItsInputs) {
+  if (!toolkit_examples_built("cuda")) {
+    GTEST_SKIP() << "the CUDA example kernels were not built (nvcc was not found at configure "
+                    "time; examples/kernels/cuda/CMakeLists.txt)";
+  }
+  check_examples("cuda");
+}
+
+TEST(RunExamplesTest, EveryRocmExampleParsesAndBuildsItsInputs) {
+  if (!toolkit_examples_built("rocm")) {
+    GTEST_SKIP() << "the HIP example code objects were not built (clang++-15 or the ROCm device "
+                    "libraries were not found at configure time; "
+                    "examples/kernels/rocm/CMakeLists.txt)";
+  }
+  check_examples("rocm");
 }
 
 TEST(RunExamplesTest, VectorAddRunsEndToEnd) {
   const auto exporters = Runtime::global().exporter_names();
-  if (std::find(exporters.begin(), exporters.end(), "tar") == exporters.end()) {
-    GTEST_SKIP() << "no 'tar' exporter is loaded";
-  }
+  ASSERT_NE(std::find(exporters.begin(), exporters.end(), "tar"), exporters.end())
+      << "no 'tar' exporter is loaded: the package plugin is built with the tests";
   ScopedEnv env("KILN_EXAMPLES", std::nullopt);
   RunSpec spec = parse_run_config(fs::path(KILN_SOURCE_DIR) / "configs/runs/vector_add.yaml");
   spec.evaluator = EvaluatorConfig{1, 1, 0, false};  // keep the test fast

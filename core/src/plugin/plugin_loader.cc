@@ -12,6 +12,7 @@
 #include "ffi/error_object.h"
 #include "kiln/logging.h"
 #include "kiln/version.h"
+#include "plugin/copy_table.h"
 
 namespace kiln::plugin {
 
@@ -28,16 +29,6 @@ std::string clean_dl_error(const std::string& what) {
   auto end = what.rfind("):");
   return what.substr(start,
                      end == std::string::npos || end < start ? std::string::npos : end - start);
-}
-
-template <typename Table>
-std::unique_ptr<Table> copy_table(const void* table) {
-  auto copy = std::make_unique<Table>();
-  std::memset(copy.get(), 0, sizeof(Table));
-  const size_t size = *static_cast<const size_t*>(table);
-  std::memcpy(copy.get(), table, std::min(size, sizeof(Table)));
-  copy->struct_size = sizeof(Table);
-  return copy;
 }
 
 // Thrown inside loading to mark the plugin failed with a reason.

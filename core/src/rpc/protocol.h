@@ -129,9 +129,14 @@ class Writer {
     u8(t.bits);
     u16(t.lanes);
   }
+  // Grows the buffer by `n` bytes, then copies into the new tail. (A range insert of a few
+  // bytes at a time made GCC 12 at -O3 see its reallocation path write past a fresh buffer:
+  // -Wstringop-overflow / -Warray-bounds.)
   void raw(const void* data, size_t n) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    out_.insert(out_.end(), p, p + n);
+    if (n == 0) return;
+    const size_t at = out_.size();
+    out_.resize(at + n);
+    std::memcpy(out_.data() + at, data, n);
   }
   size_t size() const { return out_.size(); }
 

@@ -14,6 +14,7 @@
 #include "kiln/config_error.h"
 #include "kiln/device.h"
 #include "kiln/error.h"
+#include "kiln/function.h"
 #include "kiln/npy.h"
 #include "kiln/rpc/rpc_config.h"
 #include "run/elements.h"
@@ -33,6 +34,7 @@ const std::vector<std::string> kEvaluatorKeys = {"number",
                                                  "repeat",
                                                  "min_repeat_ms",
                                                  "enable_cpu_cache_flush",
+                                                 "f_preproc",
                                                  "limit_zero_time_iterations",
                                                  "cooldown_interval_ms",
                                                  "repeats_to_cooldown",
@@ -181,6 +183,20 @@ void parse_evaluator(MapReader& reader, RunSpec* spec) {
   extra.cache_flush_bytes =
       at_least<int64_t>(reader, "cache_flush_bytes", extra.cache_flush_bytes, 0);
   extra.keep_raw_samples = reader.optional<bool>("keep_raw_samples", extra.keep_raw_samples);
+  if (reader.contains("f_preproc")) {
+    // A registered global function called before each repeat (docs/evaluator.md), e.g.
+    // cache_flush_device_l2. enable_cpu_cache_flush is the other way to choose one.
+    if (config.enable_cpu_cache_flush) {
+      throw reader.error("f_preproc",
+                         "cannot be combined with enable_cpu_cache_flush: true (which selects "
+                         "f_preproc: cache_flush_cpu_non_first_arg)");
+    }
+    extra.f_preproc = non_empty_string(reader, "f_preproc", "", "");
+    if (!registry::get(extra.f_preproc)) {
+      throw reader.error("f_preproc",
+                         fmt::format("'{}' is not a registered global function", extra.f_preproc));
+    }
+  }
   if (std::optional<MapReader> noise = reader.optional_map("noise")) {
     parse_noise(*noise, &extra.noise);
   }

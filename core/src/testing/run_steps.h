@@ -56,7 +56,9 @@ inline TimeEvaluatorOptions run_evaluator_options(const EvaluatorConfig& config,
   options.number = from_config.number;
   options.repeat = from_config.repeat;
   options.min_repeat_ms = from_config.min_repeat_ms;
-  options.f_preproc = from_config.f_preproc;
+  // The config's cache flush (enable_cpu_cache_flush), else the hooks' own f_preproc (a run
+  // config's `evaluator: {f_preproc: ...}`).
+  if (!from_config.f_preproc.empty()) options.f_preproc = from_config.f_preproc;
   if (hooks.on_repeat) options.on_repeat = hooks.on_repeat;
   options.validate();
   return options;

@@ -1,0 +1,30 @@
+// The host's copy of a plugin's function table (docs/plugin-abi.md §6.3): zeroed storage of
+// the host's own sizeof, min(struct_size, sizeof) bytes copied, struct_size set to sizeof. So
+// the slots a later minor appends read NULL for an older plugin (zero-extension), and a newer
+// plugin's longer table is cut to what this host knows.
+#ifndef KILN_PLUGIN_COPY_TABLE_H_
+#define KILN_PLUGIN_COPY_TABLE_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+
+namespace kiln::plugin {
+
+// `table` starts with its size_t struct_size, which the caller has checked against the 1.0
+// minimum; no byte at or past struct_size is read.
+template <typename Table>
+std::unique_ptr<Table> copy_table(const void* table) {
+  auto copy = std::make_unique<Table>();
+  std::memset(copy.get(), 0, sizeof(Table));
+  size_t size = 0;
+  std::memcpy(&size, table, sizeof(size));
+  std::memcpy(copy.get(), table, std::min(size, sizeof(Table)));
+  copy->struct_size = sizeof(Table);
+  return copy;
+}
+
+}  // namespace kiln::plugin
+
+#endif  // KILN_PLUGIN_COPY_TABLE_H_
