@@ -17,6 +17,8 @@
 
 #include "kiln/device_context.h"
 #include "kiln/error.h"
+#include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -537,33 +539,13 @@ void write_npy(const std::filesystem::path& path, DataType dtype, std::span<cons
     throw ValueError(name + ": " + e.what());
   }
 
-  // A unique temporary name per process and call, so concurrent writers never share one.
-  static std::atomic<uint64_t> sequence{0};
-  const std::string tmp = name + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(sequence.fetch_add(1, std::memory_order_relaxed));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    throw RuntimeError(name + ": cannot create temporary file '" + tmp +
-                       "': " + SystemError(errno));
-  }
-  auto fail = [&](const std::string& step, int err) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw RuntimeError(name + ": " + step + ": " + SystemError(err));
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("cannot write temporary file '" + tmp + "'", n < 0 ? errno : EIO);
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) fail("cannot flush temporary file '" + tmp + "'", errno);
-  const int closed = ::close(fd);
-  fd = -1;
-  if (closed != 0) fail("cannot close temporary file '" + tmp + "'", errno);
-  if (::rename(tmp.c_str(), name.c_str()) != 0) {
-    fail("cannot rename temporary file '" + tmp + "' to it", errno);
+  // The one atomic writer (kiln::sdk::AtomicFile): a temporary file beside `path`, unique per
+  // process and call, flushed and renamed over it; removed when anything fails.
+  try {
+    sdk::write_file_atomically(
+        path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  } catch (const sdk::Error& e) {
+    throw RuntimeError(name + ": " + e.what());
   }
 }
 

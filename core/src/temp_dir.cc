@@ -1,29 +1,22 @@
 #include "kiln/temp_dir.h"
 
-#include <fmt/format.h>
-#include <stdlib.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "kiln/error.h"
+#include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/temp_dir.hpp"
 
 namespace kiln {
 
 TemporaryDirectory::TemporaryDirectory(const std::string& prefix) {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern =
-      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" + prefix + "XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) {
-    throw RuntimeError(fmt::format("cannot create a temporary directory from {}: {}", pattern,
-                                   std::strerror(errno)));
+  try {
+    dir_ = std::make_unique<sdk::TempDir>(prefix);
+  } catch (const sdk::Error& e) {
+    if (e.code() == KILN_ERROR_VALUE) throw ValueError(e.what());
+    throw RuntimeError(e.what());
   }
-  path_ = pattern;
 }
 
-TemporaryDirectory::~TemporaryDirectory() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
+TemporaryDirectory::~TemporaryDirectory() = default;
+
+const std::filesystem::path& TemporaryDirectory::path() const { return dir_->path(); }
 
 }  // namespace kiln

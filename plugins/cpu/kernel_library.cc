@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "kiln/sdk/error.hpp"
-#include "memfd_library.h"
+#include "kiln/sdk/support/memfd_library.hpp"
 #include "plugin_state.h"
 
 namespace kiln::cpu {
@@ -60,7 +60,7 @@ std::unique_ptr<KernelLibrary> KernelLibrary::open_file(PluginState& state,
 std::unique_ptr<KernelLibrary> KernelLibrary::open_bytes(PluginState& state, const void* data,
                                                          size_t size) {
   std::string label = "in-memory kernel library (" + std::to_string(size) + " bytes)";
-  void* dl = dlopen_bytes(data, size, label);
+  void* dl = sdk::dlopen_bytes(data, size, label);
   std::unique_ptr<KernelLibrary> library(new KernelLibrary(dl, std::move(label)));
   library->initialise(state);
   return library;

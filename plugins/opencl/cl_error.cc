@@ -1,5 +1,7 @@
 #include "cl_error.h"
 
+#include <cstdio>
+
 #include "kiln/c/abi.h"
 #include "kiln/sdk/error.hpp"
 
@@ -103,6 +105,12 @@ int32_t kiln_code_for(cl_int code) {
 void throw_cl(const std::string& what, const char* call, cl_int code, int32_t kiln_code) {
   throw sdk::Error(kiln_code != 0 ? kiln_code : kiln_code_for(code),
                    what + ": " + cl_failure(call, code));
+}
+
+std::string hex_pointer(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%p", p);
+  return text;
 }
 
 }  // namespace kiln::opencl

@@ -27,6 +27,9 @@ int32_t kiln_code_for(cl_int code);
 [[noreturn]] void throw_cl(const std::string& what, const char* call, cl_int code,
                            int32_t kiln_code = 0);
 
+// `p` as "%p" prints it, for messages naming a handle.
+std::string hex_pointer(const void* p);
+
 }  // namespace kiln::opencl
 
 #endif  // KILN_PLUGINS_OPENCL_CL_ERROR_H_

@@ -1,7 +1,9 @@
 // Everything the opencl plugin owns between negotiation and shutdown: the configuration, the
 // devices (enumerated lazily, once), and the objects handed to the host (buffers, streams,
 // timers, modules, kernels), each kept in a registry so that a handle the plugin did not make,
-// or one already released, is an error rather than a crash.
+// or one already released, is an error rather than a crash. The registries own what they hold
+// (RAII handles of cl_handle.h); the members are defined by concept: plugin_state.cc (devices),
+// memory.cc, queues.cc (streams and timers), programs.cc (modules and kernels), launch.cc.
 #ifndef KILN_PLUGINS_OPENCL_PLUGIN_STATE_H_
 #define KILN_PLUGINS_OPENCL_PLUGIN_STATE_H_
 
@@ -23,69 +25,13 @@
 #include "kiln/c/kiln.h"
 #include "kiln/sdk/device_backend.hpp"
 #include "kiln/sdk/support/kernel_metadata.hpp"
+#include "memory.h"
 #include "plugin_options.h"
 #include "program_cache.h"
+#include "programs.h"
+#include "queues.h"
 
 namespace kiln::opencl {
-
-class Module;
-
-// A kernel of a loaded module. clSetKernelArg and the enqueue that follows are serialised on
-// `mu`, because a cl_kernel holds its argument values.
-struct Kernel {
-  Kernel() = default;
-  Kernel(const Kernel&) = delete;
-  Kernel& operator=(const Kernel&) = delete;
-  ~Kernel();
-  Module* module = nullptr;
-  DeviceRecord* device = nullptr;
-  cl_kernel kernel = nullptr;
-  const sdk::KernelInfo* info = nullptr;  // owned by the module's metadata
-  // The kernel takes one more parameter than its metadata arguments: a trailing __local
-  // pointer sized by the launch's dynamic_shared_bytes.
-  bool dynamic_local = false;
-  size_t work_group_size = 0;  // CL_KERNEL_WORK_GROUP_SIZE on its device
-  std::mutex mu;
-  // The argument values last given to clSetKernelArg (the cl_kernel keeps them), so that a
-  // launch repeating them skips the call. Guarded by `mu`. Buffer arguments are forgotten
-  // whenever any buffer is freed (a new buffer may reuse a freed handle's value); sub-buffers
-  // are never remembered.
-  std::vector<std::array<uint8_t, 8>> set_values;
-  std::vector<uint8_t> set_valid;
-  uint64_t set_epoch = 0;        // PluginState's buffer epoch when the values were recorded
-  uint32_t set_local_bytes = 0;  // the __local parameter's size, 0 when not set
-};
-
-// A program loaded on one device, with its metadata and the kernels looked up so far.
-class Module {
- public:
-  Module(DeviceRecord& device, std::shared_ptr<Program> program, sdk::ModuleMetadata metadata)
-      : device_(device), program_(std::move(program)), metadata_(std::move(metadata)) {}
-  DeviceRecord& device() { return device_; }
-  Program& program() { return *program_; }
-  const sdk::ModuleMetadata& metadata() const { return metadata_; }
-  std::mutex& mu() { return mu_; }
-  std::map<std::string, std::unique_ptr<Kernel>>& kernels() { return kernels_; }
-
- private:
-  DeviceRecord& device_;
-  std::shared_ptr<Program> program_;
-  sdk::ModuleMetadata metadata_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Kernel>> kernels_;
-};
-
-// A timer: two markers with profiling events on the queues it was started and stopped on.
-struct Timer {
-  Timer() = default;
-  Timer(const Timer&) = delete;
-  Timer& operator=(const Timer&) = delete;
-  ~Timer();
-  int32_t device = 0;
-  cl_event start = nullptr;
-  cl_event stop = nullptr;
-  std::mutex mu;
-};
 
 class PluginState {
  public:
@@ -155,10 +101,6 @@ class PluginState {
   const PluginOptions& options() const { return options_; }
 
  private:
-  struct Buffer {
-    int32_t device;
-    size_t size;
-  };
   // The buffer `ptr` on device `id`; throws KILN_ERROR_VALUE naming `what` when it is not a
   // live buffer of this plugin or belongs to another device.
   Buffer buffer(int32_t id, const void* ptr, const char* what);
@@ -172,10 +114,9 @@ class PluginState {
   // default queue); KILN_ERROR_VALUE for a handle or stream that is not live, or a stream of
   // another device.
   Kernel& kernel(void* handle, void* stream, cl_command_queue* queue);
-  // The cl_mem a tensor argument of `k` passes, making a sub-buffer for a byte_offset
-  // (appended to `sub_buffers`, released by the caller once the launch is enqueued).
-  cl_mem tensor_argument(const Kernel& k, const DLTensor& t, size_t index,
-                         std::vector<cl_mem>& sub_buffers);
+  // The cl_mem a tensor argument of `k` passes, making a sub-buffer for a byte_offset (owned
+  // by `sub_buffers`, which the caller keeps until the launch is enqueued).
+  cl_mem tensor_argument(const Kernel& k, const DLTensor& t, size_t index, SubBuffers& sub_buffers);
 
   PluginOptions options_;
   std::unique_ptr<ProgramCache> cache_;
@@ -183,13 +124,13 @@ class PluginState {
   Enumeration enumeration_;
 
   std::mutex buffers_mu_;
-  std::unordered_map<cl_mem, Buffer> buffers_;
+  std::unordered_map<cl_mem, OwnedBuffer> buffers_;
   std::atomic<uint64_t> buffer_epoch_{1};  // bumped by every free
   std::mutex objects_mu_;                  // guards the registries below
-  std::unordered_map<cl_command_queue, int32_t> streams_;
-  std::unordered_set<Timer*> timers_;
-  std::unordered_set<Module*> modules_;
-  std::unordered_set<Kernel*> kernels_;
+  std::unordered_map<cl_command_queue, Stream> streams_;
+  std::unordered_map<Timer*, std::unique_ptr<Timer>> timers_;
+  std::unordered_map<Module*, std::unique_ptr<Module>> modules_;
+  std::unordered_set<Kernel*> kernels_;  // not owning: each Module owns its kernels
 
   KilnDeviceBackend device_table_;
   std::array<KilnComponent, 1> components_;

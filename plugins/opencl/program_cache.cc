@@ -14,6 +14,7 @@
 #include "kiln/c/abi.h"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/sdk/support/sha256.hpp"
 
 namespace kiln::opencl {
@@ -391,25 +392,15 @@ void ProgramCache::store_on_disk(const fs::path& file, const std::string& key,
   put_u64(header, binary.size());
   const Sha256::Digest digest = Sha256::of(binary.data(), binary.size());
   header.append(reinterpret_cast<const char*>(digest.data()), digest.size());
-  // Written next to the target and renamed over it: readers never see a partial file.
-  const fs::path temp = file.string() + ".tmp." + std::to_string(::getpid()) + "." +
-                        std::to_string(temp_counter_.fetch_add(1));
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(binary.data()),
-              static_cast<std::streamsize>(binary.size()));
-    out.close();
-    if (!out) {
-      fs::remove(temp, ec);
-      return warn("writing " + temp.string() + " failed");
-    }
-  }
-  fs::rename(temp, file, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    fs::remove(temp, ec);
-    return warn("renaming the temporary file failed: " + why);
+  // Through the one atomic writer: readers never see a partial file, and a failed write leaves
+  // no temporary file behind.
+  try {
+    sdk::AtomicFile out(file);
+    out.write(header);
+    out.write(binary.data(), binary.size());
+    out.commit();
+  } catch (const sdk::Error& e) {
+    return warn(e.what());
   }
   sdk::log(KILN_LOG_DEBUG, "program cache: stored %s in %s", program.description().c_str(),
            file.string().c_str());

@@ -88,7 +88,6 @@ class ProgramCache {
   std::list<std::pair<std::string, std::shared_ptr<Program>>> lru_;
   std::map<std::string, decltype(lru_)::iterator> index_;
   std::atomic<bool> write_warned_{false};
-  std::atomic<uint64_t> temp_counter_{0};
 };
 
 // The build options of a module: the metadata's, then the plugin's, joined by a space.

@@ -4,15 +4,17 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "atomic_file.h"
+#include "embedded_headers.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/atomic_file.hpp"
+#include "kiln/sdk/support/temp_dir.hpp"
 #include "package_manifest.h"
 #include "subprocess.h"
-#include "temp_dir.h"
 #include "wrapper_source.h"
 
 namespace kiln::package {
@@ -103,23 +105,33 @@ KilnError* export_module(void* self, const KilnExportRequest* request, const cha
     const PackageManifest manifest = manifest_for(request);
     const size_t host = host_library_index(manifest, flavor.name);
 
-    TempDir scratch("kiln_so_export_");
+    const sdk::TempDir scratch("kiln_so_export_");
     std::vector<EmbeddedArtifact> embedded;
     for (size_t i = 0; i < manifest.artifacts.size(); ++i) {
       const ManifestArtifact& m = manifest.artifacts[i];
       // Numbered files: artifact names need no escaping or checking as paths here.
-      const std::string file = scratch.path() + "/artifact_" + std::to_string(i) + ".bin";
+      const std::string file =
+          (scratch.path() / ("artifact_" + std::to_string(i) + ".bin")).string();
       write_file(file, request->artifacts[i].data, request->artifacts[i].size);
       embedded.push_back(EmbeddedArtifact{m.name, m.role, m.size, file});
     }
-    const std::string source_file = scratch.path() + "/kiln_package.c";
+    // The SDK headers the wrapper includes, from the copies compiled into this plugin.
+    const std::filesystem::path include_dir = scratch.path() / "include";
+    for (const EmbeddedHeader& header : wrapper_headers()) {
+      const std::filesystem::path file = include_dir / header.include_path;
+      std::filesystem::create_directories(file.parent_path());
+      write_file(file.string(), header.text.data(), header.text.size());
+    }
+    const std::string source_file = (scratch.path() / "kiln_package.c").string();
     const std::string source = wrapper_source(to_json(manifest), embedded, host);
     write_file(source_file, source.data(), source.size());
 
-    AtomicFile out(path);
+    sdk::AtomicFile out(path);
+    const std::string temp = out.temp_path().string();
     const std::string compiler = command.front();
     for (const char* arg : {"-shared", "-fPIC", "-O1", "-o"}) command.push_back(arg);
-    command.push_back(out.temp_path());
+    command.push_back(temp);
+    command.push_back("-I" + include_dir.string());
     command.push_back(source_file);
     command.push_back("-ldl");
     const auto start = std::chrono::steady_clock::now();
@@ -132,9 +144,8 @@ KilnError* export_module(void* self, const KilnExportRequest* request, const cha
                         says_why ? "" : compiler + " ended with " + result.describe());
     }
     // Otherwise commit() would fail with a puzzling "cannot open <temporary file>".
-    if (::access(out.temp_path().c_str(), F_OK) != 0) {
-      compilation_error(result.output,
-                        compiler + " reported success but wrote no " + out.temp_path());
+    if (::access(temp.c_str(), F_OK) != 0) {
+      compilation_error(result.output, compiler + " reported success but wrote no " + temp);
     }
     out.commit();
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(

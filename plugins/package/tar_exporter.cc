@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "atomic_file.h"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/atomic_file.hpp"
 #include "package_manifest.h"
 
 namespace kiln::package {
@@ -66,8 +66,9 @@ KilnError* export_module(void* /*self*/, const KilnExportRequest* request, const
     const PackageManifest manifest = manifest_for(request);
     const std::string json = to_json(manifest);
 
-    AtomicFile out(path);
+    sdk::AtomicFile out(path);
     const int fd = out.open();
+    const std::string temp = out.temp_path().string();
     Writer writer(archive_write_new());
     if (!writer) throw sdk::Error(KILN_ERROR_OUT_OF_MEMORY, "cannot create an archive writer");
     struct archive* a = writer.get();
@@ -78,16 +79,16 @@ KilnError* export_module(void* /*self*/, const KilnExportRequest* request, const
         // Block padding is for tapes; after compression it would be trailing garbage.
         archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
         archive_write_open_fd(a, fd) != ARCHIVE_OK) {
-      fail(a, out.temp_path(), "setting up gzip-compressed tar output");
+      fail(a, temp, "setting up gzip-compressed tar output");
     }
     const time_t now = std::time(nullptr);
     add_file(a, kManifestName, reinterpret_cast<const uint8_t*>(json.data()), json.size(), now,
-             out.temp_path());
+             temp);
     for (int32_t i = 0; i < request->num_artifacts; ++i) {
       const KilnArtifact& artifact = request->artifacts[i];
-      add_file(a, artifact.name, artifact.data, artifact.size, now, out.temp_path());
+      add_file(a, artifact.name, artifact.data, artifact.size, now, temp);
     }
-    if (archive_write_close(a) != ARCHIVE_OK) fail(a, out.temp_path(), "finishing the archive");
+    if (archive_write_close(a) != ARCHIVE_OK) fail(a, temp, "finishing the archive");
     out.commit();
     sdk::log(KILN_LOG_DEBUG, "wrote module package %s (%d artifacts)", path,
              static_cast<int>(request->num_artifacts));

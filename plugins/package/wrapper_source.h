@@ -18,14 +18,15 @@ struct EmbeddedArtifact {
   std::string file;  // absolute path the assembler reads with .incbin at compile time
 };
 
-// Returns a self-contained C11 source file (it includes only C library and POSIX headers, and
-// declares the few Kiln ABI 1.0 types it uses itself, so the target needs no Kiln headers)
-// that, compiled with `cc -shared -fPIC ... -ldl`, defines:
+// Returns a C11 source file that includes the C library, POSIX, and the SDK headers listed by
+// wrapper_headers() (embedded_headers.h; the caller writes them into a folder passed with -I),
+// and that, compiled with `cc -shared -fPIC ... -I<that folder> ... -ldl`, defines:
 //
 //   const KilnKernelLibrary* kiln_kernel_library(const KilnKernelEnv* env);
-//     On first call, copies the embedded artifact #`host_index` (the host library) into a
-//     memfd, dlopen()s it (RTLD_NOW | RTLD_LOCAL) through a /proc/self/fd/<n> name that no
-//     loaded library has, and looks up its kiln_kernel_library. Every call then forwards `env`
+//     On first call, loads the embedded artifact #`host_index` (the host library) from memory
+//     with kiln_memfd_dlopen (kiln/sdk/support/memfd_load.h: a memfd dlopen()ed RTLD_NOW |
+//     RTLD_LOCAL through a /proc/self/fd/<n> name that no loaded library has), and looks up its
+//     kiln_kernel_library. Every call then forwards `env`
 //     to it and returns its table, so repeated calls return the same table and pass on the
 //     latest `env`, as the ABI asks (§11.1). On failure it logs the reason through env->log
 //     and returns NULL (the loader then reports the NULL table); a later call tries again.

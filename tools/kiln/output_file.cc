@@ -8,6 +8,8 @@
 
 #include "commands.h"
 #include "kiln/error.h"
+#include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/atomic_file.hpp"
 
 namespace kiln::tool {
 
@@ -31,22 +33,10 @@ void write_output_file(const std::filesystem::path& path, std::string_view data)
     return;
   }
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw RuntimeError(fmt::format("cannot write {}", path.string()));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw RuntimeError(fmt::format("cannot write {}: {}", path.string(), ec.message()));
+  try {
+    sdk::write_file_atomically(path, data);
+  } catch (const sdk::Error& e) {
+    throw RuntimeError(fmt::format("cannot write {}: {}", path.string(), e.what()));
   }
 }
 
