@@ -92,13 +92,13 @@ struct RpcServerOptions {
   double session_timeout = 0;
   int max_sessions = 1;
   uint64_t max_session_memory = 0;
-  double handshake_timeout = 10;         // seconds for the whole handshake
-  double idle_timeout = 600;             // seconds a session's client may stay silent; 0: none
-  double write_timeout = 60;             // seconds a client may leave reply data unread; 0: none
-  uint64_t max_handles = 65536;          // per session; 0: none
+  double handshake_timeout = 10;           // seconds for the whole handshake
+  double idle_timeout = 600;               // seconds a session's client may stay silent; 0: none
+  double write_timeout = 60;               // seconds a client may leave reply data unread; 0: none
+  uint64_t max_handles = 65536;            // per session; 0: none
   uint64_t max_upload_bytes = 4ull << 30;  // per session; 0: none
-  bool enable_test_functions = false;    // offer rpc.test.* / testing.* (tests only)
-  bool allow_insecure = false;           // a non-loopback --host without a token
+  bool enable_test_functions = false;      // offer rpc.test.* / testing.* (tests only)
+  bool allow_insecure = false;             // a non-loopback --host without a token
   std::optional<std::string> token;
   std::optional<std::filesystem::path> token_file;
   std::optional<std::filesystem::path> plugins;  // plugin set YAML
@@ -113,11 +113,11 @@ struct TrackerCommandOptions {
   std::string host = "127.0.0.1";
   int port = 9190;  // 0: any free port
   int port_end = 9199;
-  std::string stop_key;  // empty: a random one
-  double handshake_timeout = 10;               // seconds for the magic and first message
-  size_t max_connections = 4096;               // open at once
-  size_t max_connections_per_address = 256;    // open at once from one peer address
-  size_t max_held_bytes = 64u << 20;           // free values and requests, all peers
+  std::string stop_key;                      // empty: a random one
+  double handshake_timeout = 10;             // seconds for the magic and first message
+  size_t max_connections = 4096;             // open at once
+  size_t max_connections_per_address = 256;  // open at once from one peer address
+  size_t max_held_bytes = 64u << 20;         // free values and requests, all peers
 };
 
 // `kiln tracker`: serves the tracker protocol until SIGINT, SIGTERM or STOP.

@@ -129,8 +129,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   server
-      ->add_option("--max-handles", server_options.max_handles,
-                   "Handles (remote tensors, functions, modules) one session may hold; 0 = no limit")
+      ->add_option(
+          "--max-handles", server_options.max_handles,
+          "Handles (remote tensors, functions, modules) one session may hold; 0 = no limit")
       ->capture_default_str();
   server
       ->add_option("--max-upload-bytes", server_options.max_upload_bytes,
@@ -173,8 +174,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   tracker
-      ->add_option("--max-connections", tracker_options.max_connections,
-                   "Connections open at once")
+      ->add_option("--max-connections", tracker_options.max_connections, "Connections open at once")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   tracker
