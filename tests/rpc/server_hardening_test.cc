@@ -23,6 +23,7 @@
 #include "kiln/kiln.h"
 #include "kiln/rpc/server.h"
 #include "kiln/rpc/session.h"
+#include "kiln/vm/virtual_machine.h"
 #include "rpc/connection.h"
 #include "rpc/handshake.h"
 #include "rpc/protocol.h"
@@ -400,6 +401,39 @@ TEST(RpcHardening, TensorsMadeByCallsCountAgainstTheMemoryLimit) {
   Tensor a = Tensor::empty({8 << 20}, DataType::UInt(8), s.cpu());
   EXPECT_NO_THROW(kept.push_back(alloc(int64_t{4} << 20)));
   EXPECT_THROW(alloc(int64_t{8} << 20), RPCError);
+}
+
+TEST(RpcHardening, TensorsInsideReturnedTuplesCountToo) {
+  // A function of this process (the server is in-process) returning a VM tuple of two 6 MiB
+  // tensors, one of them nested.
+  registry::set(
+      "test.hardening.tuple",
+      Function::from_packed("test.hardening.tuple",
+                            [](const Any*, int32_t) {
+                              auto make = [] {
+                                return Any(Tensor::empty_host({6 << 20}, DataType::UInt(8)));
+                              };
+                              auto inner = make_object<vm::ArrayObj>(std::vector<Any>{make()});
+                              return Any::object(make_object<vm::ArrayObj>(
+                                  std::vector<Any>{make(), Any::object(inner)}));
+                            }),
+      true);
+  ServerOptions o = loopback();
+  o.max_session_memory = 16 << 20;
+  Server server(o);
+  RPCSession s = connect("127.0.0.1", server.port(), with_key("test"));
+  Function tuple = s.get_function("test.hardening.tuple");
+  Any first = tuple();  // 12 MiB held
+  try {
+    tuple();  // 24 MiB would be held
+    FAIL() << "a second tuple passed the 16 MiB limit";
+  } catch (const RPCError& e) {
+    EXPECT_THAT(e.remote_message(), HasSubstr("memory limit"));
+  }
+  // Dropping the first tuple frees its tensors' bytes.
+  first = Any();
+  EXPECT_NO_THROW(s.get_function("testing.echo")(int64_t{1}));  // frees are sent first
+  EXPECT_NO_THROW(tuple());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include "kiln/logging.h"
 #include "kiln/module.h"
 #include "kiln/tensor.h"
+#include "kiln/vm/virtual_machine.h"
 #include "rpc/protocol.h"
 #include "rpc/remote_objects.h"
 
@@ -81,6 +82,8 @@ struct Entry {
   Module module{};
   Any object{};
   const void* storage = nullptr;  // kBuffer: the storage counted for it (SessionServer::held_)
+  // kObject: the storages of the tensors inside it (a VM tuple), each counted in held_.
+  std::vector<const void*> contained;
 
   // The memory of a buffer: its base address (as the backend allocated it), size and device.
   void* base() const { return buffer.dl()->data; }
@@ -320,9 +323,9 @@ class SessionServer {
     }
   }
 
-  // Every tensor that enters the handle table is counted against the memory limit by its
-  // storage, once, whoever allocated it (an Alloc, or a function that returned a tensor).
-  uint64_t add_buffer(const Tensor& t) {
+  // Counts `t`'s storage once more against the memory limit (adding its bytes the first time);
+  // throws OutOfMemoryError, counting nothing, when they would pass it.
+  const void* hold(const Tensor& t) {
     const void* storage = storage_of(t);
     auto it = held_.find(storage);
     if (it == held_.end()) {
@@ -331,28 +334,59 @@ class SessionServer {
       it = held_.emplace(storage, Held{0, bytes}).first;
       held_bytes_ += bytes;
     }
-    uint64_t handle = 0;
-    try {
-      handle = add({.kind = Entry::Kind::kBuffer, .buffer = t, .storage = storage});
-    } catch (...) {
-      if (it->second.refs == 0) {
-        held_bytes_ -= it->second.bytes;
-        held_.erase(it);
-      }
-      throw;
-    }
     ++it->second.refs;
-    return handle;
+    return storage;
   }
 
-  // Stops counting what `e` held (its handle is going).
-  void forget(const Entry& e) {
-    if (e.kind != Entry::Kind::kBuffer) return;
-    auto it = held_.find(e.storage);
+  // Undoes one hold() of `storage`.
+  void release(const void* storage) {
+    auto it = held_.find(storage);
     if (it != held_.end() && --it->second.refs == 0) {
       held_bytes_ -= it->second.bytes;
       held_.erase(it);
     }
+  }
+
+  // Every tensor that enters the handle table is counted against the memory limit by its
+  // storage, once, whoever allocated it (an Alloc, or a function that returned a tensor).
+  uint64_t add_buffer(const Tensor& t) {
+    const void* storage = hold(t);
+    try {
+      return add({.kind = Entry::Kind::kBuffer, .buffer = t, .storage = storage});
+    } catch (...) {
+      release(storage);
+      throw;
+    }
+  }
+
+  // An object (a VM tuple, nested tuples) is counted by every tensor inside it, as if each had
+  // been returned on its own.
+  uint64_t add_object(const Any& v) {
+    std::vector<Tensor> tensors;
+    collect_tensors(v, tensors, 0);
+    std::vector<const void*> held;
+    try {
+      for (const Tensor& t : tensors) held.push_back(hold(t));
+      return add({.kind = Entry::Kind::kObject, .object = v, .contained = held});
+    } catch (...) {
+      for (const void* storage : held) release(storage);
+      throw;
+    }
+  }
+
+  // The tensors inside `v`, through nested arrays (bounded: the VM makes them, not the network).
+  static void collect_tensors(const Any& v, std::vector<Tensor>& out, int depth) {
+    if (v.type_code() == KILN_TYPE_TENSOR) {
+      out.push_back(v.cast<Tensor>());
+    } else if (auto array = v.as_object<vm::ArrayObj>(); array && depth < 64) {
+      for (const Any& item : array->items) collect_tensors(item, out, depth + 1);
+    }
+  }
+
+  // Stops counting what `e` held (its handle is going).
+  void forget(const Entry& e) {
+    if (e.kind == Entry::Kind::kBuffer) release(e.storage);
+    for (const void* storage : e.contained) release(storage);
   }
 
   // The memory [offset, offset + n) of buffer `handle`, checked.
@@ -415,7 +449,9 @@ class SessionServer {
         return write_handle(w, Tag::kModule,
                             {.kind = Entry::Kind::kModule, .module = v.cast<Module>()});
       default:
-        return write_handle(w, Tag::kObject, {.kind = Entry::Kind::kObject, .object = v});
+        w.u8(static_cast<uint8_t>(Tag::kObject));
+        w.u64(add_object(v));
+        return;
     }
   }
 
