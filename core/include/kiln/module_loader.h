@@ -53,7 +53,9 @@ class ModuleLoadContext {
  private:
   friend class ModuleLoaderRegistry;
   Module load_here(const std::filesystem::path& path, bool apply_policy);
-  void check_nesting(const std::filesystem::path& path) const;
+  // ValueError when `id` (a file with symlinks resolved) is already being loaded, or one more
+  // level would pass max_depth.
+  void check_nesting(const std::filesystem::path& id) const;
 
   const ModuleLoaderRegistry& registry_;
   const DeviceContext& devices_;

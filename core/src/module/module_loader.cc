@@ -55,17 +55,16 @@ void ModuleLoadContext::check_path(const fs::path& path) const {
 }
 
 Module ModuleLoadContext::load_nested(const fs::path& path) {
-  check_nesting(path);
+  check_nesting(identity_of(path));
   return load_here(path, true);
 }
 
 Module ModuleLoadContext::load_member(const fs::path& path) {
-  check_nesting(path);
+  check_nesting(identity_of(path));
   return load_here(path, false);
 }
 
-void ModuleLoadContext::check_nesting(const fs::path& path) const {
-  const fs::path id = identity_of(path);
+void ModuleLoadContext::check_nesting(const fs::path& id) const {
   if (std::find(chain_.begin(), chain_.end(), id) != chain_.end()) {
     throw ValueError(fmt::format("{} imports itself ({})", chain_.front().filename().string(),
                                  chain_text(chain_, id)));

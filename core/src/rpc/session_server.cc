@@ -25,6 +25,13 @@ namespace fs = std::filesystem;
 using wire::Code;
 using wire::Tag;
 
+// Whether `resolved` (symlinks resolved) lies inside the canonical directory `root`.
+bool lies_inside(const fs::path& root, const fs::path& resolved) {
+  const auto [root_end, ignored] =
+      std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+  return root_end == root.end();
+}
+
 fs::path sandboxed_path(const fs::path& root, const std::string& relative) {
   if (relative.find('\0') != std::string::npos) {
     throw ValueError("path contains a NUL byte");
@@ -42,9 +49,7 @@ fs::path sandboxed_path(const fs::path& root, const std::string& relative) {
   }
   const fs::path canonical_root = fs::canonical(root);
   const fs::path resolved = fs::weakly_canonical(canonical_root / p);
-  const auto [root_end, ignored] =
-      std::mismatch(canonical_root.begin(), canonical_root.end(), resolved.begin(), resolved.end());
-  if (root_end != canonical_root.end()) {
+  if (!lies_inside(canonical_root, resolved)) {
     throw ValueError(fmt::format("'{}' leads out of the session's work directory", relative));
   }
   return resolved;
@@ -720,10 +725,7 @@ class SessionServer {
     const fs::path root = fs::canonical(work_dir_);
     ModuleLoadOptions options;
     options.check_path = [&root](const fs::path& p) {
-      const fs::path resolved = fs::weakly_canonical(p);
-      const auto [root_end, ignored] =
-          std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
-      if (root_end != root.end()) {
+      if (!lies_inside(root, fs::weakly_canonical(p))) {
         throw ValueError(fmt::format(
             "a module may only open files inside the session's work directory, not '{}'",
             p.string()));

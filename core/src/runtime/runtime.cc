@@ -68,8 +68,10 @@ std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
     backends[table->dl_device_type] =
         make_object<DeviceBackend>(table, plugin->device_names[i], plugin->name, plugin);
   }
+  // The first plugin to provide a name keeps it; `accepted(i)` runs for each one this plugin
+  // gets.
   auto add_all = [&](const std::vector<std::string>& names_of, const auto& tables,
-                     std::map<std::string, Component>& into) {
+                     std::map<std::string, Component>& into, auto&& accepted) {
     for (size_t i = 0; i < names_of.size(); ++i) {
       if (auto it = into.find(names_of[i]); it != into.end()) {
         log(LogLevel::kWarn, plugin->name,
@@ -78,19 +80,13 @@ std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
         continue;
       }
       into[names_of[i]] = Component{tables[i].get(), plugin};
+      accepted(i);
     }
   };
-  const size_t known_loaders = loaders.size();
-  add_all(plugin->loader_names, plugin->loaders, loaders);
-  add_all(plugin->exporter_names, plugin->exporters, exporters);
-  add_all(plugin->collector_names, plugin->collectors, collectors);
-  if (loaders.size() != known_loaders) {
-    for (size_t i = 0; i < plugin->loaders.size(); ++i) {
-      if (loaders[plugin->loader_names[i]].plugin.get() == plugin.get()) {
-        register_plugin_loader(module_loaders, plugin, i);
-      }
-    }
-  }
+  add_all(plugin->loader_names, plugin->loaders, loaders,
+          [&](size_t i) { register_plugin_loader(module_loaders, plugin, i); });
+  add_all(plugin->exporter_names, plugin->exporters, exporters, [](size_t) {});
+  add_all(plugin->collector_names, plugin->collectors, collectors, [](size_t) {});
   plugins.push_back(plugin);
   return std::nullopt;
 }
