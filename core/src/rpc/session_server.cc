@@ -88,7 +88,7 @@ struct Entry {
   Any object{};
   const void* storage = nullptr;  // kBuffer: the storage counted for it (SessionServer::held_)
   // kObject: the storages of the tensors inside it (a VM tuple), each counted in held_.
-  std::vector<const void*> contained;
+  std::vector<const void*> contained{};
 
   // The memory of a buffer: its base address (as the backend allocated it), size and device.
   void* base() const { return buffer.dl()->data; }
