@@ -7,6 +7,8 @@
 #                            (tools/clang-tidy-changed.sh), then build and test again in a
 #                            Debug + ASan + UBSan build (build-asan/), then run each of the three
 #                            fuzz targets for KILN_FUZZ_SECONDS (default 60; build-fuzz/, clang)
+#                            The TVM interop tests compile their fixtures with apache-tvm from PyPI,
+#                            installed into build/.venv-tvm (KILN_SKIP_TVM=1: skip, they skip)
 # Environment: KILN_JOBS (parallel build jobs, default: nproc), KILN_SKIP_ASAN=1 (test: skip
 # the sanitizer configuration), KILN_SKIP_FUZZ=1 (test: skip the fuzz targets),
 # KILN_SKIP_TIDY=1 (test: skip clang-tidy). See docs/building.md.
@@ -33,6 +35,21 @@ build() {  # build <dir> <cmake args...>
   cmake --build "$dir" -j "$jobs"
 }
 
+# A virtual environment with the TVM release the interop fixtures are compiled with; prints the
+# -D option that points the build at its Python.
+tvm_venv() {
+  local venv=$PWD/build/.venv-tvm
+  if [ "${KILN_SKIP_TVM:-0}" = "1" ]; then
+    echo "-DKILN_TVM_PYTHON="
+    return
+  fi
+  if ! "$venv/bin/python" -c "import tvm" >/dev/null 2>&1; then
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install -q apache-tvm==0.27.0.post1 numpy >&2
+  fi
+  echo "-DKILN_TVM_PYTHON=$venv/bin/python"
+}
+
 case "${1:-}" in
   demo)
     bash tools/install-deps.sh
@@ -42,14 +59,16 @@ case "${1:-}" in
     ;;
   test)
     bash tools/install-deps.sh
-    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON
+    mkdir -p build
+    tvm_python=$(tvm_venv)
+    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON "$tvm_python"
     (cd build && ctest --output-on-failure -j "$jobs")
     if [ "${KILN_SKIP_TIDY:-0}" != "1" ]; then
       KILN_TIDY_BUILD_DIR=build KILN_TIDY_JOBS="$jobs" bash tools/clang-tidy-changed.sh
     fi
     if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
       build build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF \
-        -DKILN_WERROR=ON
+        -DKILN_WERROR=ON "$tvm_python"
       # intercept_tls_get_addr=0: GCC 12's sanitizer runtime (as LLVM's before 17) takes a
       # dynamic TLS block of a dlopened library (plugins, PoCL) whose address is 16 mod 4096 for
       # a glibc-2.19 block with a header, reads a bogus range from before it, and LeakSanitizer's

@@ -191,6 +191,28 @@ record("mlp", "mlp.so", "main", mlp_in, [mlp_out], vm=True)
 # Without the kernels: Kiln pairs it with a kernel library given separately (docs/tvm-interop.md).
 ex.mod.write_to_file(os.path.join(OUT, "mlp.vmexec"))
 
+# Run configs naming the libraries, as a TVM user writes them for `kiln run` (docs/run-config.md):
+# inputs from the .npy files TVM ran on, the output checked against TVM's result.
+def run_config(case, device="cpu", export="tar"):
+    c = manifest["cases"][case]
+    lines = [f"# {case}: compiled by apache-tvm {tvm.__version__} (tests/tvm/make_fixtures.py)",
+             f"module: {c['library']}", f"function: {c['function']}", f"device: {device}",
+             f"export: {export}", "evaluator: {number: 2, repeat: 2, min_repeat_ms: 0}", "inputs:"]
+    names = [f"arg{i}" for i in range(len(c["inputs"]))]
+    for name, f in zip(names, c["inputs"]):
+        lines.append(f"  - {{name: {name}, npy: {f}}}")
+    lines += ["outputs:",
+              f"  - {{name: {names[-1]}, expected: {c['outputs'][0]}, rtol: 1e-4, atol: 1e-4}}"]
+    with open(os.path.join(OUT, f"{case}_run.yaml"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+for case in ("vadd", "row_sum", "softmax", "conv2d", "workspace"):
+    run_config(case)
+for case in ("vadd_opencl", "matmul_opencl"):
+    if case in manifest["cases"]:
+        run_config(case, device="opencl")
+
 with open(os.path.join(OUT, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1)
 print(json.dumps({k: v["library"] for k, v in manifest["cases"].items()}))

@@ -51,6 +51,9 @@ class ModuleObj : public Object {
   std::vector<Artifact> artifacts;
   std::vector<KilnDeviceBlob> blobs;  // borrowed from the loader's module
   Ref<Object> payload;                // kind-specific data (e.g. a VM executable), or null
+  // True when artifacts[0] alone loads back as this module (a TVM-compiled library): exporters
+  // of one shared library ("so") then write a copy of it instead of wrapping it.
+  bool self_contained = false;
 
  private:
   std::string kind_;

@@ -85,6 +85,9 @@ class ModuleLoaderRegistry {
  public:
   // Priorities of the built-in loaders: a plugin's loader for an extension wins over the
   // host's own readers, which claim fixed extensions before device code guesses by sidecar.
+  // TVM-compiled libraries are "so" files too, told apart by their exported symbols, so their
+  // reader is asked before plugins' "so" loaders.
+  static constexpr int kTvmLibraryPriority = 110;
   static constexpr int kPluginPriority = 100;
   static constexpr int kExecutablePriority = 50;
   static constexpr int kDeviceCodePriority = 10;

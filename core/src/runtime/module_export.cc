@@ -5,6 +5,8 @@
 #include "kiln/error.h"
 #include "kiln/module.h"
 #include "kiln/runtime.h"
+#include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/atomic_file.hpp"
 
 namespace kiln {
 
@@ -28,6 +30,21 @@ void Module::export_library(const std::filesystem::path& path, const std::string
       extension != std::string(".") + table->output_format) {
     throw ValueError(fmt::format("exporter '{}' writes .{} files, but {} ends in {}", exporter,
                                  table->output_format, path.string(), extension));
+  }
+  if (obj_->self_contained && table->output_format != nullptr &&
+      std::string_view(table->output_format) == "so") {
+    // The file is already the shared library the exporter would make; wrapping it would only
+    // hide it from its own loader.
+    const Artifact& library = obj_->artifacts.front();
+    try {
+      sdk::write_file_atomically(
+          path, std::string_view(reinterpret_cast<const char*>(library.data.data()),
+                                 library.data.size()));
+    } catch (const sdk::Error& e) {
+      throw RuntimeError(fmt::format("exporting to {} with '{}': {}", path.string(), exporter,
+                                     e.what()));
+    }
+    return;
   }
   std::vector<KilnArtifact> artifacts;
   for (const Artifact& a : obj_->artifacts) {

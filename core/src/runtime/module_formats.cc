@@ -7,6 +7,7 @@
 #include "kiln/error.h"
 #include "module/format_loaders.h"
 #include "runtime/package_loader.h"
+#include "tvm/library_module.h"
 #include "vm/vm_module.h"
 
 namespace kiln {
@@ -56,6 +57,7 @@ void register_plugin_loader(ModuleLoaderRegistry& registry, const Ref<plugin::Lo
 }
 
 void register_host_loaders(ModuleLoaderRegistry& registry) {
+  registry.add(tvm_interop::tvm_library_format_loader(), ModuleLoaderRegistry::kTvmLibraryPriority);
   registry.add(vm::executable_format_loader(), ModuleLoaderRegistry::kExecutablePriority);
   registry.add(device_code_format_loader(), ModuleLoaderRegistry::kDeviceCodePriority);
 }

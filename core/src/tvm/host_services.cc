@@ -1,0 +1,369 @@
+// The services behind TVM's context symbols. Compiled code calls them with no context argument,
+// so the library a call runs for is the thread's current one (CallScope), carried over to the
+// worker threads of a parallel launch.
+#include "tvm/host_services.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <set>
+#include <thread>
+
+#include "kiln/device_backend.h"
+#include "kiln/device_context.h"
+#include "kiln/error.h"
+#include "tvm/ffi_provider.h"
+#include "tvm/tvm_ffi_abi.h"
+
+namespace kiln::tvm_interop {
+
+LibraryContext::~LibraryContext() = default;
+
+namespace {
+
+thread_local LibraryContext* t_library = nullptr;
+// What a Kiln service threw during the current call (compiled code only sees -1).
+thread_local std::exception_ptr t_pending;
+// The device TVM's host code selected with __tvm_set_device before launching kernels.
+thread_local DLDevice t_device{kDLCPU, 0};
+thread_local bool t_device_set = false;
+
+int fail() {
+  t_pending = std::current_exception();
+  return -1;
+}
+
+LibraryContext& current_library(const char* service) {
+  if (t_library == nullptr) {
+    throw RuntimeError(fmt::format("{} was called outside a call into a TVM library", service));
+  }
+  return *t_library;
+}
+
+// ---- __TVMFFIFunctionCall ----------------------------------------------------------------
+
+// Converts one argument compiled code passes to an imported function. Raw pointers are device
+// buffers of the current device (TVM passes buffers to kernels as their data pointers).
+KilnAny to_kiln(const FfiAny& a, DLTensor* view, int64_t* zero_dim, const ImportedFunction& f,
+                int32_t index) {
+  KilnAny k{};
+  switch (a.type_index) {
+    case kNone:
+      k.type_code = KILN_TYPE_NONE;
+      break;
+    case kInt:
+      k.type_code = KILN_TYPE_INT;
+      k.value.v_int64 = a.v_int64;
+      break;
+    case kBool:
+      k.type_code = KILN_TYPE_BOOL;
+      k.value.v_int64 = a.v_int64 != 0;
+      break;
+    case kFloat:
+      k.type_code = KILN_TYPE_FLOAT;
+      k.value.v_float64 = a.v_float64;
+      break;
+    case kDLTensorPtr:
+      k.type_code = KILN_TYPE_TENSOR;
+      k.value.v_tensor = static_cast<DLTensor*>(a.v_ptr);
+      break;
+    case kOpaquePtr:
+      if (!t_device_set) {
+        throw RuntimeError(fmt::format(
+            "{}: '{}' got a device buffer (argument {}) before the code selected a device",
+            f.library->library, f.name, index));
+      }
+      *view = DLTensor{};
+      view->data = a.v_ptr;
+      view->device = t_device;
+      view->ndim = 1;
+      view->dtype = DLDataType{kDLUInt, 8, 1};
+      view->shape = zero_dim;
+      k.type_code = KILN_TYPE_TENSOR;
+      k.value.v_tensor = view;
+      break;
+    case kRawStr:
+      k.type_code = KILN_TYPE_STRING;
+      k.value.v_str = a.v_c_str;
+      break;
+    default:
+      throw TypeError(fmt::format("{}: '{}' got argument {} of tvm-ffi type index {}, which Kiln "
+                                  "does not pass to imported functions",
+                                  f.library->library, f.name, index, a.type_index));
+  }
+  return k;
+}
+
+int function_call(void* handle, FfiAny* args, int32_t num_args, FfiAny* result) {
+  try {
+    auto* f = static_cast<ImportedFunction*>(handle);
+    result->type_index = kNone;
+    result->zero_padding = 0;
+    result->v_int64 = 0;
+    if (!f->function) {  // __tvm_set_device(device_type, device_id)
+      if (num_args < 2 || args[0].type_index != kInt || args[1].type_index != kInt) {
+        throw TypeError("__tvm_set_device takes (int device_type, int device_id)");
+      }
+      t_device = DLDevice{static_cast<DLDeviceType>(args[0].v_int64),
+                          static_cast<int32_t>(args[1].v_int64)};
+      t_device_set = true;
+      return 0;
+    }
+    constexpr int32_t kInline = 16;
+    KilnAny inline_args[kInline];
+    DLTensor inline_views[kInline];
+    std::vector<KilnAny> heap_args;
+    std::vector<DLTensor> heap_views;
+    KilnAny* k = inline_args;
+    DLTensor* views = inline_views;
+    if (num_args > kInline) {
+      heap_args.resize(static_cast<size_t>(num_args));
+      heap_views.resize(static_cast<size_t>(num_args));
+      k = heap_args.data();
+      views = heap_views.data();
+    }
+    int64_t zero_dim = 0;
+    for (int32_t i = 0; i < num_args; ++i) k[i] = to_kiln(args[i], &views[i], &zero_dim, *f, i);
+    const Any r = f->function.call_abi(k, num_args);
+    switch (r.type_code()) {
+      case KILN_TYPE_NONE:
+        break;
+      case KILN_TYPE_INT:
+        result->type_index = kInt;
+        result->v_int64 = r.cast<int64_t>();
+        break;
+      case KILN_TYPE_FLOAT:
+        result->type_index = kFloat;
+        result->v_float64 = r.cast<double>();
+        break;
+      default:
+        throw TypeError(fmt::format("{}: '{}' returned a {}, which compiled code cannot take",
+                                    f->library->library, f->name, r.type_name()));
+    }
+    return 0;
+  } catch (...) {
+    return fail();
+  }
+}
+
+// ---- __TVMFFIEnvModLookupFromImports, __TVMFFIHandleInitOnce -----------------------------
+
+int lookup_from_imports(void* library_ctx, const char* name, void** out) {
+  try {
+    if (library_ctx == nullptr || name == nullptr) {
+      throw RuntimeError("__TVMFFIEnvModLookupFromImports: the library context is not set");
+    }
+    *out = static_cast<LibraryContext*>(library_ctx)->lookup(name);
+    return 0;
+  } catch (...) {
+    return fail();
+  }
+}
+
+std::mutex g_init_once_mu;  // InitOnce runs rarely (the first call of each kernel)
+
+int handle_init_once(void** handle_addr, int (*init)(void** result)) {
+  std::lock_guard<std::mutex> lock(g_init_once_mu);
+  if (*handle_addr != nullptr) return 0;
+  void* result = nullptr;
+  if (const int rc = init(&result); rc != 0) return rc;
+  *handle_addr = result;
+  return 0;
+}
+
+// ---- __TVMBackendAllocWorkspace / FreeWorkspace -------------------------------------------
+
+constexpr size_t kWorkspaceAlignment = 64;
+
+void* alloc_workspace(int device_type, int device_id, uint64_t nbytes, int /*dtype_code*/,
+                      int /*dtype_bits*/) {
+  try {
+    LibraryContext& lib = current_library("__TVMBackendAllocWorkspace");
+    return lib.devices.backend(device_type)
+        ->alloc(device_id, static_cast<size_t>(std::max<uint64_t>(nbytes, 1)),
+                kWorkspaceAlignment);
+  } catch (...) {
+    fail();
+    return nullptr;  // TVM's code checks for NULL and returns -1
+  }
+}
+
+int free_workspace(int device_type, int device_id, void* ptr) {
+  try {
+    current_library("__TVMBackendFreeWorkspace").devices.backend(device_type)->free(device_id, ptr);
+    return 0;
+  } catch (...) {
+    return fail();
+  }
+}
+
+// ---- __TVMBackendParallelLaunch / ParallelBarrier -----------------------------------------
+
+// The threads parallel loops of TVM code use: KILN_NUM_THREADS when set and positive, else the
+// hardware's. Read once, when the first parallel loop runs.
+tbb::task_arena& parallel_arena() {
+  static tbb::task_arena arena([] {
+    const char* env = std::getenv("KILN_NUM_THREADS");
+    const int n = env != nullptr ? std::atoi(env) : 0;
+    return n > 0 ? n : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }());
+  return arena;
+}
+
+// A reusable barrier for the tasks of one launch (sense counted by generation).
+struct Barrier {
+  std::atomic<int> arrived{0};
+  std::atomic<int> generation{0};
+  int num_task = 0;
+};
+
+int parallel_barrier(int /*task_id*/, ParallelGroupEnv* penv) {
+  auto* b = static_cast<Barrier*>(penv->sync_handle);
+  const int gen = b->generation.load(std::memory_order_acquire);
+  if (b->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == b->num_task) {
+    b->arrived.store(0, std::memory_order_relaxed);
+    b->generation.fetch_add(1, std::memory_order_acq_rel);
+  } else {
+    while (b->generation.load(std::memory_order_acquire) == gen) std::this_thread::yield();
+  }
+  return 0;
+}
+
+int parallel_launch(ParallelLambda lambda, void* cdata, int num_task) {
+  try {
+    tbb::task_arena& arena = parallel_arena();
+    // Tasks that meet at a barrier must all run at once, so a launch never has more tasks
+    // than the arena has threads (TVM's code asks for 0: "as many as there are threads").
+    const int n = num_task > 0 ? std::min(num_task, arena.max_concurrency())
+                               : arena.max_concurrency();
+    Barrier barrier;
+    barrier.num_task = n;
+    LibraryContext* library = t_library;
+    std::mutex error_mu;
+    std::exception_ptr first_error;
+    arena.execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<int>(0, n, 1),
+          [&](const tbb::blocked_range<int>& r) {
+            LibraryContext* saved = t_library;
+            t_library = library;
+            for (int task = r.begin(); task != r.end(); ++task) {
+              ParallelGroupEnv env{&barrier, n};
+              if (const int rc = lambda(task, &env, cdata); rc != 0) {
+                // The error lives in this worker thread's slots; move it to the caller's.
+                std::exception_ptr e = t_pending;
+                t_pending = nullptr;
+                if (!e) {
+                  try {
+                    raise_ffi_error(rc, "parallel task " + std::to_string(task));
+                  } catch (...) {
+                    e = std::current_exception();
+                  }
+                }
+                std::lock_guard<std::mutex> lock(error_mu);
+                if (!first_error) first_error = e;
+              }
+            }
+            t_library = saved;
+          },
+          tbb::simple_partitioner());
+    });
+    if (first_error) std::rethrow_exception(first_error);
+    return 0;
+  } catch (...) {
+    return fail();
+  }
+}
+
+// ---- the table -----------------------------------------------------------------------------
+
+struct ContextSymbol {
+  const char* name;
+  void* service;
+};
+
+const ContextSymbol kContextSymbols[] = {
+    {"__TVMFFIFunctionCall", reinterpret_cast<void*>(&function_call)},
+    {"__TVMFFIEnvModLookupFromImports", reinterpret_cast<void*>(&lookup_from_imports)},
+    {"__TVMFFIHandleInitOnce", reinterpret_cast<void*>(&handle_init_once)},
+    {"__TVMBackendAllocWorkspace", reinterpret_cast<void*>(&alloc_workspace)},
+    {"__TVMBackendFreeWorkspace", reinterpret_cast<void*>(&free_workspace)},
+    {"__TVMBackendParallelLaunch", reinterpret_cast<void*>(&parallel_launch)},
+    {"__TVMBackendParallelBarrier", reinterpret_cast<void*>(&parallel_barrier)},
+};
+
+}  // namespace
+
+ImportedFunction* LibraryContext::lookup(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cache_.find(name);
+  if (it != cache_.end()) return it->second.get();
+  auto f = std::make_unique<ImportedFunction>();
+  f->name = name;
+  f->library = this;
+  if (name != "__tvm_set_device") {
+    for (const Module& m : imports) {
+      if (m.has_function(name)) {
+        f->function = m.get_function(name);
+        break;
+      }
+    }
+    if (!f->function) {
+      std::string kinds;
+      for (const Module& m : imports) kinds += (kinds.empty() ? "" : ", ") + m.kind();
+      throw NotFoundError(fmt::format(
+          "{}: the compiled code looks up '{}', which none of its imported modules ({}) defines",
+          library, name, kinds.empty() ? "none" : kinds));
+    }
+  }
+  return cache_.emplace(name, std::move(f)).first->second.get();
+}
+
+std::vector<std::string> fill_context_symbols(void* library_handle, LibraryContext* context,
+                                              const std::vector<std::string>& defined_symbols) {
+  std::set<std::string> known;
+  for (const ContextSymbol& s : kContextSymbols) {
+    known.insert(s.name);
+    if (auto* slot = static_cast<void**>(dlsym(library_handle, s.name))) *slot = s.service;
+  }
+  if (auto* ctx = static_cast<void**>(dlsym(library_handle, "__tvm_ffi__library_ctx"))) {
+    *ctx = context;
+  }
+  std::vector<std::string> unknown;
+  for (const std::string& name : defined_symbols) {
+    if ((name.rfind("__TVM", 0) == 0) && known.count(name) == 0) unknown.push_back(name);
+  }
+  return unknown;
+}
+
+CallScope::CallScope(LibraryContext* context)
+    : previous_(t_library), previous_pending_(std::move(t_pending)) {
+  t_library = context;
+  t_pending = nullptr;
+}
+
+CallScope::~CallScope() {
+  t_library = previous_;
+  t_pending = std::move(previous_pending_);
+}
+
+void CallScope::raise(int rc, const std::string& context) {
+  if (t_pending) {
+    std::exception_ptr e = std::move(t_pending);
+    t_pending = nullptr;
+    // Drop whatever compiled code may have raised on top of it.
+    void* stale = nullptr;
+    ffi_provider().move_from_raised(&stale);
+    if (stale != nullptr) ffi_provider().dec_ref(stale);
+    std::rethrow_exception(e);
+  }
+  raise_ffi_error(rc, context);
+}
+
+}  // namespace kiln::tvm_interop

@@ -1,0 +1,78 @@
+// The runtime services TVM-compiled code calls through the weak "context symbols" a loader fills
+// in each library (__TVMBackendParallelLaunch, __TVMFFIEnvModLookupFromImports, ...), and the
+// per-library state they act on. docs/tvm-interop.md lists them with their semantics.
+#ifndef KILN_TVM_HOST_SERVICES_H_
+#define KILN_TVM_HOST_SERVICES_H_
+
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kiln/function.h"
+#include "kiln/module.h"
+
+namespace kiln {
+class DeviceContext;
+}
+
+namespace kiln::tvm_interop {
+
+struct LibraryContext;
+
+// A function compiled code obtained from __TVMFFIEnvModLookupFromImports: the handle it passes
+// back to __TVMFFIFunctionCall.
+struct ImportedFunction {
+  std::string name;
+  Function function;        // unset for the built-in __tvm_set_device
+  LibraryContext* library;  // the library that looked it up
+};
+
+// What `__tvm_ffi__library_ctx` points at: the library's imports (device code) and the devices
+// its workspaces and kernels use. Owned by the library's module; lives as long as its code.
+struct LibraryContext {
+  LibraryContext(std::string library, const DeviceContext& devices)
+      : library(std::move(library)), devices(devices) {}
+  ~LibraryContext();
+
+  std::string library;  // the file, for messages
+  const DeviceContext& devices;
+  std::vector<Module> imports;  // searched in order by lookups from imports
+
+  // Finds `name` for compiled code (cached; the result lives as long as this context).
+  ImportedFunction* lookup(const std::string& name);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<ImportedFunction>> cache_;
+};
+
+// Sets every context symbol `library_handle` (a dlopen handle) defines to Kiln's service, and
+// `__tvm_ffi__library_ctx` to `context`. Returns the names of `__TVM*` context symbols the
+// library defines that Kiln has no service for (the library cannot run when it calls them).
+std::vector<std::string> fill_context_symbols(void* library_handle, LibraryContext* context,
+                                              const std::vector<std::string>& defined_symbols);
+
+// Marks `context` as the library compiled code runs for on this thread while the scope lives,
+// and turns an exception a service threw inside the call back into the error it was.
+class CallScope {
+ public:
+  explicit CallScope(LibraryContext* context);
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+  // After compiled code returned `rc` != 0: rethrows what a Kiln service threw inside the call,
+  // else the error the code raised, prefixed by `context`.
+  [[noreturn]] void raise(int rc, const std::string& context);
+
+ private:
+  LibraryContext* previous_;
+  std::exception_ptr previous_pending_;
+};
+
+}  // namespace kiln::tvm_interop
+
+#endif  // KILN_TVM_HOST_SERVICES_H_

@@ -1,0 +1,287 @@
+// Loading a TVM-compiled library: dlopen it once Kiln (or a tvm-ffi already in the process)
+// answers the C functions it imports, fill its context symbols with Kiln's services, expose its
+// `__tvm_ffi_<name>` functions, and rebuild the module tree of its embedded library blob
+// (device code, a Relax executable) on Kiln's own modules.
+#include "tvm/library_module.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "kiln/error.h"
+#include "kiln/function.h"
+#include "tvm/elf_symbols.h"
+#include "tvm/ffi_provider.h"
+#include "tvm/host_services.h"
+#include "tvm/tvm_ffi_abi.h"
+#include "kiln/device_code.h"
+
+namespace kiln::tvm_interop {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kExportPrefix = "__tvm_ffi_";
+constexpr std::string_view kLibrarySymbolPrefix = "__tvm_ffi__";  // blob, context, metadata
+constexpr const char* kBlobSymbol = "__tvm_ffi__library_bin";
+
+// The C functions of tvm-ffi a library may import and the provider answers.
+const std::set<std::string> kProvidedImports = {
+    "TVMFFIErrorSetRaisedFromCStrParts", "TVMFFIErrorSetRaisedFromCStr",
+    "TVMFFIErrorMoveFromRaised", "TVMFFIObjectIncRef", "TVMFFIObjectDecRef"};
+
+// One exported function: what the KilnCallable's `self` points at.
+struct TvmFunction {
+  SafeCall call;
+  LibraryContext* context;
+  std::string label;  // "<file>: <name>", the prefix of its errors
+};
+
+// The dlopen handle and everything the library's code refers to. Kept alive by every function
+// and module made from the library.
+class LoadedLibrary : public Object {
+ public:
+  LoadedLibrary(void* handle, std::unique_ptr<LibraryContext> context)
+      : handle_(handle), context_(std::move(context)) {}
+  ~LoadedLibrary() override {
+    functions_.clear();
+    context_.reset();
+    dlclose(handle_);
+  }
+  void* handle() const { return handle_; }
+  LibraryContext* context() const { return context_.get(); }
+  TvmFunction* add(SafeCall call, const std::string& label) {
+    functions_.push_back(std::make_unique<TvmFunction>(TvmFunction{call, context_.get(), label}));
+    return functions_.back().get();
+  }
+
+ private:
+  void* handle_;
+  std::unique_ptr<LibraryContext> context_;
+  std::vector<std::unique_ptr<TvmFunction>> functions_;
+};
+
+// A shape argument as tvm-ffi passes it: an object (header, then the cell) that lives for the
+// call; compiled code reads it and never takes a reference.
+struct StackShape {
+  FfiObject header;
+  FfiShapeCell cell;
+};
+
+// KilnAny -> TVMFFIAny for an argument. Tensors pass as their DLTensor (no copy).
+void to_ffi(const KilnAny& k, FfiAny* a, StackShape* shape, const TvmFunction& f, int32_t i) {
+  a->zero_padding = 0;
+  a->v_int64 = 0;
+  switch (k.type_code) {
+    case KILN_TYPE_NONE:
+      a->type_index = kNone;
+      return;
+    case KILN_TYPE_BOOL:
+      a->type_index = kBool;
+      a->v_int64 = k.value.v_int64;
+      return;
+    case KILN_TYPE_INT:
+      a->type_index = kInt;
+      a->v_int64 = k.value.v_int64;
+      return;
+    case KILN_TYPE_FLOAT:
+      a->type_index = kFloat;
+      a->v_float64 = k.value.v_float64;
+      return;
+    case KILN_TYPE_STRING:
+      a->type_index = kRawStr;
+      a->v_c_str = k.value.v_str;
+      return;
+    case KILN_TYPE_BYTES:  // KilnByteArray and TVMFFIByteArray share their layout
+      a->type_index = kByteArrayPtr;
+      a->v_ptr = const_cast<KilnByteArray*>(k.value.v_bytes);
+      return;
+    case KILN_TYPE_DEVICE:
+      a->type_index = kDevice;
+      a->v_device = k.value.v_device;
+      return;
+    case KILN_TYPE_DTYPE:
+      a->type_index = kDataType;
+      a->v_dtype = k.value.v_dtype;
+      return;
+    case KILN_TYPE_TENSOR:
+      a->type_index = kDLTensorPtr;
+      a->v_ptr = k.value.v_tensor;
+      return;
+    case KILN_TYPE_OPAQUE:
+      a->type_index = kOpaquePtr;
+      a->v_ptr = k.value.v_ptr;
+      return;
+    case KILN_TYPE_SHAPE:
+      *shape = StackShape{{1, kShape, 0, nullptr},
+                          {k.value.v_shape->dims, static_cast<size_t>(k.value.v_shape->ndim)}};
+      a->type_index = kShape;
+      a->v_obj = &shape->header;
+      return;
+    default:
+      throw TypeError(fmt::format("{}: argument {} is a {}, which TVM-compiled functions do not take",
+                                  f.label, i, type_code_name(k.type_code)));
+  }
+}
+
+static_assert(sizeof(KilnByteArray) == sizeof(FfiByteArray) &&
+                  offsetof(KilnByteArray, size) == offsetof(FfiByteArray, size),
+              "byte arrays pass through unchanged");
+
+KilnError* call_tvm_function(void* self, const KilnAny* args, int32_t num_args, KilnAny* ret) {
+  const auto& f = *static_cast<const TvmFunction*>(self);
+  try {
+    constexpr int32_t kInline = 8;
+    FfiAny inline_args[kInline];
+    StackShape inline_shapes[kInline];
+    std::vector<FfiAny> heap_args;
+    std::vector<StackShape> heap_shapes;
+    FfiAny* a = inline_args;
+    StackShape* shapes = inline_shapes;
+    if (num_args > kInline) [[unlikely]] {
+      heap_args.resize(static_cast<size_t>(num_args));
+      heap_shapes.resize(static_cast<size_t>(num_args));
+      a = heap_args.data();
+      shapes = heap_shapes.data();
+    }
+    for (int32_t i = 0; i < num_args; ++i) to_ffi(args[i], &a[i], &shapes[i], f, i);
+    FfiAny result{};
+    CallScope scope(f.context);
+    if (const int rc = f.call(nullptr, a, num_args, &result); rc != 0) [[unlikely]] {
+      scope.raise(rc, f.label);
+    }
+    switch (result.type_index) {
+      case kNone:
+        ret->type_code = KILN_TYPE_NONE;
+        break;
+      case kInt:
+        ret->type_code = KILN_TYPE_INT;
+        ret->value.v_int64 = result.v_int64;
+        break;
+      case kBool:
+        ret->type_code = KILN_TYPE_BOOL;
+        ret->value.v_int64 = result.v_int64 != 0;
+        break;
+      case kFloat:
+        ret->type_code = KILN_TYPE_FLOAT;
+        ret->value.v_float64 = result.v_float64;
+        break;
+      default:
+        throw TypeError(fmt::format("{}: returned a value of tvm-ffi type index {}, which Kiln "
+                                    "does not take from compiled functions",
+                                    f.label, result.type_index));
+    }
+    return nullptr;
+  } catch (...) {
+    return detail::error_from_current_exception("");
+  }
+}
+
+std::vector<uint8_t> read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw NotFoundError(fmt::format("cannot open {}", path.string()));
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool is_tvm_export(const std::string& name) {
+  return name.rfind(kExportPrefix, 0) == 0 && name.rfind(kLibrarySymbolPrefix, 0) != 0 &&
+         name.size() > kExportPrefix.size();
+}
+
+// Refuses libraries Kiln cannot run, naming why, before anything is loaded.
+void check_compatible(const std::vector<ElfSymbol>& symbols, const fs::path& path) {
+  for (const ElfSymbol& s : symbols) {
+    if (s.defined && (s.name == "__tvm_main__" || s.name == "__tvm_module_ctx")) {
+      throw ValueError(fmt::format(
+          "{} was built by TVM 0.20 or earlier (it exports {}, the runtime ABI before tvm-ffi); "
+          "Kiln runs libraries of the tvm-ffi {}.{} ABI (TVM 0.21 and later): rebuild it with "
+          "a current TVM",
+          path.string(), s.name, kTvmFfiMajor, kTvmFfiMinor));
+    }
+    if (!s.defined && (s.name.rfind("TVMFFI", 0) == 0 || s.name.rfind("TVMBackend", 0) == 0 ||
+                       s.name.rfind("TVMAPI", 0) == 0) &&
+        kProvidedImports.count(s.name) == 0) {
+      throw ValueError(fmt::format(
+          "{} needs {} from the process, which is not in the tvm-ffi {}.{} subset Kiln provides "
+          "(docs/tvm-interop.md lists it); the library was built for another tvm-ffi version",
+          path.string(), s.name, kTvmFfiMajor, kTvmFfiMinor));
+    }
+  }
+}
+
+class TvmLibraryLoader : public FormatLoader {
+ public:
+  std::string describe() const override { return "TVM-compiled libraries (tvm-ffi)"; }
+  std::vector<std::string> formats() const override { return {"so"}; }
+  bool accepts(const fs::path& path, const std::string& format) const override {
+    if (format != "so") return false;
+    try {
+      return is_tvm_ffi_library(read_file(path));
+    } catch (const Error&) {
+      return false;  // not an ELF file we can read: another loader may
+    }
+  }
+
+  Module load(const fs::path& path, ModuleLoadContext& load) const override {
+    const std::vector<uint8_t> file = read_file(path);
+    const std::vector<ElfSymbol> symbols = read_dynamic_symbols(file, path.string());
+    check_compatible(symbols, path);
+    const FfiProvider& provider = ffi_provider();
+    (void)provider;
+
+    const std::string abs = fs::absolute(path).string();
+    void* handle = dlopen(abs.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      throw RuntimeError(fmt::format("cannot load the TVM library {}: {}", path.string(),
+                                     why != nullptr ? why : "unknown dlopen error"));
+    }
+    auto library = make_object<LoadedLibrary>(
+        handle, std::make_unique<LibraryContext>(path.filename().string(), load.devices()));
+    std::vector<std::string> names;
+    for (const ElfSymbol& s : symbols) {
+      if (s.defined) names.push_back(s.name);
+    }
+    if (auto unknown = fill_context_symbols(handle, library->context(), names); !unknown.empty()) {
+      throw ValueError(fmt::format(
+          "{} calls runtime services Kiln does not provide ({}); the library was built for "
+          "another tvm-ffi version than {}.{}",
+          path.string(), fmt::join(unknown, ", "), kTvmFfiMajor, kTvmFfiMinor));
+    }
+
+    bool has_main = false;
+    for (const std::string& n : names) has_main |= n == "__tvm_ffi_main";
+    auto host = make_object<ModuleObj>(kTvmLibraryKind, has_main ? "main" : "");
+    for (const ElfSymbol& s : symbols) {
+      if (!s.defined || !s.function || !is_tvm_export(s.name)) continue;
+      const std::string name = s.name.substr(kExportPrefix.size());
+      auto call = reinterpret_cast<SafeCall>(dlsym(handle, s.name.c_str()));
+      if (call == nullptr) continue;
+      TvmFunction* state = library->add(call, fmt::format("{}: {}", path.filename().string(), name));
+      host->add_function(name, Function::from_abi(KilnCallable{call_tvm_function, state},
+                                                  library, name));
+    }
+    host->payload = library;
+    host->set_source(path.string());
+    host->artifacts.push_back(Artifact{path.filename().string(), "host_library", file});
+    host->self_contained = true;
+    Module host_module(std::move(host));
+
+    const auto* blob_symbol = find_symbol(symbols, kBlobSymbol);
+    if (blob_symbol == nullptr) return host_module;
+    throw UnimplementedError("TEMP: library blob");
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const FormatLoader> tvm_library_format_loader() {
+  return std::make_shared<TvmLibraryLoader>();
+}
+
+}  // namespace kiln::tvm_interop

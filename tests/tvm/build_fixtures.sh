@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# ctest fixture setup: compiles the TVM fixtures with PYTHON (which must have apache-tvm) into
+# OUT. Exits 77 (ctest: skipped) with the reason when there is no such Python.
+set -euo pipefail
+python=$1
+out=$2
+if [ -z "$python" ] || ! "$python" -c "import tvm" >/dev/null 2>&1; then
+  echo "skipped: no Python with apache-tvm (KILN_TVM_PYTHON='$python'); tools/dev.sh test installs one"
+  exit 77
+fi
+rm -rf "$out.tmp"
+"$python" "$(dirname "$0")/make_fixtures.py" "$out.tmp"
+rm -rf "$out"
+mv "$out.tmp" "$out"
