@@ -17,6 +17,7 @@
 #include "tvm/elf_symbols.h"
 #include "tvm/ffi_provider.h"
 #include "tvm/host_services.h"
+#include "tvm/library_blob.h"
 #include "tvm/tvm_ffi_abi.h"
 #include "kiln/device_code.h"
 
@@ -214,6 +215,25 @@ void check_compatible(const std::vector<ElfSymbol>& symbols, const fs::path& pat
   }
 }
 
+// The module of one entry of the library blob that is not the library itself.
+Module module_from_blob(const BlobModule& entry, std::vector<Module> imports,
+                        const std::string& where, const DeviceContext& devices) {
+  if (entry.kind == "relax.VMExecutable") {
+    throw UnimplementedError(fmt::format("{}: Relax executables are not loaded yet", where));
+  }
+  if (!is_device_module_kind(entry.kind)) {
+    throw ValueError(fmt::format(
+        "{}: a module of kind '{}', which Kiln does not load (it loads the library, device code "
+        "of kinds opencl, cuda and rocm, and relax.VMExecutable)",
+        where, entry.kind));
+  }
+  std::vector<DeviceCode> code;
+  code.push_back(device_code_from_tvm(entry, where));
+  Module m = make_device_code_module(std::move(code), devices);
+  for (Module& i : imports) m.import_module(i);
+  return m;
+}
+
 class TvmLibraryLoader : public FormatLoader {
  public:
   std::string describe() const override { return "TVM-compiled libraries (tvm-ffi)"; }
@@ -274,7 +294,37 @@ class TvmLibraryLoader : public FormatLoader {
 
     const auto* blob_symbol = find_symbol(symbols, kBlobSymbol);
     if (blob_symbol == nullptr) return host_module;
-    throw UnimplementedError("TEMP: library blob");
+    const auto* blob = static_cast<const uint8_t*>(dlsym(handle, kBlobSymbol));
+    if (blob == nullptr) {
+      throw ValueError(fmt::format("{}: {} is listed but cannot be found", path.string(),
+                                   kBlobSymbol));
+    }
+    const std::string where = fmt::format("{}: {}", path.string(), kBlobSymbol);
+    const std::vector<BlobModule> entries =
+        parse_library_blob(std::span<const uint8_t>(blob, blob_symbol->size), where);
+    // Children before parents: the blob's import tree is acyclic (checked by the parser), so
+    // building in reverse topological order gives every module its imports when it is made.
+    std::vector<Module> built(entries.size());
+    std::vector<bool> done(entries.size(), false);
+    std::function<Module(size_t)> build = [&](size_t i) -> Module {
+      if (done[i]) return built[i];
+      std::vector<Module> imports;
+      for (size_t c : entries[i].imports) imports.push_back(build(c));
+      const std::string entry_where = fmt::format("{} (module {}, kind '{}')", where, i,
+                                                  entries[i].kind);
+      if (entries[i].kind == "_lib") {
+        for (Module& m : imports) {
+          host_module.import_module(m);
+          library->context()->imports.push_back(m);
+        }
+        built[i] = host_module;
+      } else {
+        built[i] = module_from_blob(entries[i], std::move(imports), entry_where, load.devices());
+      }
+      done[i] = true;
+      return built[i];
+    };
+    return build(0);
   }
 };
 
