@@ -93,10 +93,15 @@ const ElfSymbol* find_symbol(const std::vector<ElfSymbol>& symbols, const std::s
   return nullptr;
 }
 
-bool is_tvm_ffi_library(std::span<const uint8_t> file) {
+bool is_tvm_library(std::span<const uint8_t> file) {
   try {
     for (const ElfSymbol& s : read_dynamic_symbols(file, "")) {
-      if (s.defined && s.name.rfind("__tvm_ffi_", 0) == 0) return true;
+      if (!s.defined) continue;
+      // tvm-ffi exports, or the markers of the runtime ABI before it (refused with a reason).
+      if (s.name.rfind("__tvm_ffi_", 0) == 0 || s.name == "__tvm_main__" ||
+          s.name == "__tvm_module_ctx") {
+        return true;
+      }
     }
   } catch (const Error&) {
   }

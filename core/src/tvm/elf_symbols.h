@@ -24,9 +24,10 @@ std::vector<ElfSymbol> read_dynamic_symbols(std::span<const uint8_t> file, const
 // The symbol `name` of `symbols`, or null.
 const ElfSymbol* find_symbol(const std::vector<ElfSymbol>& symbols, const std::string& name);
 
-// Whether `file` is an ELF shared library that defines a `__tvm_ffi_` symbol (false for anything
-// that cannot be read as one).
-bool is_tvm_ffi_library(std::span<const uint8_t> file);
+// Whether `file` is an ELF shared library compiled by TVM: it defines a `__tvm_ffi_` symbol, or
+// `__tvm_main__` / `__tvm_module_ctx` of the runtime ABI before tvm-ffi (loaded only to be refused
+// with the reason). False for anything that cannot be read as an ELF file.
+bool is_tvm_library(std::span<const uint8_t> file);
 
 }  // namespace kiln::tvm_interop
 

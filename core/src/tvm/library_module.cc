@@ -204,6 +204,8 @@ void check_compatible(const std::vector<ElfSymbol>& symbols, const fs::path& pat
           "a current TVM",
           path.string(), s.name, kTvmFfiMajor, kTvmFfiMinor));
     }
+  }
+  for (const ElfSymbol& s : symbols) {
     if (!s.defined && (s.name.rfind("TVMFFI", 0) == 0 || s.name.rfind("TVMBackend", 0) == 0 ||
                        s.name.rfind("TVMAPI", 0) == 0) &&
         kProvidedImports.count(s.name) == 0) {
@@ -214,6 +216,7 @@ void check_compatible(const std::vector<ElfSymbol>& symbols, const fs::path& pat
     }
   }
 }
+
 
 // The module of one entry of the library blob that is not the library itself.
 Module module_from_blob(const BlobModule& entry, std::vector<Module> imports,
@@ -241,7 +244,7 @@ class TvmLibraryLoader : public FormatLoader {
   bool accepts(const fs::path& path, const std::string& format) const override {
     if (format != "so") return false;
     try {
-      return is_tvm_ffi_library(read_file(path));
+      return is_tvm_library(read_file(path));
     } catch (const Error&) {
       return false;  // not an ELF file we can read: another loader may
     }

@@ -1,0 +1,218 @@
+// Bad input on the TVM interop paths: libraries Kiln cannot run (an older TVM, a newer tvm-ffi,
+// an unknown runtime service), truncated or corrupt library blobs and ELF files, and device
+// code with nothing to run it. Each must be a clear error naming what and where, never a crash.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "kiln/kiln.h"
+#include "tvm/elf_symbols.h"
+#include "tvm/library_blob.h"
+#include "tvm_fixtures.h"
+
+namespace kiln::tvm_test {
+namespace {
+
+using ::testing::HasSubstr;
+using tvm_interop::BlobModule;
+using tvm_interop::parse_library_blob;
+
+const fs::path kBad = KILN_TVM_BAD_LIBRARY_DIR;
+
+std::vector<uint8_t> read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The bytes of `name`'s `__tvm_ffi__library_bin`, found through the ELF reader's symbol (its
+// file offset is its address in these small libraries' read-only segment, found by scanning for
+// the u64 length the blob starts with is not robust, so the test asks Kiln's loader instead).
+std::vector<uint8_t> blob_of(const fs::path& library) {
+  Module m = load_module(library);  // the loader validated it; re-read the symbol by dlopen
+  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_NE(h, nullptr);
+  const auto* p = static_cast<const uint8_t*>(dlsym(h, "__tvm_ffi__library_bin"));
+  const auto symbols = tvm_interop::read_dynamic_symbols(read_bytes(library), library.string());
+  const auto* s = tvm_interop::find_symbol(symbols, "__tvm_ffi__library_bin");
+  EXPECT_NE(s, nullptr);
+  std::vector<uint8_t> out(p, p + s->size);
+  dlclose(h);
+  return out;
+}
+
+std::vector<uint8_t> u64(uint64_t v) {
+  std::vector<uint8_t> b(8);
+  std::memcpy(b.data(), &v, 8);
+  return b;
+}
+
+// A blob from its parts: the import tree in CSR form and modules given as (kind, bytes).
+std::vector<uint8_t> make_blob(const std::vector<uint64_t>& indptr,
+                               const std::vector<uint64_t>& children,
+                               const std::vector<std::string>& kinds) {
+  std::vector<uint8_t> body;
+  auto put = [&](const std::vector<uint8_t>& b) { body.insert(body.end(), b.begin(), b.end()); };
+  auto put_str = [&](const std::string& s) {
+    put(u64(s.size()));
+    body.insert(body.end(), s.begin(), s.end());
+  };
+  put(u64(indptr.size()));
+  for (uint64_t v : indptr) put(u64(v));
+  put(u64(children.size()));
+  for (uint64_t v : children) put(u64(v));
+  for (const std::string& k : kinds) {
+    put_str(k);
+    if (k != "_lib") put_str("payload");
+  }
+  body.insert(body.begin(), 8, uint8_t{0});
+  const uint64_t length = body.size() - 8;
+  std::memcpy(body.data(), &length, 8);
+  return body;
+}
+
+// `prefix`: "test.so: byte " for errors at one place, "test.so: " for the tree as a whole.
+void expect_value_error(const std::vector<uint8_t>& blob, const std::string& message,
+                        const std::string& prefix = "test.so: byte ") {
+  try {
+    parse_library_blob(blob, "test.so");
+    ADD_FAILURE() << "accepted a blob that should fail with: " << message;
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(prefix)) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(message));
+  }
+}
+
+TEST(TvmBadLibrary, ALibraryOfTheRuntimeBeforeTvmFfiIsRefusedWithTheVersions) {
+  try {
+    load_module(kBad / "libkiln_tvm_bad_old_abi.so");
+    FAIL() << "loaded";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("built by TVM 0.20 or earlier"));
+    EXPECT_THAT(e.what(), HasSubstr("tvm-ffi 0.1 ABI (TVM 0.21 and later)"));
+  }
+}
+
+TEST(TvmBadLibrary, AnImportOutsideKilnsTvmFfiSubsetIsNamed) {
+  try {
+    load_module(kBad / "libkiln_tvm_bad_newer_ffi.so");
+    FAIL() << "loaded";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("needs TVMFFIFunctionGetGlobal"));
+    EXPECT_THAT(e.what(), HasSubstr("another tvm-ffi version"));
+  }
+}
+
+TEST(TvmBadLibrary, AContextSymbolWithoutAServiceIsNamedBeforeItCanBeCalled) {
+  try {
+    load_module(kBad / "libkiln_tvm_bad_unknown_service.so");
+    FAIL() << "loaded";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("__TVMBackendRunOnHexagon"));
+  }
+}
+
+TEST(TvmBadLibrary, TruncatedElfFilesAreErrorsAtEveryLength) {
+  const std::vector<uint8_t> file = read_bytes(kBad / "libkiln_tvm_bad_newer_ffi.so");
+  ASSERT_GT(file.size(), 1000u);
+  for (size_t n = 0; n < file.size(); n += 7) {
+    const std::span<const uint8_t> part(file.data(), n);
+    try {
+      tvm_interop::read_dynamic_symbols(part, "cut.so");
+    } catch (const ValueError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("cut.so: "));
+    }
+    EXPECT_FALSE(tvm_interop::is_tvm_library(part) && n < 64) << n;
+  }
+}
+
+TEST(TvmBadBlob, ACorruptImportTreeIsAnErrorNamingTheByte) {
+  expect_value_error(std::vector<uint8_t>{1, 2, 3}, "truncated");
+  expect_value_error(make_blob({0, 2, 1}, {1, 0}, {"_lib", "opencl"}), "index runs from 0 to 1");
+  expect_value_error(make_blob({0, 2, 1}, {1}, {"_lib", "opencl"}), "decreases at module 1");
+  expect_value_error(make_blob({0, 1, 1}, {7}, {"_lib", "opencl"}), "imports module 7");
+  expect_value_error(make_blob({0, 1, 2}, {1, 0}, {"opencl", "cuda"}),
+                     "the import tree has a cycle through module 0 ('opencl')", "test.so: ");
+  expect_value_error(make_blob({0, 0, 0}, {}, {"_lib", "_lib"}), "a second '_lib'");
+  expect_value_error(make_blob({0}, {}, {}), "no module");
+  // The length covers 16 bytes: an index count of 2^64 - 1, then 8 more bytes.
+  std::vector<uint8_t> huge(24, 0);
+  huge[0] = 16;
+  std::fill(huge.begin() + 8, huge.begin() + 16, uint8_t{0xff});
+  expect_value_error(huge, "count");
+  std::vector<uint8_t> too_long = make_blob({0, 0}, {}, {"_lib"});
+  too_long[0] += 1;  // the length says one byte more than the symbol holds
+  expect_value_error(too_long, "says it has");
+}
+
+class TvmBadFixtureBlob : public TvmFixtureTest {};
+
+TEST_F(TvmBadFixtureBlob, EveryTruncationOfARealBlobIsAnError) {
+  const std::vector<uint8_t> blob = blob_of(library("vadd_opencl"));
+  const auto modules = parse_library_blob(blob, "vadd_opencl.so");
+  ASSERT_EQ(modules.size(), 2u);
+  EXPECT_EQ(modules[0].kind, "_lib");
+  EXPECT_EQ(modules[1].kind, "opencl");
+  EXPECT_EQ(modules[0].imports, std::vector<size_t>{1});
+  for (size_t n = 0; n < blob.size(); ++n) {
+    EXPECT_THROW(parse_library_blob(std::span<const uint8_t>(blob.data(), n), "cut"), ValueError)
+        << n;
+  }
+  // The device module itself, cut anywhere (the length prefix adjusted so the tree parses).
+  const std::vector<uint8_t>& code = modules[1].bytes;
+  for (size_t n = 0; n < code.size(); ++n) {
+    BlobModule cut{"opencl", std::vector<uint8_t>(code.begin(), code.begin() + n), {}};
+    EXPECT_THROW(tvm_interop::device_code_from_tvm(cut, "cut"), ValueError) << n;
+  }
+  const DeviceCode whole = tvm_interop::device_code_from_tvm(modules[1], "vadd_opencl.so");
+  EXPECT_EQ(whole.format, "opencl_c");
+  EXPECT_EQ(whole.target, "opencl");
+  EXPECT_THAT(whole.metadata_json,
+              HasSubstr(R"("vadd_kernel":{"args":["tensor","tensor","tensor"],"launch":["blockIdx.x","threadIdx.x"]})"));
+}
+
+TEST_F(TvmBadFixtureBlob, AnUnknownModuleKindOrCodeFormatIsNamed) {
+  BlobModule vulkan{"vulkan", {1, 2, 3}, {}};
+  EXPECT_THAT([&] { tvm_interop::device_code_from_tvm(vulkan, "x.so"); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("kind 'vulkan'")));
+  const auto modules = parse_library_blob(blob_of(library("vadd_opencl")), "vadd_opencl.so");
+  BlobModule binary = modules[1];
+  binary.bytes[8] = 'x';  // the format string "cl" -> "xl"
+  EXPECT_THAT([&] { tvm_interop::device_code_from_tvm(binary, "x.so"); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("code format 'xl'")));
+}
+
+TEST_F(TvmBadFixtureBlob, DeviceCodeWithoutItsBackendSaysWhy) {
+  // A runtime with no plugins: the library loads (the host reads it), its kernel cannot run.
+  RuntimeOptions o;
+  o.plugin_set = fs::path();
+  o.read_environment = false;
+  o.search_install_prefix = false;
+  Runtime bare(o);
+  Module m = bare.load_module(library("vadd_opencl"));
+  Tensor a = Tensor::empty_host({4096}, DataType::Float(32));
+  try {
+    m.get_function("vadd")(a, a, a);
+    FAIL() << "ran";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("vadd_opencl.so: vadd: "));
+  }
+  DLTensor view{};
+  int64_t shape[1] = {4096};
+  view.data = reinterpret_cast<void*>(0x1000);
+  view.device = DLDevice{kDLOpenCL, 0};
+  view.ndim = 1;
+  view.dtype = DLDataType{kDLFloat, 32, 1};
+  view.shape = shape;
+  EXPECT_THAT(
+      [&] { m.imports()[0].get_function("vadd_kernel")(&view, &view, &view, 64, 64); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("opencl")));
+}
+
+}  // namespace
+}  // namespace kiln::tvm_test
