@@ -60,6 +60,17 @@ assert np.allclose(out, a + b)
 record("vadd", "vadd.so", "vadd", [a, b, np.zeros_like(a)], [out], numpy=[(a + b).tolist()[:4]])
 
 
+# 1b. A function that checks its one argument and does nothing: the call overhead of
+# bench/tvm_interop_bench.cc.
+@T.prim_func
+def noop(a: T.Buffer((1,), "float32")):
+    T.func_attr({"global_symbol": "noop", "tir.noalias": True})
+    T.evaluate(0)
+
+
+tvm.compile(noop, target="llvm").export_library(os.path.join(OUT, "noop.so"))
+
+
 # 2. Parallel row reduction (TVMBackendParallelLaunch).
 @T.prim_func
 def row_sum(x: T.Buffer((256, 512), "float32"), y: T.Buffer((256,), "float32")):

@@ -27,23 +27,31 @@ LibraryContext::~LibraryContext() = default;
 
 namespace {
 
-thread_local LibraryContext* t_library = nullptr;
-// What a Kiln service threw during the current call (compiled code only sees -1).
+using detail::t_state;
+
+// What a Kiln service threw during the current call (compiled code only sees -1); touched on
+// the error path only.
 thread_local std::exception_ptr t_pending;
-// The device TVM's host code selected with __tvm_set_device before launching kernels.
-thread_local DLDevice t_device{kDLCPU, 0};
-thread_local bool t_device_set = false;
 
 int fail() {
   t_pending = std::current_exception();
+  t_state.pending = true;
   return -1;
 }
 
+// Takes the recorded exception (or null).
+std::exception_ptr take_pending() {
+  std::exception_ptr e = std::move(t_pending);
+  t_pending = nullptr;
+  t_state.pending = false;
+  return e;
+}
+
 LibraryContext& current_library(const char* service) {
-  if (t_library == nullptr) {
+  if (t_state.library == nullptr) {
     throw RuntimeError(fmt::format("{} was called outside a call into a TVM library", service));
   }
-  return *t_library;
+  return *t_state.library;
 }
 
 // ---- __TVMFFIFunctionCall ----------------------------------------------------------------
@@ -74,14 +82,14 @@ KilnAny to_kiln(const FfiAny& a, DLTensor* view, int64_t* zero_dim, const Import
       k.value.v_tensor = static_cast<DLTensor*>(a.v_ptr);
       break;
     case kOpaquePtr:
-      if (!t_device_set) {
+      if (!t_state.device_set) {
         throw RuntimeError(fmt::format(
             "{}: '{}' got a device buffer (argument {}) before the code selected a device",
             f.library->library, f.name, index));
       }
       *view = DLTensor{};
       view->data = a.v_ptr;
-      view->device = t_device;
+      view->device = t_state.device;
       view->ndim = 1;
       view->dtype = DLDataType{kDLUInt, 8, 1};
       view->shape = zero_dim;
@@ -110,9 +118,9 @@ int function_call(void* handle, FfiAny* args, int32_t num_args, FfiAny* result) 
       if (num_args < 2 || args[0].type_index != kInt || args[1].type_index != kInt) {
         throw TypeError("__tvm_set_device takes (int device_type, int device_id)");
       }
-      t_device = DLDevice{static_cast<DLDeviceType>(args[0].v_int64),
-                          static_cast<int32_t>(args[1].v_int64)};
-      t_device_set = true;
+      t_state.device = DLDevice{static_cast<DLDeviceType>(args[0].v_int64),
+                                static_cast<int32_t>(args[1].v_int64)};
+      t_state.device_set = true;
       return 0;
     }
     constexpr int32_t kInline = 16;
@@ -244,21 +252,20 @@ int parallel_launch(ParallelLambda lambda, void* cdata, int num_task) {
                                : arena.max_concurrency();
     Barrier barrier;
     barrier.num_task = n;
-    LibraryContext* library = t_library;
+    LibraryContext* library = t_state.library;
     std::mutex error_mu;
     std::exception_ptr first_error;
     arena.execute([&] {
       tbb::parallel_for(
           tbb::blocked_range<int>(0, n, 1),
           [&](const tbb::blocked_range<int>& r) {
-            LibraryContext* saved = t_library;
-            t_library = library;
+            LibraryContext* saved = t_state.library;
+            t_state.library = library;
             for (int task = r.begin(); task != r.end(); ++task) {
               ParallelGroupEnv env{&barrier, n};
               if (const int rc = lambda(task, &env, cdata); rc != 0) {
                 // The error lives in this worker thread's slots; move it to the caller's.
-                std::exception_ptr e = t_pending;
-                t_pending = nullptr;
+                std::exception_ptr e = take_pending();
                 if (!e) {
                   try {
                     raise_ffi_error(rc, "parallel task " + std::to_string(task));
@@ -270,7 +277,7 @@ int parallel_launch(ParallelLambda lambda, void* cdata, int num_task) {
                 if (!first_error) first_error = e;
               }
             }
-            t_library = saved;
+            t_state.library = saved;
           },
           tbb::simple_partitioner());
     });
@@ -342,21 +349,14 @@ std::vector<std::string> fill_context_symbols(void* library_handle, LibraryConte
   return unknown;
 }
 
-CallScope::CallScope(LibraryContext* context)
-    : previous_(t_library), previous_pending_(std::move(t_pending)) {
-  t_library = context;
-  t_pending = nullptr;
-}
+namespace detail {
+constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
 
-CallScope::~CallScope() {
-  t_library = previous_;
-  t_pending = std::move(previous_pending_);
-}
+void discard_pending() { take_pending(); }
+}  // namespace detail
 
-void CallScope::raise(int rc, const std::string& context) {
-  if (t_pending) {
-    std::exception_ptr e = std::move(t_pending);
-    t_pending = nullptr;
+void CallScope::raise(int rc, const std::string& context) const {
+  if (std::exception_ptr e = take_pending()) {
     // Drop whatever compiled code may have raised on top of it.
     void* stale = nullptr;
     ffi_provider().move_from_raised(&stale);

@@ -4,6 +4,8 @@
 #ifndef KILN_TVM_HOST_SERVICES_H_
 #define KILN_TVM_HOST_SERVICES_H_
 
+#include <dlpack/dlpack.h>
+
 #include <exception>
 #include <map>
 #include <memory>
@@ -55,22 +57,40 @@ struct LibraryContext {
 std::vector<std::string> fill_context_symbols(void* library_handle, LibraryContext* context,
                                               const std::vector<std::string>& defined_symbols);
 
-// Marks `context` as the library compiled code runs for on this thread while the scope lives,
-// and turns an exception a service threw inside the call back into the error it was.
+namespace detail {
+// What the services need to know about the current call on this thread. Initial-exec TLS with
+// constant initialisation: one thread-pointer-relative access, on every call into a library.
+struct ThreadState {
+  LibraryContext* library = nullptr;  // the library the running code belongs to
+  bool pending = false;               // a service failed: its exception is in pending_error()
+  bool device_set = false;            // __tvm_set_device ran on this thread
+  DLDevice device{kDLCPU, 0};         // the device it selected
+};
+extern constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
+// Drops the exception a service recorded but the compiled code did not report.
+void discard_pending();
+}  // namespace detail
+
+// Marks `context` as the library compiled code runs for on this thread while the scope lives.
 class CallScope {
  public:
-  explicit CallScope(LibraryContext* context);
-  ~CallScope();
+  explicit CallScope(LibraryContext* context) : previous_(detail::t_state.library) {
+    detail::t_state.library = context;
+  }
+  ~CallScope() { detail::t_state.library = previous_; }
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
 
+  // After compiled code returned 0.
+  void succeeded() const {
+    if (detail::t_state.pending) [[unlikely]] detail::discard_pending();
+  }
   // After compiled code returned `rc` != 0: rethrows what a Kiln service threw inside the call,
   // else the error the code raised, prefixed by `context`.
-  [[noreturn]] void raise(int rc, const std::string& context);
+  [[noreturn]] void raise(int rc, const std::string& context) const;
 
  private:
   LibraryContext* previous_;
-  std::exception_ptr previous_pending_;
 };
 
 }  // namespace kiln::tvm_interop

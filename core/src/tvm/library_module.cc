@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -74,8 +75,20 @@ struct StackShape {
   FfiShapeCell cell;
 };
 
+[[noreturn, gnu::cold, gnu::noinline]] void bad_argument(const TvmFunction& f, int32_t i,
+                                                          int32_t type_code) {
+  throw TypeError(fmt::format("{}: argument {} is a {}, which TVM-compiled functions do not take",
+                              f.label, i, type_code_name(type_code)));
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] void bad_result(const TvmFunction& f, int32_t type_index) {
+  throw TypeError(fmt::format("{}: returned a value of tvm-ffi type index {}, which Kiln does not "
+                              "take from compiled functions",
+                              f.label, type_index));
+}
+
 // KilnAny -> TVMFFIAny for an argument. Tensors pass as their DLTensor (no copy).
-void to_ffi(const KilnAny& k, FfiAny* a, StackShape* shape, const TvmFunction& f, int32_t i) {
+[[gnu::noinline]] void to_ffi(const KilnAny& k, FfiAny* a, StackShape* shape, const TvmFunction& f, int32_t i) {
   a->zero_padding = 0;
   a->v_int64 = 0;
   switch (k.type_code) {
@@ -125,8 +138,7 @@ void to_ffi(const KilnAny& k, FfiAny* a, StackShape* shape, const TvmFunction& f
       a->v_obj = &shape->header;
       return;
     default:
-      throw TypeError(fmt::format("{}: argument {} is a {}, which TVM-compiled functions do not take",
-                                  f.label, i, type_code_name(k.type_code)));
+      bad_argument(f, i, k.type_code);
   }
 }
 
@@ -134,59 +146,107 @@ static_assert(sizeof(KilnByteArray) == sizeof(FfiByteArray) &&
                   offsetof(KilnByteArray, size) == offsetof(FfiByteArray, size),
               "byte arrays pass through unchanged");
 
+// tvm-ffi's type index for each Kiln type code whose 8-byte payload passes unchanged (-1: the
+// value needs building, or cannot pass). BYTES: KilnByteArray and TVMFFIByteArray share their
+// layout; TENSOR: the DLTensor pointer.
+constexpr int32_t kSameBits = -1;
+constexpr int32_t kTypeIndexOf[16] = {
+    kNone,          // KILN_TYPE_NONE
+    kBool,          // KILN_TYPE_BOOL
+    kInt,           // KILN_TYPE_INT
+    kFloat,         // KILN_TYPE_FLOAT
+    kRawStr,        // KILN_TYPE_STRING
+    kByteArrayPtr,  // KILN_TYPE_BYTES
+    kDevice,        // KILN_TYPE_DEVICE
+    kDataType,      // KILN_TYPE_DTYPE
+    kSameBits,      // KILN_TYPE_SHAPE: a shape object
+    kDLTensorPtr,   // KILN_TYPE_TENSOR
+    kSameBits,      // KILN_TYPE_FUNCTION: not passed
+    kOpaquePtr,     // KILN_TYPE_OPAQUE
+    kSameBits,      // 12..15: not ABI type codes
+    kSameBits,
+    kSameBits,
+    kSameBits,
+};
+
+// Converts `n` arguments into `a`: the payload is copied as is, the tag mapped by table; shapes
+// become objects in `shapes`. The loop is the whole per-argument cost of a call.
+inline void convert_args(const TvmFunction& f, const KilnAny* args, int32_t n, FfiAny* a,
+                         StackShape* shapes) {
+  for (int32_t i = 0; i < n; ++i) {
+    const uint32_t code = static_cast<uint32_t>(args[i].type_code);
+    const int32_t index = code < 16 ? kTypeIndexOf[code] : kSameBits;
+    // The type index and its zero padding as one word, then the payload: two 8-byte stores.
+    const uint64_t head = static_cast<uint32_t>(index);
+    std::memcpy(&a[i], &head, sizeof(head));
+    a[i].v_int64 = args[i].value.v_int64;
+    if (index == kSameBits) [[unlikely]] to_ffi(args[i], &a[i], &shapes[i], f, i);
+  }
+}
+
+// Calls `f` with converted arguments and converts its result into `ret`.
+inline KilnError* call_converted(const TvmFunction& f, const FfiAny* a, int32_t num_args,
+                                 KilnAny* ret) {
+  FfiAny result;
+  result.type_index = kNone;
+  CallScope scope(f.context);
+  if (const int rc = f.call(nullptr, a, num_args, &result); rc != 0) [[unlikely]] {
+    scope.raise(rc, f.label);
+  }
+  scope.succeeded();
+  switch (result.type_index) {
+    case kNone:
+      break;  // `ret` comes pre-set to NONE
+    case kInt:
+      ret->type_code = KILN_TYPE_INT;
+      ret->value.v_int64 = result.v_int64;
+      break;
+    case kBool:
+      ret->type_code = KILN_TYPE_BOOL;
+      ret->value.v_int64 = result.v_int64 != 0;
+      break;
+    case kFloat:
+      ret->type_code = KILN_TYPE_FLOAT;
+      ret->value.v_float64 = result.v_float64;
+      break;
+    default:
+      bad_result(f, result.type_index);
+  }
+  return nullptr;
+}
+
+// Calls with more arguments than fit the inline arrays (rare: kernels take few arguments).
+[[gnu::noinline]] KilnError* call_many(const TvmFunction& f, const KilnAny* args, int32_t num_args,
+                                       KilnAny* ret) {
+  std::vector<FfiAny> a(static_cast<size_t>(num_args));
+  std::vector<StackShape> shapes(static_cast<size_t>(num_args));
+  convert_args(f, args, num_args, a.data(), shapes.data());
+  return call_converted(f, a.data(), num_args, ret);
+}
+
 KilnError* call_tvm_function(void* self, const KilnAny* args, int32_t num_args, KilnAny* ret) {
   const auto& f = *static_cast<const TvmFunction*>(self);
   try {
     constexpr int32_t kInline = 8;
-    FfiAny inline_args[kInline];
-    StackShape inline_shapes[kInline];
-    std::vector<FfiAny> heap_args;
-    std::vector<StackShape> heap_shapes;
-    FfiAny* a = inline_args;
-    StackShape* shapes = inline_shapes;
-    if (num_args > kInline) [[unlikely]] {
-      heap_args.resize(static_cast<size_t>(num_args));
-      heap_shapes.resize(static_cast<size_t>(num_args));
-      a = heap_args.data();
-      shapes = heap_shapes.data();
-    }
-    for (int32_t i = 0; i < num_args; ++i) to_ffi(args[i], &a[i], &shapes[i], f, i);
-    FfiAny result{};
-    CallScope scope(f.context);
-    if (const int rc = f.call(nullptr, a, num_args, &result); rc != 0) [[unlikely]] {
-      scope.raise(rc, f.label);
-    }
-    switch (result.type_index) {
-      case kNone:
-        ret->type_code = KILN_TYPE_NONE;
-        break;
-      case kInt:
-        ret->type_code = KILN_TYPE_INT;
-        ret->value.v_int64 = result.v_int64;
-        break;
-      case kBool:
-        ret->type_code = KILN_TYPE_BOOL;
-        ret->value.v_int64 = result.v_int64 != 0;
-        break;
-      case kFloat:
-        ret->type_code = KILN_TYPE_FLOAT;
-        ret->value.v_float64 = result.v_float64;
-        break;
-      default:
-        throw TypeError(fmt::format("{}: returned a value of tvm-ffi type index {}, which Kiln "
-                                    "does not take from compiled functions",
-                                    f.label, result.type_index));
-    }
-    return nullptr;
+    if (num_args > kInline) [[unlikely]] return call_many(f, args, num_args, ret);
+    FfiAny a[kInline];
+    StackShape shapes[kInline];
+    convert_args(f, args, num_args, a, shapes);
+    return call_converted(f, a, num_args, ret);
   } catch (...) {
-    return detail::error_from_current_exception("");
+    return kiln::detail::error_from_current_exception("");
   }
 }
 
 std::vector<uint8_t> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw NotFoundError(fmt::format("cannot open {}", path.string()));
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::vector<uint8_t> bytes(static_cast<size_t>(in.tellg()));
+  in.seekg(0);
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()))) {
+    throw RuntimeError(fmt::format("cannot read {}", path.string()));
+  }
+  return bytes;
 }
 
 bool is_tvm_export(const std::string& name) {

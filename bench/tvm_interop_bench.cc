@@ -1,0 +1,135 @@
+// TVM-compiled functions called through Kiln beside TVM's own runtime (tvm-ffi's C++ Module and
+// Function, from the apache-tvm-ffi wheel), in one process, cases interleaved
+// (--benchmark_enable_random_interleaving). The floor is the library's exported symbol called
+// directly with pre-packed TVMFFIAny arguments: what any runtime must at least pay.
+//
+//   no-op: `noop(a)` (TVM's argument checks, no work); vadd: 2^20 float32 elements.
+//
+// The libraries come from tests/tvm/make_fixtures.py (ctest's tvm_fixtures writes them to
+// build/tvm_fixtures; KILN_TVM_FIXTURES overrides). docs/benchmarks.md has the figures.
+#include <benchmark/benchmark.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <string>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/extra/module.h>
+#include <tvm/ffi/function.h>
+
+#include "kiln/kiln.h"
+
+namespace {
+
+std::string fixture(const std::string& file) {
+  const char* dir = std::getenv("KILN_TVM_FIXTURES");
+  return std::string(dir != nullptr ? dir : KILN_TVM_FIXTURE_DIR) + "/" + file;
+}
+
+// The arrays of one case, as Kiln tensors (TVM reads the same DLTensors).
+struct Arrays {
+  explicit Arrays(int64_t n) {
+    for (auto* t : {&a, &b, &c}) {
+      *t = kiln::Tensor::empty({n}, kiln::DataType::Float(32));
+      std::fill(t->host_span<float>().begin(), t->host_span<float>().end(), 1.0f);
+    }
+  }
+  kiln::Tensor a, b, c;
+};
+
+using SafeCall = int (*)(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+
+TVMFFIAny dltensor_arg(const kiln::Tensor& t) {
+  TVMFFIAny v{};
+  v.type_index = kTVMFFIDLTensorPtr;
+  v.v_ptr = const_cast<DLTensor*>(t.dl());
+  return v;
+}
+
+// Floor: the exported symbol, called with arguments packed once.
+void run_floor(benchmark::State& state, const char* library, const char* symbol, int n_args,
+               int64_t n) {
+  void* h = dlopen(fixture(library).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    state.SkipWithError(dlerror());
+    return;
+  }
+  auto fn = reinterpret_cast<SafeCall>(dlsym(h, symbol));
+  Arrays arrays(n);
+  TVMFFIAny args[3] = {dltensor_arg(arrays.a), dltensor_arg(arrays.b), dltensor_arg(arrays.c)};
+  TVMFFIAny ret{};
+  for (auto _ : state) {
+    if (fn(nullptr, args, n_args, &ret) != 0) state.SkipWithError("call failed");
+  }
+  dlclose(h);
+}
+
+void run_tvm(benchmark::State& state, const char* library, const char* function, int n_args,
+             int64_t n) {
+  tvm::ffi::Module m = tvm::ffi::Module::LoadFromFile(fixture(library));
+  tvm::ffi::Function f = m->GetFunction(function).value();
+  Arrays arrays(n);
+  auto* a = const_cast<DLTensor*>(arrays.a.dl());
+  auto* b = const_cast<DLTensor*>(arrays.b.dl());
+  auto* c = const_cast<DLTensor*>(arrays.c.dl());
+  for (auto _ : state) {
+    if (n_args == 1) {
+      f(a);
+    } else {
+      f(a, b, c);
+    }
+  }
+}
+
+void run_kiln(benchmark::State& state, const char* library, const char* function, int n_args,
+              int64_t n) {
+  kiln::Module m = kiln::load_module(fixture(library));
+  kiln::Function f = m.get_function(function);
+  Arrays arrays(n);
+  for (auto _ : state) {
+    if (n_args == 1) {
+      f(arrays.a);
+    } else {
+      f(arrays.a, arrays.b, arrays.c);
+    }
+  }
+}
+
+// Kiln's bridge alone: the module function's KilnCallable, called with packed KilnAny values
+// (what kiln::Function adds on top is the packing and the result's Any).
+void run_kiln_abi(benchmark::State& state, const char* library, const char* function) {
+  kiln::Module m = kiln::load_module(fixture(library));
+  const KilnCallable c = m.get_function(function).callable();
+  Arrays arrays(1);
+  KilnAny arg{};
+  arg.type_code = KILN_TYPE_TENSOR;
+  arg.value.v_tensor = const_cast<DLTensor*>(arrays.a.dl());
+  for (auto _ : state) {
+    KilnAny ret{};
+    if (c.call(c.self, &arg, 1, &ret) != nullptr) state.SkipWithError("call failed");
+    benchmark::DoNotOptimize(ret);
+  }
+}
+
+constexpr int64_t kVaddElements = int64_t{1} << 20;
+
+void BM_Floor_Noop(benchmark::State& s) { run_floor(s, "noop.so", "__tvm_ffi_noop", 1, 1); }
+void BM_Tvm_Noop(benchmark::State& s) { run_tvm(s, "noop.so", "noop", 1, 1); }
+void BM_Kiln_Noop(benchmark::State& s) { run_kiln(s, "noop.so", "noop", 1, 1); }
+void BM_KilnAbi_Noop(benchmark::State& s) { run_kiln_abi(s, "noop.so", "noop"); }
+void BM_Floor_Vadd1M(benchmark::State& s) {
+  run_floor(s, "vadd.so", "__tvm_ffi_vadd", 3, kVaddElements);
+}
+void BM_Tvm_Vadd1M(benchmark::State& s) { run_tvm(s, "vadd.so", "vadd", 3, kVaddElements); }
+void BM_Kiln_Vadd1M(benchmark::State& s) { run_kiln(s, "vadd.so", "vadd", 3, kVaddElements); }
+
+BENCHMARK(BM_Floor_Noop);
+BENCHMARK(BM_Tvm_Noop);
+BENCHMARK(BM_Kiln_Noop);
+BENCHMARK(BM_KilnAbi_Noop);
+BENCHMARK(BM_Floor_Vadd1M);
+BENCHMARK(BM_Tvm_Vadd1M);
+BENCHMARK(BM_Kiln_Vadd1M);
+
+}  // namespace
+
+BENCHMARK_MAIN();
