@@ -201,6 +201,8 @@ record("mlp", "mlp.so", "main", mlp_in, [mlp_out], vm=True)
 # The executable as the file TVM writes (VMExecutable bytes, §2.15) besides the library.
 # Without the kernels: Kiln pairs it with a kernel library given separately (docs/tvm-interop.md).
 ex.mod.write_to_file(os.path.join(OUT, "mlp.vmexec"))
+with open(os.path.join(OUT, "mlp.as_text.txt"), "w") as f:
+    f.write(ex.mod["as_text"]())
 
 # Run configs naming the libraries, as a TVM user writes them for `kiln run` (docs/run-config.md):
 # inputs from the .npy files TVM ran on, the output checked against TVM's result.

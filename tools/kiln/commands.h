@@ -78,7 +78,7 @@ struct VmOptions {
 // `kiln vm ...`: assembles a text VM program, prints an executable as text, or prints its
 // statistics. A malformed text program is a usage error (2), a malformed executable a
 // runtime error (3).
-int run_vm(const VmOptions& options);
+int run_vm(const VmOptions& options, const GlobalOptions& global);
 
 // Options of `kiln rpc-server` (docs/rpc.md).
 struct RpcServerOptions {

@@ -74,12 +74,13 @@ int main(int argc, char** argv) {
   vm_asm
       ->add_option("-o,--output", vm_options.output, "The executable to write (.kvm; - for stdout)")
       ->required();
-  auto* vm_disasm = vm->add_subcommand("disasm", "Print a binary executable (.kvm) as text");
-  vm_disasm->add_option("input", vm_options.input, "The executable (.kvm)")->required();
+  auto* vm_disasm = vm->add_subcommand(
+      "disasm", "Print an executable (.kvm, or TVM's: a Relax library .so or VMExecutable) as text");
+  vm_disasm->add_option("input", vm_options.input, "The executable")->required();
   vm_disasm->add_option("-o,--output", vm_options.output,
                         "Write the text to this file instead of stdout");
   auto* vm_stats = vm->add_subcommand("stats", "Print the statistics of a binary executable");
-  vm_stats->add_option("input", vm_options.input, "The executable (.kvm)")->required();
+  vm_stats->add_option("input", vm_options.input, "The executable (as for disasm)")->required();
 
   RpcServerOptions server_options;
   auto* server = app.add_subcommand(
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
     if (profile->parsed()) return run_profile(profile_options, options);
     if (vm->parsed()) {
       vm_options.command = vm_asm->parsed() ? "asm" : vm_disasm->parsed() ? "disasm" : "stats";
-      return run_vm(vm_options);
+      return run_vm(vm_options, options);
     }
     if (run->parsed()) {
       if (progress_on) run_options.progress = true;

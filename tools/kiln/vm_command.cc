@@ -12,7 +12,9 @@
 
 #include "commands.h"
 #include "kiln/error.h"
+#include "kiln/runtime.h"
 #include "kiln/vm/executable.h"
+#include "kiln/vm/virtual_machine.h"
 #include "output_file.h"
 
 namespace kiln::tool {
@@ -36,8 +38,22 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 // Loads a binary executable; a malformed file is a runtime error naming the file (exit 3).
-vm::Executable load_executable(const std::filesystem::path& path) {
+// Other files that are not Kiln's binary form (TVM's Relax libraries and VMExecutable files) are
+// loaded as modules by a Runtime made from `global`, which must give an executable.
+vm::Executable load_executable(const std::filesystem::path& path, const GlobalOptions& global) {
   const std::string data = read_file(path);
+  if (path.extension() != ".kvm" &&
+      !vm::Executable::has_binary_magic(
+          std::span(reinterpret_cast<const uint8_t*>(data.data()), data.size()))) {
+    Runtime runtime(runtime_options(global));
+    const Module m = runtime.load_module(path);
+    const vm::Executable* exec = vm::executable_of(m);
+    if (exec == nullptr) {
+      throw ValueError(fmt::format("{}: a module of kind '{}', not a VM executable",
+                                   path.string(), m.kind()));
+    }
+    return *exec;
+  }
   try {
     return vm::Executable::load_from_bytes(
         std::span(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
@@ -65,8 +81,8 @@ int run_asm(const VmOptions& options) {
   return kExitOk;
 }
 
-int run_disasm(const VmOptions& options) {
-  const std::string text = load_executable(options.input).as_text();
+int run_disasm(const VmOptions& options, const GlobalOptions& global) {
+  const std::string text = load_executable(options.input, global).as_text();
   if (options.output.empty() || options.output == "-") {
     std::cout << text;
   } else {
@@ -75,17 +91,17 @@ int run_disasm(const VmOptions& options) {
   return kExitOk;
 }
 
-int run_stats(const VmOptions& options) {
-  std::cout << load_executable(options.input).stats();
+int run_stats(const VmOptions& options, const GlobalOptions& global) {
+  std::cout << load_executable(options.input, global).stats();
   return kExitOk;
 }
 
 }  // namespace
 
-int run_vm(const VmOptions& options) {
+int run_vm(const VmOptions& options, const GlobalOptions& global) {
   if (options.command == "asm") return run_asm(options);
-  if (options.command == "disasm") return run_disasm(options);
-  if (options.command == "stats") return run_stats(options);
+  if (options.command == "disasm") return run_disasm(options, global);
+  if (options.command == "stats") return run_stats(options, global);
   throw UsageError(fmt::format("unknown vm command '{}' (asm, disasm, stats)", options.command));
 }
 

@@ -8,6 +8,7 @@
 #include "module/format_loaders.h"
 #include "runtime/package_loader.h"
 #include "tvm/library_module.h"
+#include "tvm/relax_executable.h"
 #include "vm/vm_module.h"
 
 namespace kiln {
@@ -59,6 +60,8 @@ void register_plugin_loader(ModuleLoaderRegistry& registry, const Ref<plugin::Lo
 void register_host_loaders(ModuleLoaderRegistry& registry) {
   registry.add(tvm_interop::tvm_library_format_loader(), ModuleLoaderRegistry::kTvmLibraryPriority);
   registry.add(vm::executable_format_loader(), ModuleLoaderRegistry::kExecutablePriority);
+  registry.add(tvm_interop::relax_executable_format_loader(),
+               ModuleLoaderRegistry::kExecutablePriority);
   registry.add(device_code_format_loader(), ModuleLoaderRegistry::kDeviceCodePriority);
 }
 

@@ -19,6 +19,8 @@
 #include "tvm/ffi_provider.h"
 #include "tvm/host_services.h"
 #include "tvm/library_blob.h"
+#include "tvm/relax_executable.h"
+#include "kiln/vm/virtual_machine.h"
 #include "tvm/tvm_ffi_abi.h"
 #include "kiln/device_code.h"
 
@@ -282,7 +284,14 @@ void check_compatible(const std::vector<ElfSymbol>& symbols, const fs::path& pat
 Module module_from_blob(const BlobModule& entry, std::vector<Module> imports,
                         const std::string& where, const DeviceContext& devices) {
   if (entry.kind == "relax.VMExecutable") {
-    throw UnimplementedError(fmt::format("{}: Relax executables are not loaded yet", where));
+    // Kernel names resolve against the imports (the library); the bytecode names the library's
+    // file so that a package made from the module finds it again.
+    vm::Executable exec = read_relax_executable(entry.bytes, where);
+    for (const Module& i : imports) {
+      if (i.get()->self_contained) exec.imports.push_back(i.artifacts().front().name);
+    }
+    return vm::make_executable_module(std::move(exec), std::move(imports), "relax_vm.kvm",
+                                      devices);
   }
   if (!is_device_module_kind(entry.kind)) {
     throw ValueError(fmt::format(
@@ -387,7 +396,13 @@ class TvmLibraryLoader : public FormatLoader {
       done[i] = true;
       return built[i];
     };
-    return build(0);
+    Module root = build(0);
+    if (root.get() != host_module.get()) {
+      // The library file alone loads back as this tree: export it, not the parts.
+      root.get()->artifacts = host_module.artifacts();
+      root.get()->self_contained = true;
+    }
+    return root;
   }
 };
 

@@ -423,4 +423,8 @@ Executable Executable::load_from_bytes(std::span<const uint8_t> bytes) {
   return Reader(bytes).read();
 }
 
+bool Executable::has_binary_magic(std::span<const uint8_t> bytes) {
+  return bytes.size() >= sizeof(kMagic) && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0;
+}
+
 }  // namespace kiln::vm

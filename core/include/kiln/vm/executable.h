@@ -132,6 +132,8 @@ class Executable {
   // malformed or truncated input is a ValueError naming the section and offset.
   std::vector<uint8_t> save_to_bytes() const;
   static Executable load_from_bytes(std::span<const uint8_t> bytes);
+  // Whether `bytes` start with the binary form's magic (the rest unchecked).
+  static bool has_binary_magic(std::span<const uint8_t> bytes);
 
   // The text form (docs/vm.md). as_text() is canonical: from_text(as_text()) gives an equal
   // executable and as_text() of that is identical. from_text errors are ValueErrors of the
