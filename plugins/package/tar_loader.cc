@@ -1,5 +1,6 @@
 #include "tar_loader.h"
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "kiln/sdk/plugin.hpp"
 #include "kiln/sdk/support/sha256.hpp"
 #include "package_manifest.h"
+#include "tvm_objects.h"
 
 namespace kiln::package {
 namespace {
@@ -26,6 +28,27 @@ struct LoadedPackage {
 // Throws kiln::sdk::Error(KILN_ERROR_VALUE, message).
 [[noreturn]] void fail(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
 
+// A package of one host library: TVM's object files linked together (tvm_objects.h).
+std::unique_ptr<LoadedPackage> linked_tvm_package(const std::vector<ArchiveFile>& files,
+                                                  const std::string& path) {
+  auto package = std::make_unique<LoadedPackage>();
+  std::string stem = std::filesystem::path(path).stem().string();
+  package->manifest.module_kind = "tvm_ffi_library";
+  package->manifest.artifacts.push_back(ManifestArtifact{});
+  ManifestArtifact& a = package->manifest.artifacts.back();
+  a.name = (stem.empty() ? std::string("tvm") : stem) + ".so";
+  a.role = "host_library";
+  package->data.push_back(link_tvm_objects(files, path));
+  a.size = package->data.back().size();
+  KilnArtifact artifact = sdk::make_table<KilnArtifact>();
+  artifact.name = a.name.c_str();
+  artifact.role = a.role.c_str();
+  artifact.data = package->data.back().data();
+  artifact.size = package->data.back().size();
+  package->artifacts.push_back(artifact);
+  return package;
+}
+
 // Reads and checks the package at `path`; see make_tar_loader.
 std::unique_ptr<LoadedPackage> read_package(const std::string& path) {
   std::vector<ArchiveFile> files = read_flat_archive(path);
@@ -34,7 +57,10 @@ std::unique_ptr<LoadedPackage> read_package(const std::string& path) {
 
   const auto manifest_file = by_name.find(kManifestName);
   if (manifest_file == by_name.end()) {
-    fail(path + ": no entry '" + kManifestName + "': not a Kiln module package");
+    if (is_tvm_object_archive(files)) return linked_tvm_package(files, path);
+    fail(path + ": no entry '" + kManifestName +
+         "': not a Kiln module package (nor a TVM "
+         "export of object files)");
   }
   const std::vector<uint8_t>& text = *manifest_file->second;
   auto package = std::make_unique<LoadedPackage>();

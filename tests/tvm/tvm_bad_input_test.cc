@@ -152,6 +152,26 @@ TEST(TvmBadBlob, ACorruptImportTreeIsAnErrorNamingTheByte) {
 
 class TvmBadFixtureBlob : public TvmFixtureTest {};
 
+TEST_F(TvmBadFixtureBlob, ATarOfObjectFilesWithoutACompilerSaysWhatItNeeds) {
+  const char* old = std::getenv("CXX");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("CXX", "/nonexistent/c++", 1);
+  try {
+    load_module(library("vadd_tar"));
+    ADD_FAILURE() << "loaded";
+  } catch (const UnavailableError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("holds TVM object files"));
+    EXPECT_THAT(e.what(), HasSubstr("host C++ compiler (set CXX)"));
+  }
+  if (old != nullptr) {
+    ::setenv("CXX", saved.c_str(), 1);
+  } else {
+    ::unsetenv("CXX");
+  }
+  Module m = load_module(library("vadd_tar"));  // with the compiler back
+  EXPECT_TRUE(m.has_function("vadd"));
+}
+
 TEST_F(TvmBadFixtureBlob, EveryTruncationOfARealBlobIsAnError) {
   const std::vector<uint8_t> blob = blob_of(library("vadd_opencl"));
   const auto modules = parse_library_blob(blob, "vadd_opencl.so");
