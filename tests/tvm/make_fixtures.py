@@ -207,6 +207,31 @@ ex.mod.write_to_file(os.path.join(OUT, "mlp.vmexec"))
 with open(os.path.join(OUT, "mlp.as_text.txt"), "w") as f:
     f.write(ex.mod["as_text"]())
 
+# 7. A Relax program with a tuple result, softmax, a reduction and a reshape on a dynamic shape:
+# more of the VM builtins real programs call.
+@tvm.script.ir_module
+class Tuples:
+    @R.function
+    def main(x: R.Tensor(("n", 4), "float32")):
+        n = T.int64()
+        with R.dataflow():
+            s = R.nn.softmax(x, axis=1)
+            m = R.sum(x, axis=1)
+            flat = R.reshape(s, R.shape([n * 4]))
+            R.output(s, m, flat)
+        return (s, (m, flat))
+
+
+tex = tvm.compile(Tuples, target="llvm")
+tex.export_library(os.path.join(OUT, "tuples.so"))
+tvm_out = relax.VirtualMachine(tex, tvm.cpu())["main"](tvm.runtime.tensor(mlp_in[0][:3, :4].copy()))
+tx = mlp_in[0][:3, :4].copy()
+ts = tvm_out[0].numpy()
+tm = tvm_out[1][0].numpy()
+tf = tvm_out[1][1].numpy()
+assert np.allclose(tm, tx.sum(axis=1), atol=1e-5)
+record("tuples", "tuples.so", "main", [tx], [ts, tm, tf], vm=True)
+
 # Run configs naming the libraries, as a TVM user writes them for `kiln run` (docs/run-config.md):
 # inputs from the .npy files TVM ran on, the output checked against TVM's result.
 def run_config(case, device="cpu", export="tar"):

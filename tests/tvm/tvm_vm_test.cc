@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -108,6 +109,49 @@ TEST_F(TvmRelax, EveryTruncationOfTheExecutableIsAnError) {
   version[16] = '9';  // "0.14" -> "9.14"
   EXPECT_THAT([&] { tvm_interop::read_relax_executable(version, "x"); },
               ::testing::ThrowsMessage<ValueError>(HasSubstr("version '9.14'")));
+}
+
+}  // namespace
+}  // namespace kiln::tvm_test
+
+namespace kiln::tvm_test {
+namespace {
+
+TEST_F(TvmRelax, ATupleResultWithSoftmaxReductionAndReshape) {
+  Module m = load_module(library("tuples"));
+  std::vector<Tensor> in = inputs("tuples");
+  const Any out = m.get_function("main")(in[0]);
+  auto outer = out.as_object<vm::ArrayObj>();
+  ASSERT_TRUE(outer);
+  ASSERT_EQ(outer->items.size(), 2u);
+  expect_close(outer->items[0].cast<Tensor>(), expected("tuples", 0), 1e-5, 1e-6, "softmax");
+  auto inner = outer->items[1].as_object<vm::ArrayObj>();
+  ASSERT_TRUE(inner);
+  ASSERT_EQ(inner->items.size(), 2u);
+  expect_close(inner->items[0].cast<Tensor>(), expected("tuples", 1), 1e-5, 1e-5, "sum");
+  expect_close(inner->items[1].cast<Tensor>(), expected("tuples", 2), 1e-5, 1e-6, "reshape");
+}
+
+TEST_F(TvmRelax, AnUnknownBuiltinNamesItselfAndTheFunction) {
+  // The imported program with its call to vm.builtin.null_value renamed, byte for byte.
+  std::ifstream in(dir_ / "mlp.vmexec", std::ios::binary);
+  std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string from = "vm.builtin.null_value";
+  const std::string to = "vm.builtin.nul1_value";
+  auto it = std::search(bytes.begin(), bytes.end(), from.begin(), from.end());
+  ASSERT_NE(it, bytes.end());
+  std::copy(to.begin(), to.end(), it);
+  vm::Executable exec = tvm_interop::read_relax_executable(bytes, "renamed.vmexec");
+  Module kernels = load_module(library("mlp"));
+  try {
+    vm::VirtualMachine machine(std::move(exec), {kernels}, {Device::cpu()});
+    std::vector<Tensor> x = inputs("mlp");
+    machine.get_function("main")(x[0], x[1], x[2], x[3]);
+    FAIL() << "ran";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("vm.builtin.nul1_value"));
+    EXPECT_THAT(e.what(), HasSubstr("(called by @main)"));
+  }
 }
 
 }  // namespace

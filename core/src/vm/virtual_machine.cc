@@ -11,6 +11,26 @@
 
 namespace kiln::vm {
 
+namespace {
+// The VM functions whose Call instructions name function-table entry `index`, for messages:
+// "@main", "@main, @f", or "no VM function".
+std::string callers_of(const Executable& exec, int64_t index) {
+  std::vector<std::string> callers;
+  for (const FuncInfo& info : exec.func_table) {
+    if (info.kind != FuncKind::kVMFunc) continue;
+    for (int64_t pc = info.start_instr; pc < info.end_instr; ++pc) {
+      const Instruction in = exec.instruction(pc);
+      if (in.op == Opcode::kCall && in.func_idx == index) {
+        callers.push_back("@" + info.name);
+        break;
+      }
+    }
+  }
+  return callers.empty() ? std::string("no VM function")
+                         : fmt::format("{}", fmt::join(callers, ", "));
+}
+}  // namespace
+
 Any make_array(std::vector<Any> items) {
   return Any::object(make_object<ArrayObj>(std::move(items)));
 }
@@ -127,11 +147,15 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
     if (!f) f = context_builtin(info.name, device_context);
     if (!f) f = registry::get(info.name);
     if (!f) {
+      std::vector<std::string> names;
+      for (const Module& lib : libraries) {
+        names.push_back(lib.get()->source().empty() ? lib.kind() : lib.get()->source());
+      }
       throw NotFoundError(fmt::format(
-          "Cannot find function '{}' in the VM's kernel libraries ({}) or the global function "
-          "registry",
-          info.name,
-          libraries.empty() ? "none" : fmt::format("{}", fmt::join(exec->imports, ", "))));
+          "Cannot find function '{}' (called by {}) in the VM's kernel libraries ({}) or the "
+          "global function registry",
+          info.name, callers_of(*exec, static_cast<int64_t>(i)),
+          names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
     }
     func_pool_.emplace_back(*f);
   }
