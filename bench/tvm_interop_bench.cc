@@ -7,16 +7,23 @@
 //
 // The libraries come from tests/tvm/make_fixtures.py (ctest's tvm_fixtures writes them to
 // build/tvm_fixtures; KILN_TVM_FIXTURES overrides). docs/benchmarks.md has the figures.
+//
+// Also the Relax MLP end to end: Kiln's VM beside TVM's relax.VirtualMachine, whose runtime
+// (libtvm_runtime.so of the same wheel) this process loads for that case.
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
 
-#include <cstdlib>
-#include <string>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/vm/virtual_machine.h"
 
 namespace {
 
@@ -109,6 +116,73 @@ void run_kiln_abi(benchmark::State& state, const char* library, const char* func
     benchmark::DoNotOptimize(ret);
   }
 }
+
+// ---- The Relax MLP (tests/tvm/make_fixtures.py: relu(x @ w1 + b1) @ w2, x of 32 x 16) end to
+// end in each VM: TVM's relax.VirtualMachine from libtvm_runtime (loaded here), Kiln's VM.
+
+constexpr int64_t kBatch = 32;
+
+// A host buffer both runtimes read: TVM sees it as a tvm::ffi::Tensor over Kiln's memory.
+struct MlpInputs {
+  MlpInputs() {
+    for (auto [t, shape] :
+         {std::pair{&x, std::vector<int64_t>{kBatch, 16}},
+          std::pair{&w1, std::vector<int64_t>{16, 32}}, std::pair{&b1, std::vector<int64_t>{32}},
+          std::pair{&w2, std::vector<int64_t>{32, 8}}}) {
+      *t = kiln::Tensor::empty(shape, kiln::DataType::Float(32));
+      float v = 0.01f;
+      for (float& e : t->host_span<float>()) e = (v += 0.001f);
+    }
+  }
+  kiln::Tensor x, w1, b1, w2;
+};
+
+struct CpuAlloc {
+  void AllocData(DLTensor* t) { t->data = std::aligned_alloc(64, 64 * ((bytes(t) + 63) / 64)); }
+  void FreeData(DLTensor* t) { std::free(t->data); }
+  static size_t bytes(const DLTensor* t) {
+    size_t n = (t->dtype.bits + 7) / 8;
+    for (int i = 0; i < t->ndim; ++i) n *= static_cast<size_t>(t->shape[i]);
+    return n;
+  }
+};
+
+tvm::ffi::Tensor tvm_copy(const kiln::Tensor& t) {
+  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  tvm::ffi::Tensor out =
+      tvm::ffi::Tensor::FromNDAlloc(CpuAlloc(), tvm::ffi::ShapeView(shape.data(), shape.size()),
+                                    DLDataType{kDLFloat, 32, 1}, DLDevice{kDLCPU, 0});
+  std::memcpy(out.data_ptr(), t.data(), CpuAlloc::bytes(t.dl()));
+  return out;
+}
+
+void BM_Tvm_RelaxMlp(benchmark::State& state) {
+  if (dlopen(KILN_TVM_RUNTIME_LIB, RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    state.SkipWithError(dlerror());
+    return;
+  }
+  tvm::ffi::Module ex = tvm::ffi::Module::LoadFromFile(fixture("mlp.so"));
+  tvm::ffi::Module vm = ex->GetFunction("vm_load_executable").value()().cast<tvm::ffi::Module>();
+  // One CPU device with the pooled allocator (2), and the CPU as host: TVM's defaults.
+  vm->GetFunction("vm_initialization")
+      .value()(static_cast<int>(kDLCPU), 0, 2, static_cast<int>(kDLCPU), 0, 2);
+  tvm::ffi::Function main = vm->GetFunction("main").value();
+  MlpInputs in;
+  tvm::ffi::Tensor x = tvm_copy(in.x), w1 = tvm_copy(in.w1), b1 = tvm_copy(in.b1),
+                   w2 = tvm_copy(in.w2);
+  for (auto _ : state) benchmark::DoNotOptimize(main(x, w1, b1, w2));
+}
+
+void BM_Kiln_RelaxMlp(benchmark::State& state) {
+  kiln::Module m = kiln::load_module(fixture("mlp.so"));
+  kiln::vm::VirtualMachine vm(m, {kiln::Device::cpu()});
+  kiln::Function main = vm.get_function("main");
+  MlpInputs in;
+  for (auto _ : state) benchmark::DoNotOptimize(main(in.x, in.w1, in.b1, in.w2));
+}
+
+BENCHMARK(BM_Tvm_RelaxMlp);
+BENCHMARK(BM_Kiln_RelaxMlp);
 
 constexpr int64_t kVaddElements = int64_t{1} << 20;
 

@@ -192,8 +192,10 @@ TEST_F(TvmBadFixtureBlob, EveryTruncationOfARealBlobIsAnError) {
   const DeviceCode whole = tvm_interop::device_code_from_tvm(modules[1], "vadd_opencl.so");
   EXPECT_EQ(whole.format, "opencl_c");
   EXPECT_EQ(whole.target, "opencl");
-  EXPECT_THAT(whole.metadata_json,
-              HasSubstr(R"("vadd_kernel":{"args":["tensor","tensor","tensor"],"launch":["blockIdx.x","threadIdx.x"]})"));
+  EXPECT_THAT(
+      whole.metadata_json,
+      HasSubstr(
+          R"("vadd_kernel":{"args":["tensor","tensor","tensor"],"launch":["blockIdx.x","threadIdx.x"]})"));
 }
 
 TEST_F(TvmBadFixtureBlob, AnUnknownModuleKindOrCodeFormatIsNamed) {
@@ -229,9 +231,8 @@ TEST_F(TvmBadFixtureBlob, DeviceCodeWithoutItsBackendSaysWhy) {
   view.ndim = 1;
   view.dtype = DLDataType{kDLFloat, 32, 1};
   view.shape = shape;
-  EXPECT_THAT(
-      [&] { m.imports()[0].get_function("vadd_kernel")(&view, &view, &view, 64, 64); },
-      ::testing::ThrowsMessage<Error>(HasSubstr("opencl")));
+  EXPECT_THAT([&] { m.imports()[0].get_function("vadd_kernel")(&view, &view, &view, 64, 64); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("opencl")));
 }
 
 }  // namespace

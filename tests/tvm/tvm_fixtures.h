@@ -42,8 +42,8 @@ inline nlohmann::json manifest(const fs::path& dir) {
 }
 
 // Expects `actual` (host float32) equal to `expected` element by element within rtol/atol.
-inline void expect_close(const Tensor& actual, const Tensor& expected, double rtol,
-                         double atol, const std::string& what) {
+inline void expect_close(const Tensor& actual, const Tensor& expected, double rtol, double atol,
+                         const std::string& what) {
   ASSERT_EQ(actual.numel(), expected.numel()) << what;
   const Tensor a = actual.to_host();
   auto x = a.host_span<const float>();

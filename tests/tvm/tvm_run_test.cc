@@ -33,10 +33,9 @@ TEST_F(TvmRun, LocalRunThroughEachExporter) {
   for (const std::string name : {"vadd", "row_sum", "conv2d"}) {
     for (const std::string exporter : {"tar", "so"}) {
       SCOPED_TRACE(name + " exported as " + exporter);
-      testing::RunResult r =
-          testing::local_run(load_module(library(name)), "cpu", args_of(name),
-                             EvaluatorConfig{2, 2, 0, false}, exporter, std::nullopt,
-                             hooks_for(name));
+      testing::RunResult r = testing::local_run(load_module(library(name)), "cpu", args_of(name),
+                                                EvaluatorConfig{2, 2, 0, false}, exporter,
+                                                std::nullopt, hooks_for(name));
       expect_close(r.outputs.back().cast<Tensor>(), expected(name), 1e-4, 1e-3, name);
     }
   }
@@ -66,10 +65,9 @@ TEST_F(TvmRun, RpcRunOnALoopbackServer) {
   for (const auto& [name, device] : cases) {
     for (const std::string exporter : {"tar", "so"}) {
       SCOPED_TRACE(name + " exported as " + exporter);
-      testing::RunResult r =
-          testing::rpc_run(load_module(library(name)), device, args_of(name),
-                           EvaluatorConfig{2, 2, 0, false}, config, exporter, std::nullopt,
-                           hooks_for(name));
+      testing::RunResult r = testing::rpc_run(load_module(library(name)), device, args_of(name),
+                                              EvaluatorConfig{2, 2, 0, false}, config, exporter,
+                                              std::nullopt, hooks_for(name));
       EXPECT_EQ(r.profile.results().size(), 2u);
       // A Relax program returns its result, which local_run and rpc_run do not keep (SPEC.md
       // §1.9): it is timed and run; kernels write their last argument, which is compared.

@@ -60,8 +60,7 @@ TEST_F(TvmRelax, StatefulApiOnTheImportedProgram) {
   std::vector<Tensor> in = inputs("mlp");
   machine.set_input("main", {in[0], in[1], in[2], in[3]});
   machine.invoke_stateful("main");
-  expect_close(machine.get_outputs("main").cast<Tensor>(), expected("mlp"), 1e-4, 1e-4,
-               "stateful");
+  expect_close(machine.get_outputs("main").cast<Tensor>(), expected("mlp"), 1e-4, 1e-4, "stateful");
 }
 
 // Kiln's text form adds a header, the constants and the signature around the instructions;

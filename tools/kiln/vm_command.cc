@@ -49,8 +49,8 @@ vm::Executable load_executable(const std::filesystem::path& path, const GlobalOp
     const Module m = runtime.load_module(path);
     const vm::Executable* exec = vm::executable_of(m);
     if (exec == nullptr) {
-      throw ValueError(fmt::format("{}: a module of kind '{}', not a VM executable",
-                                   path.string(), m.kind()));
+      throw ValueError(
+          fmt::format("{}: a module of kind '{}', not a VM executable", path.string(), m.kind()));
     }
     return *exec;
   }

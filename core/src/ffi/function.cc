@@ -52,6 +52,15 @@ class PackedFunctionObj : public FunctionObj {
   static KilnError* invoke(void* self, const KilnAny* args, int32_t num_args, KilnAny* ret) {
     auto* obj = static_cast<PackedFunctionObj*>(self);
     try {
+      // Most calls (VM builtins, kernels) take a few arguments: those stay on the stack, so a
+      // call allocates nothing of its own.
+      constexpr int32_t kInline = 8;
+      if (num_args <= kInline) {
+        Any values[kInline];
+        for (int32_t i = 0; i < num_args; ++i) values[i] = Any::from_abi(args[i]);
+        detail::store_result(obj->body_(values, num_args), ret);
+        return nullptr;
+      }
       std::vector<Any> values;
       values.reserve(static_cast<size_t>(num_args));
       for (int32_t i = 0; i < num_args; ++i) values.push_back(Any::from_abi(args[i]));

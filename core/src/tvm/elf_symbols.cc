@@ -16,9 +16,10 @@ template <typename T>
 T read_at(std::span<const uint8_t> file, uint64_t offset, const char* what,
           const std::string& where) {
   if (offset > file.size() || file.size() - offset < sizeof(T)) {
-    throw ValueError(fmt::format("{}: truncated ELF file: the {} at byte {} needs {} bytes, the file "
-                                 "has {}",
-                                 where, what, offset, sizeof(T), file.size()));
+    throw ValueError(
+        fmt::format("{}: truncated ELF file: the {} at byte {} needs {} bytes, the file "
+                    "has {}",
+                    where, what, offset, sizeof(T), file.size()));
   }
   T v;
   std::memcpy(&v, file.data() + offset, sizeof(T));
@@ -27,7 +28,8 @@ T read_at(std::span<const uint8_t> file, uint64_t offset, const char* what,
 
 }  // namespace
 
-std::vector<ElfSymbol> read_dynamic_symbols(std::span<const uint8_t> file, const std::string& where) {
+std::vector<ElfSymbol> read_dynamic_symbols(std::span<const uint8_t> file,
+                                            const std::string& where) {
   const auto eh = read_at<Elf64_Ehdr>(file, 0, "ELF header", where);
   if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
     throw ValueError(fmt::format("{}: not an ELF file (byte 0)", where));
@@ -52,14 +54,16 @@ std::vector<ElfSymbol> read_dynamic_symbols(std::span<const uint8_t> file, const
     const auto strtab = read_at<Elf64_Shdr>(
         file, eh.e_shoff + uint64_t{sh.sh_link} * sizeof(Elf64_Shdr), "string table header", where);
     if (strtab.sh_offset > file.size() || file.size() - strtab.sh_offset < strtab.sh_size) {
-      throw ValueError(fmt::format("{}: the dynamic string table (byte {}, {} bytes) lies outside "
-                                   "the file of {} bytes",
-                                   where, strtab.sh_offset, strtab.sh_size, file.size()));
+      throw ValueError(
+          fmt::format("{}: the dynamic string table (byte {}, {} bytes) lies outside "
+                      "the file of {} bytes",
+                      where, strtab.sh_offset, strtab.sh_size, file.size()));
     }
     if (sh.sh_offset > file.size() || file.size() - sh.sh_offset < sh.sh_size) {
-      throw ValueError(fmt::format("{}: .dynsym (byte {}, {} bytes) lies outside the file of {} "
-                                   "bytes",
-                                   where, sh.sh_offset, sh.sh_size, file.size()));
+      throw ValueError(
+          fmt::format("{}: .dynsym (byte {}, {} bytes) lies outside the file of {} "
+                      "bytes",
+                      where, sh.sh_offset, sh.sh_size, file.size()));
     }
     const char* names = reinterpret_cast<const char*>(file.data() + strtab.sh_offset);
     const uint64_t count = sh.sh_size / sizeof(Elf64_Sym);
@@ -68,15 +72,16 @@ std::vector<ElfSymbol> read_dynamic_symbols(std::span<const uint8_t> file, const
       const uint64_t sym_at = sh.sh_offset + s * sizeof(Elf64_Sym);
       const auto sym = read_at<Elf64_Sym>(file, sym_at, "symbol", where);
       if (sym.st_name >= strtab.sh_size) {
-        throw ValueError(fmt::format("{}: symbol at byte {} names string {} beyond the table's {} "
-                                     "bytes",
-                                     where, sym_at, sym.st_name, strtab.sh_size));
+        throw ValueError(
+            fmt::format("{}: symbol at byte {} names string {} beyond the table's {} "
+                        "bytes",
+                        where, sym_at, sym.st_name, strtab.sh_size));
       }
       const size_t max_len = strtab.sh_size - sym.st_name;
       const size_t len = strnlen(names + sym.st_name, max_len);
       if (len == max_len) {
-        throw ValueError(fmt::format("{}: the name of the symbol at byte {} is not terminated",
-                                     where, sym_at));
+        throw ValueError(
+            fmt::format("{}: the name of the symbol at byte {} is not terminated", where, sym_at));
       }
       out.push_back(ElfSymbol{std::string(names + sym.st_name, len), sym.st_shndx != SHN_UNDEF,
                               ELF64_ST_TYPE(sym.st_info) == STT_FUNC, sym.st_size});

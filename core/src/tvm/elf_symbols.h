@@ -19,7 +19,8 @@ struct ElfSymbol {
 
 // The symbols of `file`'s .dynsym. Throws ValueError naming `where` and the byte offset when the
 // file is not an ELF64 little-endian file or a table lies outside it.
-std::vector<ElfSymbol> read_dynamic_symbols(std::span<const uint8_t> file, const std::string& where);
+std::vector<ElfSymbol> read_dynamic_symbols(std::span<const uint8_t> file,
+                                            const std::string& where);
 
 // The symbol `name` of `symbols`, or null.
 const ElfSymbol* find_symbol(const std::vector<ElfSymbol>& symbols, const std::string& name);

@@ -30,9 +30,8 @@ FfiProvider load_provider() {
   std::string origin;
   if (void* present = dlsym(RTLD_DEFAULT, kRaiseSymbol)) {
     Dl_info info{};
-    origin = dladdr(present, &info) != 0 && info.dli_fname != nullptr
-                 ? std::string(info.dli_fname)
-                 : std::string("the process");
+    origin = dladdr(present, &info) != 0 && info.dli_fname != nullptr ? std::string(info.dli_fname)
+                                                                      : std::string("the process");
   } else {
     // Beside libkiln, in the build tree and when installed alike.
     const auto path = boost::dll::this_line_location().parent_path() / kAbiLibrary;
@@ -47,8 +46,8 @@ FfiProvider load_provider() {
   }
   FfiProvider p;
   p.origin = origin;
-  p.move_from_raised = symbol<decltype(p.move_from_raised)>(RTLD_DEFAULT,
-                                                            "TVMFFIErrorMoveFromRaised", origin);
+  p.move_from_raised =
+      symbol<decltype(p.move_from_raised)>(RTLD_DEFAULT, "TVMFFIErrorMoveFromRaised", origin);
   p.set_raised_from_cstr = symbol<decltype(p.set_raised_from_cstr)>(
       RTLD_DEFAULT, "TVMFFIErrorSetRaisedFromCStr", origin);
   p.dec_ref = symbol<decltype(p.dec_ref)>(RTLD_DEFAULT, "TVMFFIObjectDecRef", origin);
@@ -71,7 +70,8 @@ void raise_ffi_error(int rc, const std::string& context) {
   void* handle = nullptr;
   p.move_from_raised(&handle);
   if (handle == nullptr) {
-    throw RuntimeError(fmt::format("{}: failed (returned {}) without raising an error", context, rc));
+    throw RuntimeError(
+        fmt::format("{}: failed (returned {}) without raising an error", context, rc));
   }
   auto* obj = static_cast<FfiObject*>(handle);
   std::string kind = "RuntimeError";

@@ -101,9 +101,10 @@ KilnAny to_kiln(const FfiAny& a, DLTensor* view, int64_t* zero_dim, const Import
       k.value.v_str = a.v_c_str;
       break;
     default:
-      throw TypeError(fmt::format("{}: '{}' got argument {} of tvm-ffi type index {}, which Kiln "
-                                  "does not pass to imported functions",
-                                  f.library->library, f.name, index, a.type_index));
+      throw TypeError(
+          fmt::format("{}: '{}' got argument {} of tvm-ffi type index {}, which Kiln "
+                      "does not pass to imported functions",
+                      f.library->library, f.name, index, a.type_index));
   }
   return k;
 }
@@ -194,8 +195,7 @@ void* alloc_workspace(int device_type, int device_id, uint64_t nbytes, int /*dty
   try {
     LibraryContext& lib = current_library("__TVMBackendAllocWorkspace");
     return lib.devices.backend(device_type)
-        ->alloc(device_id, static_cast<size_t>(std::max<uint64_t>(nbytes, 1)),
-                kWorkspaceAlignment);
+        ->alloc(device_id, static_cast<size_t>(std::max<uint64_t>(nbytes, 1)), kWorkspaceAlignment);
   } catch (...) {
     fail();
     return nullptr;  // TVM's code checks for NULL and returns -1
@@ -248,8 +248,8 @@ int parallel_launch(ParallelLambda lambda, void* cdata, int num_task) {
     tbb::task_arena& arena = parallel_arena();
     // Tasks that meet at a barrier must all run at once, so a launch never has more tasks
     // than the arena has threads (TVM's code asks for 0: "as many as there are threads").
-    const int n = num_task > 0 ? std::min(num_task, arena.max_concurrency())
-                               : arena.max_concurrency();
+    const int n =
+        num_task > 0 ? std::min(num_task, arena.max_concurrency()) : arena.max_concurrency();
     Barrier barrier;
     barrier.num_task = n;
     LibraryContext* library = t_state.library;

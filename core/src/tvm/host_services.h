@@ -83,7 +83,8 @@ class CallScope {
 
   // After compiled code returned 0.
   void succeeded() const {
-    if (detail::t_state.pending) [[unlikely]] detail::discard_pending();
+    if (detail::t_state.pending) [[unlikely]]
+      detail::discard_pending();
   }
   // After compiled code returned `rc` != 0: rethrows what a Kiln service threw inside the call,
   // else the error the code raised, prefixed by `context`.

@@ -104,7 +104,8 @@ void check_acyclic(const std::vector<BlobModule>& modules, const std::string& wh
 
 }  // namespace
 
-std::vector<BlobModule> parse_library_blob(std::span<const uint8_t> blob, const std::string& where) {
+std::vector<BlobModule> parse_library_blob(std::span<const uint8_t> blob,
+                                           const std::string& where) {
   Reader header(blob, where);
   const uint64_t nbytes = header.u64("blob length");
   if (nbytes > header.left()) {
@@ -172,8 +173,7 @@ std::string arg_kind(uint8_t code, uint8_t bits, uint16_t lanes) {
     case kCodeInt:
       return bits == 8 || bits == 16 || bits == 32 || bits == 64 ? fmt::format("int{}", bits) : "";
     case kCodeUInt:
-      return bits == 8 || bits == 16 || bits == 32 || bits == 64 ? fmt::format("uint{}", bits)
-                                                                 : "";
+      return bits == 8 || bits == 16 || bits == 32 || bits == 64 ? fmt::format("uint{}", bits) : "";
     case kCodeFloat:
       return bits == 32 || bits == 64 ? fmt::format("float{}", bits) : "";
     default:
@@ -187,10 +187,15 @@ struct CodeFormat {
   const char* target;
 };
 const std::map<std::string, std::map<std::string, CodeFormat>> kFormats = {
-    {"opencl", {{"cl", {"opencl_c", "opencl"}}, {"spirv", {"spirv", "opencl"}},
-                {"spv", {"spirv", "opencl"}}}},
-    {"cuda", {{"cuda", {"cuda_source", "cuda"}}, {"ptx", {"ptx", "cuda"}},
-              {"cubin", {"cubin", "cuda"}}, {"fatbin", {"fatbin", "cuda"}}}},
+    {"opencl",
+     {{"cl", {"opencl_c", "opencl"}},
+      {"spirv", {"spirv", "opencl"}},
+      {"spv", {"spirv", "opencl"}}}},
+    {"cuda",
+     {{"cuda", {"cuda_source", "cuda"}},
+      {"ptx", {"ptx", "cuda"}},
+      {"cubin", {"cubin", "cuda"}},
+      {"fatbin", {"fatbin", "cuda"}}}},
     {"rocm", {{"hsaco", {"hsaco", "rocm"}}, {"hip", {"hip_source", "rocm"}}}},
     {"hip", {{"hsaco", {"hsaco", "rocm"}}, {"hip", {"hip_source", "rocm"}}}},
 };
@@ -202,8 +207,8 @@ bool is_device_module_kind(const std::string& kind) { return kFormats.count(kind
 DeviceCode device_code_from_tvm(const BlobModule& module, const std::string& where) {
   auto kind = kFormats.find(module.kind);
   if (kind == kFormats.end()) {
-    throw ValueError(fmt::format("{}: Kiln does not load TVM modules of kind '{}'", where,
-                                 module.kind));
+    throw ValueError(
+        fmt::format("{}: Kiln does not load TVM modules of kind '{}'", where, module.kind));
   }
   Reader r(module.bytes, where);
   const uint64_t fmt_at = r.offset();

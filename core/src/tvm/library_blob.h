@@ -17,8 +17,8 @@ namespace kiln::tvm_interop {
 // One module of the tree. `kind` "_lib" stands for the library itself and has no bytes.
 struct BlobModule {
   std::string kind;
-  std::vector<uint8_t> bytes;    // the module's serialized form (its SaveToBytes)
-  std::vector<size_t> imports;   // indices of the modules it imports
+  std::vector<uint8_t> bytes;   // the module's serialized form (its SaveToBytes)
+  std::vector<size_t> imports;  // indices of the modules it imports
 };
 
 // Parses `blob` (the symbol's bytes: u64 length, then the tree). Module 0 is the root. Throws

@@ -13,16 +13,16 @@
 #include <iterator>
 #include <set>
 
+#include "kiln/device_code.h"
 #include "kiln/error.h"
 #include "kiln/function.h"
+#include "kiln/vm/virtual_machine.h"
 #include "tvm/elf_symbols.h"
 #include "tvm/ffi_provider.h"
 #include "tvm/host_services.h"
 #include "tvm/library_blob.h"
 #include "tvm/relax_executable.h"
-#include "kiln/vm/virtual_machine.h"
 #include "tvm/tvm_ffi_abi.h"
-#include "kiln/device_code.h"
 
 namespace kiln::tvm_interop {
 
@@ -78,19 +78,21 @@ struct StackShape {
 };
 
 [[noreturn, gnu::cold, gnu::noinline]] void bad_argument(const TvmFunction& f, int32_t i,
-                                                          int32_t type_code) {
+                                                         int32_t type_code) {
   throw TypeError(fmt::format("{}: argument {} is a {}, which TVM-compiled functions do not take",
                               f.label, i, type_code_name(type_code)));
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] void bad_result(const TvmFunction& f, int32_t type_index) {
-  throw TypeError(fmt::format("{}: returned a value of tvm-ffi type index {}, which Kiln does not "
-                              "take from compiled functions",
-                              f.label, type_index));
+  throw TypeError(
+      fmt::format("{}: returned a value of tvm-ffi type index {}, which Kiln does not "
+                  "take from compiled functions",
+                  f.label, type_index));
 }
 
 // KilnAny -> TVMFFIAny for an argument. Tensors pass as their DLTensor (no copy).
-[[gnu::noinline]] void to_ffi(const KilnAny& k, FfiAny* a, StackShape* shape, const TvmFunction& f, int32_t i) {
+[[gnu::noinline]] void to_ffi(const KilnAny& k, FfiAny* a, StackShape* shape, const TvmFunction& f,
+                              int32_t i) {
   a->zero_padding = 0;
   a->v_int64 = 0;
   switch (k.type_code) {
@@ -166,9 +168,7 @@ constexpr int32_t kTypeIndexOf[16] = {
     kSameBits,      // KILN_TYPE_FUNCTION: not passed
     kOpaquePtr,     // KILN_TYPE_OPAQUE
     kSameBits,      // 12..15: not ABI type codes
-    kSameBits,
-    kSameBits,
-    kSameBits,
+    kSameBits,     kSameBits, kSameBits,
 };
 
 // Converts `n` arguments into `a`: the payload is copied as is, the tag mapped by table; shapes
@@ -182,7 +182,8 @@ inline void convert_args(const TvmFunction& f, const KilnAny* args, int32_t n, F
     const uint64_t head = static_cast<uint32_t>(index);
     std::memcpy(&a[i], &head, sizeof(head));
     a[i].v_int64 = args[i].value.v_int64;
-    if (index == kSameBits) [[unlikely]] to_ffi(args[i], &a[i], &shapes[i], f, i);
+    if (index == kSameBits) [[unlikely]]
+      to_ffi(args[i], &a[i], &shapes[i], f, i);
   }
 }
 
@@ -230,7 +231,8 @@ KilnError* call_tvm_function(void* self, const KilnAny* args, int32_t num_args, 
   const auto& f = *static_cast<const TvmFunction*>(self);
   try {
     constexpr int32_t kInline = 8;
-    if (num_args > kInline) [[unlikely]] return call_many(f, args, num_args, ret);
+    if (num_args > kInline) [[unlikely]]
+      return call_many(f, args, num_args, ret);
     FfiAny a[kInline];
     StackShape shapes[kInline];
     convert_args(f, args, num_args, a, shapes);
@@ -268,8 +270,9 @@ void check_compatible(const std::vector<ElfSymbol>& symbols, const fs::path& pat
     }
   }
   for (const ElfSymbol& s : symbols) {
-    if (!s.defined && (s.name.rfind("TVMFFI", 0) == 0 || s.name.rfind("TVMBackend", 0) == 0 ||
-                       s.name.rfind("TVMAPI", 0) == 0) &&
+    if (!s.defined &&
+        (s.name.rfind("TVMFFI", 0) == 0 || s.name.rfind("TVMBackend", 0) == 0 ||
+         s.name.rfind("TVMAPI", 0) == 0) &&
         kProvidedImports.count(s.name) == 0) {
       throw ValueError(fmt::format(
           "{} needs {} from the process, which is not in the tvm-ffi {}.{} subset Kiln provides "
@@ -278,7 +281,6 @@ void check_compatible(const std::vector<ElfSymbol>& symbols, const fs::path& pat
     }
   }
 }
-
 
 // The module of one entry of the library blob that is not the library itself.
 Module module_from_blob(const BlobModule& entry, std::vector<Module> imports,
@@ -290,8 +292,7 @@ Module module_from_blob(const BlobModule& entry, std::vector<Module> imports,
     for (const Module& i : imports) {
       if (i.get()->self_contained) exec.imports.push_back(i.artifacts().front().name);
     }
-    return vm::make_executable_module(std::move(exec), std::move(imports), "relax_vm.kvm",
-                                      devices);
+    return vm::make_executable_module(std::move(exec), std::move(imports), "relax_vm.kvm", devices);
   }
   if (!is_device_module_kind(entry.kind)) {
     throw ValueError(fmt::format(
@@ -354,9 +355,10 @@ class TvmLibraryLoader : public FormatLoader {
       const std::string name = s.name.substr(kExportPrefix.size());
       auto call = reinterpret_cast<SafeCall>(dlsym(handle, s.name.c_str()));
       if (call == nullptr) continue;
-      TvmFunction* state = library->add(call, fmt::format("{}: {}", path.filename().string(), name));
-      host->add_function(name, Function::from_abi(KilnCallable{call_tvm_function, state},
-                                                  library, name));
+      TvmFunction* state =
+          library->add(call, fmt::format("{}: {}", path.filename().string(), name));
+      host->add_function(name,
+                         Function::from_abi(KilnCallable{call_tvm_function, state}, library, name));
     }
     host->payload = library;
     host->set_source(path.string());
@@ -368,8 +370,8 @@ class TvmLibraryLoader : public FormatLoader {
     if (blob_symbol == nullptr) return host_module;
     const auto* blob = static_cast<const uint8_t*>(dlsym(handle, kBlobSymbol));
     if (blob == nullptr) {
-      throw ValueError(fmt::format("{}: {} is listed but cannot be found", path.string(),
-                                   kBlobSymbol));
+      throw ValueError(
+          fmt::format("{}: {} is listed but cannot be found", path.string(), kBlobSymbol));
     }
     const std::string where = fmt::format("{}: {}", path.string(), kBlobSymbol);
     const std::vector<BlobModule> entries =
@@ -382,8 +384,8 @@ class TvmLibraryLoader : public FormatLoader {
       if (done[i]) return built[i];
       std::vector<Module> imports;
       for (size_t c : entries[i].imports) imports.push_back(build(c));
-      const std::string entry_where = fmt::format("{} (module {}, kind '{}')", where, i,
-                                                  entries[i].kind);
+      const std::string entry_where =
+          fmt::format("{} (module {}, kind '{}')", where, i, entries[i].kind);
       if (entries[i].kind == "_lib") {
         for (Module& m : imports) {
           host_module.import_module(m);

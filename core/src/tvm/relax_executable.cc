@@ -136,8 +136,8 @@ vm::Executable read_relax_executable(std::span<const uint8_t> bytes, const std::
   r.section("version");
   const uint64_t version_at = r.offset();
   if (const std::string v = r.str("version"); v != kVersion) {
-    r.fail(version_at, fmt::format("version '{}', Kiln reads version '{}' (TVM 0.21 to 0.27)", v,
-                                   kVersion));
+    r.fail(version_at,
+           fmt::format("version '{}', Kiln reads version '{}' (TVM 0.21 to 0.27)", v, kVersion));
   }
 
   vm::Executable exec;

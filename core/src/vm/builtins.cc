@@ -5,10 +5,32 @@
 
 #include <cstring>
 #include <numeric>
+#include <span>
 
 #include "kiln/error.h"
 #include "kiln/function.h"
 #include "vm/vm_impl.h"
+
+namespace kiln::vm {
+namespace {
+
+// The error context a builtin was given (TVM's compiler passes a string naming the function,
+// parameter and annotation), read only when an error is reported: the checks run on every call
+// and must not copy it.
+struct ErrCtx {
+  const Any& value;
+};
+
+}  // namespace
+}  // namespace kiln::vm
+
+template <>
+struct fmt::formatter<kiln::vm::ErrCtx> : fmt::formatter<std::string> {
+  auto format(const kiln::vm::ErrCtx& c, fmt::format_context& ctx) const {
+    return fmt::formatter<std::string>::format(
+        c.value.type_code() == KILN_TYPE_STRING ? c.value.cast<std::string>() : std::string(), ctx);
+  }
+};
 
 namespace kiln::vm {
 namespace {
@@ -58,14 +80,17 @@ enum MatchShapeCode : int64_t {
 };
 enum MakeShapeCode : int64_t { kUseImm = 0, kLoadShape = 1 };
 
-// Applies one match code to `value` (dimension `what`).
+// Applies one match code to `value`: dimension `dim` of a shape, or a PrimValue (dim < 0).
 void match_value(int64_t value, int64_t* heap, int64_t heap_numel, int64_t code, int64_t v,
-                 const std::string& err_ctx, const std::string& what) {
+                 ErrCtx err_ctx, int64_t dim) {
+  const auto what = [dim] {
+    return dim < 0 ? std::string("PrimValue") : fmt::format("shape[{}]", dim);
+  };
   switch (code) {
     case kAssertEqualToImm:
       if (value != v) {
-        throw RuntimeError(
-            fmt::format("{} match_cast error, {} mismatch to specified constant.", err_ctx, what));
+        throw RuntimeError(fmt::format("{} match_cast error, {} mismatch to specified constant.",
+                                       err_ctx, what()));
       }
       return;
     case kStoreToHeap:
@@ -79,7 +104,7 @@ void match_value(int64_t value, int64_t* heap, int64_t heap_numel, int64_t code,
     case kAssertEqualToLoad:
       if (value != heap_at(heap, heap_numel, v, "match_shape")) {
         throw RuntimeError(fmt::format(
-            "{} match_cast error, {} mismatch to a previous populated value.", err_ctx, what));
+            "{} match_cast error, {} mismatch to a previous populated value.", err_ctx, what()));
       }
       return;
     default:
@@ -135,14 +160,16 @@ Any alloc_shape_heap(const Any* a, int32_t n) {
 Any match_shape(const Any* a, int32_t n) {
   if (n < 4)
     throw TypeError(fmt::format("vm.builtin.match_shape takes at least 4 arguments, got {}", n));
-  const std::string err_ctx =
-      a[n - 1].type_code() == KILN_TYPE_STRING ? a[n - 1].cast<std::string>() : "";
-  std::vector<int64_t> shape;
+  const ErrCtx err_ctx{a[n - 1]};
+  Tensor tensor;
+  std::vector<int64_t> dims;
+  std::span<const int64_t> shape;
   if (a[0].type_code() == KILN_TYPE_TENSOR) {
-    const Tensor t = a[0].cast<Tensor>();
-    shape.assign(t.shape().begin(), t.shape().end());
+    tensor = a[0].cast<Tensor>();
+    shape = tensor.shape();
   } else if (a[0].type_code() == KILN_TYPE_SHAPE) {
-    shape = a[0].cast<std::vector<int64_t>>();
+    dims = a[0].cast<std::vector<int64_t>>();
+    shape = dims;
   } else {
     throw TypeError(
         fmt::format("{} match_cast expects a tensor or a shape, got {}", err_ctx, kind_of(a[0])));
@@ -159,16 +186,15 @@ Any match_shape(const Any* a, int32_t n) {
   }
   for (int64_t i = 0; i < size; ++i) {
     match_value(shape[static_cast<size_t>(i)], heap, heap_numel, a[3 + 2 * i].cast<int64_t>(),
-                a[4 + 2 * i].cast<int64_t>(), err_ctx, fmt::format("shape[{}]", i));
+                a[4 + 2 * i].cast<int64_t>(), err_ctx, i);
   }
   return Any();
 }
 
 Any match_prim_value(const Any* a, int32_t n) {
   expect_args("vm.builtin.match_prim_value", n, 5, 5);
-  const std::string err_ctx = a[4].type_code() == KILN_TYPE_STRING ? a[4].cast<std::string>() : "";
   match_value(a[0].cast<int64_t>(), heap_data(a[1], "vm.builtin.match_prim_value"), heap_size(a[1]),
-              a[2].cast<int64_t>(), a[3].cast<int64_t>(), err_ctx, "PrimValue");
+              a[2].cast<int64_t>(), a[3].cast<int64_t>(), ErrCtx{a[4]}, -1);
   return Any();
 }
 
@@ -209,13 +235,9 @@ Any make_prim_value(const Any* a, int32_t n) {
   throw ValueError(fmt::format("vm.builtin.make_prim_value: unknown code {}", code));
 }
 
-std::string err_ctx_of(const Any& v) {
-  return v.type_code() == KILN_TYPE_STRING ? v.cast<std::string>() : std::string();
-}
-
 Any check_tensor_info(const Any* a, int32_t n) {
   expect_args("vm.builtin.check_tensor_info", n, 3, 4);
-  const std::string err_ctx = err_ctx_of(a[n - 1]);
+  const ErrCtx err_ctx{a[n - 1]};
   if (a[0].type_code() != KILN_TYPE_TENSOR) {
     throw TypeError(fmt::format("{} expect a Tensor but get {}", err_ctx, kind_of(a[0])));
   }
@@ -238,7 +260,7 @@ Any check_tensor_info(const Any* a, int32_t n) {
 
 Any check_shape_info(const Any* a, int32_t n) {
   expect_args("vm.builtin.check_shape_info", n, 3, 3);
-  const std::string err_ctx = err_ctx_of(a[2]);
+  const ErrCtx err_ctx{a[2]};
   if (a[0].type_code() != KILN_TYPE_SHAPE) {
     throw TypeError(fmt::format("{} expect Shape but get {}", err_ctx, kind_of(a[0])));
   }
@@ -253,7 +275,7 @@ Any check_shape_info(const Any* a, int32_t n) {
 
 Any check_prim_value_info(const Any* a, int32_t n) {
   expect_args("vm.builtin.check_prim_value_info", n, 3, 3);
-  const std::string err_ctx = err_ctx_of(a[2]);
+  const ErrCtx err_ctx{a[2]};
   if (a[0].holds_object()) {
     throw TypeError(fmt::format("{}, expect prim value, but get {}", err_ctx, kind_of(a[0])));
   }
@@ -279,7 +301,7 @@ Any check_prim_value_info(const Any* a, int32_t n) {
 
 Any check_tuple_info(const Any* a, int32_t n) {
   expect_args("vm.builtin.check_tuple_info", n, 3, 3);
-  const std::string err_ctx = err_ctx_of(a[2]);
+  const ErrCtx err_ctx{a[2]};
   auto array = a[0].as_object<ArrayObj>();
   if (!array) throw TypeError(fmt::format("{} expect a Tuple but get {}", err_ctx, kind_of(a[0])));
   const auto size = a[1].cast<int64_t>();
@@ -294,8 +316,7 @@ Any check_tuple_info(const Any* a, int32_t n) {
 Any check_func_info(const Any* a, int32_t n) {
   expect_args("vm.builtin.check_func_info", n, 2, 2);
   if (a[0].type_code() != KILN_TYPE_FUNCTION && !a[0].as_object<ClosureObj>()) {
-    throw TypeError(
-        fmt::format("{} expect a Function but get {}", err_ctx_of(a[1]), kind_of(a[0])));
+    throw TypeError(fmt::format("{} expect a Function but get {}", ErrCtx{a[1]}, kind_of(a[0])));
   }
   return Any();
 }
