@@ -8,9 +8,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <unordered_map>
 
 #include "kiln/error.h"
+#include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/evaluator.h"
 #include "kiln/logging.h"
 #include "kiln/module.h"
@@ -59,7 +62,6 @@ namespace {
 
 constexpr uint64_t kStagingBytes = 4ull << 20;
 constexpr auto kPrivateDir = fs::perms::owner_all;
-constexpr auto kPrivateFile = fs::perms::owner_read | fs::perms::owner_write;
 
 thread_local const std::atomic<bool>* t_cancelled = nullptr;
 
@@ -626,23 +628,26 @@ class SessionServer {
     } else {
       uploaded_bytes_ += nbytes;
     }
-    fs::path target;
-    std::ofstream out;
-    fs::path temp;
+    // The one atomic writer: a temporary file beside the target, renamed over it once every
+    // byte arrived; removed when anything fails, so a failed upload leaves nothing behind.
+    std::optional<sdk::AtomicFile> file;
     try {
       if (!error.empty()) throw OutOfMemoryError(error);
       if (relative.empty()) throw ValueError("Upload needs a file name");
-      target = sandboxed_path(work_dir_, relative);
+      const fs::path target = sandboxed_path(work_dir_, relative);
       make_private_dirs(target.parent_path());
       if (fs::is_directory(target)) throw ValueError(fmt::format("'{}' is a directory", relative));
-      temp = target.parent_path() / ("." + target.filename().string() + ".kiln-upload");
-      out.open(temp, std::ios::binary | std::ios::trunc);
-      if (!out) throw RuntimeError(fmt::format("cannot write '{}' on the server", relative));
+      file.emplace(target);
       // Before any byte is written: session files are the session's alone.
-      fs::permissions(temp, kPrivateFile, fs::perm_options::replace);
+      if (::fchmod(file->open(), S_IRUSR | S_IWUSR) != 0) {
+        throw RuntimeError(fmt::format("cannot make '{}' private on the server: {}", relative,
+                                       std::strerror(errno)));
+      }
     } catch (const Error& e) {
       error = e.what();
       error_code = e.code();
+    } catch (const sdk::Error& e) {
+      error = fmt::format("cannot write '{}' on the server: {}", relative, e.what());
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -651,20 +656,23 @@ class SessionServer {
       const uint64_t n = std::min<uint64_t>(chunk.size(), nbytes - done);
       conn_.read_exact(chunk.data(), n, "Upload data");
       if (error.empty()) {
-        out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(n));
-        if (!out) error = fmt::format("writing '{}' on the server failed (disk full?)", relative);
+        try {
+          file->write(chunk.data(), n);
+        } catch (const sdk::Error& e) {
+          error = fmt::format("writing '{}' on the server failed: {}", relative, e.what());
+        }
       }
       done += n;
     }
     if (error.empty()) {
-      out.close();
-      std::error_code ec;
-      fs::rename(temp, target, ec);
-      if (ec) error = fmt::format("cannot store '{}' on the server: {}", relative, ec.message());
+      try {
+        file->commit();
+      } catch (const sdk::Error& e) {
+        error = fmt::format("cannot store '{}' on the server: {}", relative, e.what());
+      }
     }
     if (!error.empty()) {
-      std::error_code ec;
-      if (!temp.empty()) fs::remove(temp, ec);
+      file.reset();  // removes the temporary file
       return send_exception(error_code, error);
     }
     send_return({});
