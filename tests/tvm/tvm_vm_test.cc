@@ -94,7 +94,7 @@ TEST_F(TvmRelax, TheExecutableFileAloneLoadsAndNamesMissingKernels) {
   }
 }
 
-TEST_F(TvmRelax, EveryTruncationOfTheExecutableIsAnError) {
+TEST_F(TvmRelax, TruncatedOrCorruptExecutablesAreErrors) {
   std::ifstream in(dir_ / "mlp.vmexec", std::ios::binary);
   const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in),
                                    std::istreambuf_iterator<char>()};
@@ -104,6 +104,21 @@ TEST_F(TvmRelax, EveryTruncationOfTheExecutableIsAnError) {
     EXPECT_THROW(tvm_interop::read_relax_executable(std::span(bytes.data(), n), "cut"), ValueError)
         << n;
   }
+  // An unknown constant tag: the first constant is the dtype float32 (tag 5, code 2, 32 bits).
+  const uint8_t dtype_constant[] = {5, 0, 0, 0, 2, 32, 1, 0};
+  std::vector<uint8_t> tag = bytes;
+  auto at =
+      std::search(tag.begin(), tag.end(), std::begin(dtype_constant), std::end(dtype_constant));
+  ASSERT_NE(at, tag.end());
+  *at = 99;
+  EXPECT_THAT([&] { tvm_interop::read_relax_executable(tag, "x"); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("constant 0 has unknown tag 99")));
+  // An unknown opcode: the code section ends the file, its first word is the first opcode.
+  const vm::Executable good = tvm_interop::read_relax_executable(bytes, "mlp.vmexec");
+  std::vector<uint8_t> opcode = bytes;
+  opcode[opcode.size() - 8 * good.instr_data.size()] = 9;
+  EXPECT_THAT([&] { tvm_interop::read_relax_executable(opcode, "x"); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("opcode")));
   std::vector<uint8_t> version = bytes;
   version[16] = '9';  // "0.14" -> "9.14"
   EXPECT_THAT([&] { tvm_interop::read_relax_executable(version, "x"); },
