@@ -117,6 +117,21 @@ TEST(TvmBadLibrary, AContextSymbolWithoutAServiceIsNamedBeforeItCanBeCalled) {
   }
 }
 
+TEST(TvmServices, ParallelTasksMeetAtTheBarrier) {
+  Module m = load_module(kBad / "libkiln_tvm_bad_parallel_barrier.so");
+  for (int round = 0; round < 20; ++round) {
+    Tensor slots = Tensor::empty_host({128}, DataType::Int(64));
+    std::fill(slots.host_span<int64_t>().begin(), slots.host_span<int64_t>().end(), 0);
+    m.get_function("main")(slots);
+    const auto s = slots.host_span<const int64_t>();
+    const int64_t n = s[127];
+    ASSERT_GE(n, 1);
+    for (int64_t id = 0; id < n; ++id) {
+      ASSERT_EQ(s[64 + id], n * (n + 1) / 2) << "task " << id << " of " << n << ", round " << round;
+    }
+  }
+}
+
 TEST(TvmBadLibrary, TruncatedElfFilesAreErrorsAtEveryLength) {
   const std::vector<uint8_t> file = read_bytes(kBad / "libkiln_tvm_bad_newer_ffi.so");
   ASSERT_GT(file.size(), 1000u);
