@@ -30,9 +30,8 @@ std::vector<uint8_t> read_bytes(const fs::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// The bytes of `name`'s `__tvm_ffi__library_bin`, found through the ELF reader's symbol (its
-// file offset is its address in these small libraries' read-only segment, found by scanning for
-// the u64 length the blob starts with is not robust, so the test asks Kiln's loader instead).
+// The bytes of `library`'s `__tvm_ffi__library_bin`: its address in the library Kiln loaded (as
+// the loader finds it) and its size from the ELF symbol table.
 std::vector<uint8_t> blob_of(const fs::path& library) {
   Module m = load_module(library);  // the loader validated it; re-read the symbol by dlopen
   void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);

@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
       ->add_option("-o,--output", vm_options.output, "The executable to write (.kvm; - for stdout)")
       ->required();
   auto* vm_disasm = vm->add_subcommand(
-      "disasm", "Print an executable (.kvm, or TVM's: a Relax library .so or VMExecutable) as text");
+      "disasm",
+      "Print an executable (.kvm, or TVM's: a Relax library .so or VMExecutable) as text");
   vm_disasm->add_option("input", vm_options.input, "The executable")->required();
   vm_disasm->add_option("-o,--output", vm_options.output,
                         "Write the text to this file instead of stdout");

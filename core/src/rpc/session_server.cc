@@ -12,11 +12,11 @@
 #include <unordered_map>
 
 #include "kiln/error.h"
-#include "kiln/sdk/error.hpp"
-#include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/evaluator.h"
 #include "kiln/logging.h"
 #include "kiln/module.h"
+#include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/tensor.h"
 #include "kiln/vm/virtual_machine.h"
 #include "rpc/protocol.h"

@@ -41,8 +41,8 @@ void Module::export_library(const std::filesystem::path& path, const std::string
           path, std::string_view(reinterpret_cast<const char*>(library.data.data()),
                                  library.data.size()));
     } catch (const sdk::Error& e) {
-      throw RuntimeError(fmt::format("exporting to {} with '{}': {}", path.string(), exporter,
-                                     e.what()));
+      throw RuntimeError(
+          fmt::format("exporting to {} with '{}': {}", path.string(), exporter, e.what()));
     }
     return;
   }

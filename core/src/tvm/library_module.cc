@@ -324,8 +324,7 @@ class TvmLibraryLoader : public FormatLoader {
     const std::vector<uint8_t> file = read_file(path);
     const std::vector<ElfSymbol> symbols = read_dynamic_symbols(file, path.string());
     check_compatible(symbols, path);
-    const FfiProvider& provider = ffi_provider();
-    (void)provider;
+    ffi_provider();  // before dlopen: the library imports from it (throws why it is missing)
 
     const std::string abs = fs::absolute(path).string();
     void* handle = dlopen(abs.c_str(), RTLD_NOW | RTLD_LOCAL);
