@@ -127,11 +127,15 @@ std::vector<BlobModule> parse_library_blob(std::span<const uint8_t> blob,
     r.fail(indptr_at, fmt::format("the import tree's index runs from {} to {}, expected 0 to {}",
                                   indptr[0], indptr[n_modules], n_children));
   }
-  std::vector<BlobModule> modules(n_modules);
+  // The whole index is checked before any import is read: with the ends right, a
+  // non-decreasing index keeps every import position below n_children.
   for (size_t i = 0; i < n_modules; ++i) {
     if (indptr[i] > indptr[i + 1]) {
       r.fail(indptr_at, fmt::format("the import tree's index decreases at module {}", i));
     }
+  }
+  std::vector<BlobModule> modules(n_modules);
+  for (size_t i = 0; i < n_modules; ++i) {
     for (uint64_t j = indptr[i]; j < indptr[i + 1]; ++j) {
       if (children[j] >= n_modules) {
         r.fail(indptr_at, fmt::format("module {} imports module {}, but there are {}", i,
