@@ -1,0 +1,1 @@
+"""kiln.profiling (being written)."""

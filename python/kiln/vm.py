@@ -1,0 +1,1 @@
+"""kiln.vm (being written)."""

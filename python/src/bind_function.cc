@@ -1,0 +1,174 @@
+// kiln.Function, kiln.Module, kiln.Object, load_module and the global function registry.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <array>
+#include <filesystem>
+#include <set>
+
+#include "bindings.h"
+#include "kiln/module.h"
+
+namespace kiln::python {
+namespace {
+
+// Calls `f` with Python arguments: converted into Anys (on the stack for up to 8), packed as
+// borrowed ABI values, called with the GIL released.
+nb::object call_function(const Function& f, nb::args args) {
+  constexpr size_t kOnStack = 8;
+  const size_t n = args.size();
+  std::array<Any, kOnStack> small;
+  std::vector<Any> large;
+  Any* values = small.data();
+  if (n > kOnStack) {
+    large.resize(n);
+    values = large.data();
+  }
+  std::array<KilnAny, kOnStack> small_abi;
+  std::vector<KilnAny> large_abi(n > kOnStack ? n : 0);
+  KilnAny* packed = n > kOnStack ? large_abi.data() : small_abi.data();
+  for (size_t i = 0; i < n; ++i) {
+    char what[32];
+    std::snprintf(what, sizeof(what), "argument %zu", i);
+    values[i] = to_any(args[i], what);
+    packed[i] = values[i].to_abi();
+  }
+  Any result = without_gil([&] { return f.call_abi(packed, static_cast<int32_t>(n)); });
+  return from_any(result);
+}
+
+// The global functions registered from Python (removed again at interpreter exit).
+std::set<std::string>& python_registered_names() {
+  static std::set<std::string> names;
+  return names;
+}
+
+// The exporter a file name implies when none is named: "tar" for .tar, else "so".
+std::string default_exporter(const std::filesystem::path& path) {
+  return path.extension() == ".tar" ? "tar" : "so";
+}
+
+}  // namespace
+
+PyObject* shape_tuple_type = nullptr;
+
+void bind_function(nb::module_& m) {
+  nb::class_<Function>(m, "Function",
+                       "A packed function: call it with Python values (see kiln.Tensor and the "
+                       "package docs for the conversions).")
+      .def("__call__", &call_function, "Calls the function; the GIL is released during the call.")
+      .def_prop_ro("name", &Function::name)
+      .def("__repr__", [](const Function& f) { return "<kiln.Function '" + f.name() + "'>"; });
+
+  nb::class_<AnyObject>(m, "Object",
+                        "A Kiln value with no Python class of its own (a VM closure or "
+                        "storage); it can be passed back to Kiln.")
+      .def_prop_ro("type_key", [](const AnyObject& o) {
+        Object* obj = o.value.object();
+        return std::string(obj != nullptr ? obj->type_key() : o.value.type_name());
+      })
+      .def("__repr__", [](const AnyObject& o) { return "<kiln.Object " + o.value.str() + ">"; });
+
+  nb::class_<Module>(m, "Module",
+                     "A set of functions loaded from a file (kiln.load_module) or made by the VM.")
+      .def(
+          "get_function",
+          [](const Module& mod, const std::string& name) { return mod.get_function(name); },
+          nb::arg("name"),
+          "The function `name` of this module or of its imports. kiln.NotFoundError names the "
+          "module and lists its functions.")
+      .def("__getitem__",
+           [](const Module& mod, const std::string& name) { return mod.get_function(name); })
+      .def("__contains__", &Module::has_function)
+      .def("__call__",
+           [](const Module& mod, nb::args args) { return call_function(mod.entry(), args); },
+           "Calls the entry function.")
+      .def_prop_ro("entry_name", &Module::entry_name)
+      .def_prop_ro("kind", &Module::kind)
+      .def_prop_ro("imports", &Module::imports)
+      .def("function_names", &Module::function_names)
+      .def(
+          "time_evaluator",
+          [](const Module& mod, const std::string& func_name, Device dev, int32_t number,
+             int32_t repeat, int32_t min_repeat_ms, int32_t limit_zero_time_iterations,
+             int32_t cooldown_interval_ms, int32_t repeats_to_cooldown, int64_t cache_flush_bytes,
+             const std::string& f_preproc) {
+            TimeEvaluatorOptions options = evaluator_options(
+                number, repeat, min_repeat_ms, limit_zero_time_iterations, cooldown_interval_ms,
+                repeats_to_cooldown, cache_flush_bytes, f_preproc);
+            return make_time_evaluator(mod.get_function(func_name), dev, std::move(options));
+          },
+          nb::arg("func_name"), nb::arg("dev"), nb::arg("number") = 10, nb::arg("repeat") = 1,
+          nb::arg("min_repeat_ms") = 0, nb::arg("limit_zero_time_iterations") = 100,
+          nb::arg("cooldown_interval_ms") = 0, nb::arg("repeats_to_cooldown") = 1,
+          nb::arg("cache_flush_bytes") = 0, nb::arg("f_preproc") = "",
+          "A callable that times `func_name` on `dev` (SPEC §1.2, §1.3): one warm-up call, then "
+          "`repeat` batches of `number` calls (growing while a batch is shorter than "
+          "`min_repeat_ms`); returns a BenchmarkResult in seconds per call.")
+      .def(
+          "export_library",
+          [](const Module& mod, const std::string& file_name, std::optional<std::string> exporter) {
+            const std::string name = exporter ? *exporter : default_exporter(file_name);
+            without_gil([&] { mod.export_library(file_name, name, runtime()); });
+          },
+          nb::arg("file_name"), nb::arg("exporter") = nb::none(),
+          "Writes the module to `file_name` with a named exporter ('tar', 'so', 'ndk', or a "
+          "plugin's); by default 'tar' for a .tar name, else 'so'.")
+      .def("__repr__", [](const Module& mod) {
+        return "<kiln.Module kind='" + mod.kind() + "' entry='" + mod.entry_name() + "'>";
+      });
+
+  m.def(
+      "load_module",
+      [](const std::string& path) { return without_gil([&] { return runtime().load_module(path); }); },
+      nb::arg("path"),
+      "Loads a module file with the loader for its format: Kiln kernel libraries and packages, "
+      "TVM export_library outputs (.so, .tar), VM executables, device code (.cl, .ptx, ...).");
+
+  m.def(
+      "register_func",
+      [](const std::string& name, nb::object f, bool override) -> nb::object {
+        auto do_register = [name, override](nb::object callable) {
+          registry::set(name, function_from_callable(callable, name), override);
+          python_registered_names().insert(name);
+          return callable;
+        };
+        if (f.is_none()) return nb::cpp_function(do_register);  // used as a decorator
+        return do_register(f);
+      },
+      nb::arg("name"), nb::arg("f") = nb::none(), nb::arg("override") = false,
+      "Registers a Python callable as the global function `name` (for f_preproc, VM "
+      "PackedFunc calls, ...). Also a decorator: @kiln.register_func('my.fn').");
+
+  m.def(
+      "get_global_func",
+      [](const std::string& name, bool allow_missing) -> std::optional<Function> {
+        if (allow_missing) return registry::get(name);
+        return registry::require(name);
+      },
+      nb::arg("name"), nb::arg("allow_missing") = false,
+      "The global function `name`; None when missing and allow_missing, else NotFoundError.");
+
+  m.def("list_global_func_names", &registry::names, "Every registered global function name.");
+
+  m.def(
+      "_unregister_python_functions",
+      [] {
+        for (const std::string& name : python_registered_names()) registry::remove(name);
+        python_registered_names().clear();
+      },
+      "Internal (atexit): drops the global functions registered from Python, whose callables "
+      "would otherwise outlive the interpreter.");
+
+  m.def(
+      "_set_shape_tuple_type",
+      [](nb::handle type) {
+        // Borrowed: the kiln package keeps its class for the interpreter's life (a strong
+        // reference here would keep the package alive past shutdown).
+        shape_tuple_type = type.ptr();
+      },
+      "Internal: registers kiln.ShapeTuple.");
+}
+
+}  // namespace kiln::python

@@ -1,0 +1,6 @@
+// Placeholder while the bindings are written (not committed in this form).
+#include "bindings.h"
+
+namespace kiln::python {
+void bind_profiling(nb::module_&) {}
+}  // namespace kiln::python

@@ -1,0 +1,205 @@
+// kiln.testing's core: local_run and rpc_run (SPEC §1.8-§1.10) and RPCConfig (§1.7). The
+// Python layer (kiln/testing.py) normalises TVM modules and configs and converts outputs to
+// numpy; everything the reference specifies (order, messages, cleanup) happens in the core.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "kiln/rpc/rpc_config.h"
+#include "kiln/testing.h"
+
+namespace kiln::python {
+namespace {
+
+// A Python attribute of `config`, or nullopt when missing or None.
+template <typename T>
+std::optional<T> optional_attr(nb::handle config, const char* name) {
+  if (config.is_none() || !nb::hasattr(config, name)) return std::nullopt;
+  nb::object value = config.attr(name);
+  if (value.is_none()) return std::nullopt;
+  return nb::cast<T>(value);
+}
+
+// An EvaluatorConfig from any object with its fields (kiln's or TVM's), or nullopt for None.
+std::optional<EvaluatorConfig> evaluator_config_from(nb::handle config) {
+  if (config.is_none()) return std::nullopt;
+  EvaluatorConfig out;
+  out.number = optional_attr<int32_t>(config, "number").value_or(out.number);
+  out.repeat = optional_attr<int32_t>(config, "repeat").value_or(out.repeat);
+  out.min_repeat_ms = optional_attr<int32_t>(config, "min_repeat_ms").value_or(out.min_repeat_ms);
+  out.enable_cpu_cache_flush =
+      optional_attr<bool>(config, "enable_cpu_cache_flush").value_or(out.enable_cpu_cache_flush);
+  return out;
+}
+
+// The port as given: an int, or text the reference converts with int().
+std::optional<int> port_from(nb::handle port) {
+  if (port.is_none()) return std::nullopt;
+  if (nb::isinstance<nb::str>(port)) {
+    return rpc::RPCConfig::parse_port(nb::cast<std::string>(port), "RPCConfig.tracker_port");
+  }
+  return nb::cast<int>(port);
+}
+
+// An RPCConfig from kiln's class or any object with the reference's fields (TVM's
+// RPCConfig), or nullopt for None.
+std::optional<rpc::RPCConfig> rpc_config_from(nb::handle config) {
+  if (config.is_none()) return std::nullopt;
+  if (nb::isinstance<rpc::RPCConfig>(config)) return nb::cast<rpc::RPCConfig>(config);
+  rpc::RPCConfig out;
+  out.tracker_host = optional_attr<std::string>(config, "tracker_host");
+  if (nb::hasattr(config, "tracker_port")) out.tracker_port = port_from(config.attr("tracker_port"));
+  out.tracker_key = optional_attr<std::string>(config, "tracker_key");
+  out.session_priority = optional_attr<int>(config, "session_priority").value_or(1);
+  out.session_timeout_sec = optional_attr<int>(config, "session_timeout_sec").value_or(10);
+  out.token = optional_attr<std::string>(config, "token").value_or("");
+  out.request_wait_sec = optional_attr<double>(config, "request_wait_sec");
+  return out;
+}
+
+// The exporter: a name, or a Python callable f(mod, path) called with the Python module
+// object `py_module` (a kiln.Module or a TVM module) under the GIL.
+testing::ExportFunc export_func_from(nb::handle export_func, nb::handle py_module) {
+  if (nb::isinstance<nb::str>(export_func)) return nb::cast<std::string>(export_func);
+  if (PyCallable_Check(export_func.ptr()) == 0) {
+    throw nb::value_error(
+        ("Unsupported export_func: " + nb::cast<std::string>(nb::repr(export_func))).c_str());
+  }
+  // f bound to the Python module object (a kiln.Module or a TVM module), wrapped as a
+  // Function so that it is called, and finally released, under the GIL.
+  nb::object module_object = nb::borrow(py_module);
+  Function bound = function_from_callable(
+      nb::cpp_function([f = nb::borrow(export_func), module_object](const std::string& path) {
+        f(module_object, path);
+      }),
+      "export_func");
+  return testing::ExportFunction(
+      [bound](const Module&, const std::string& path) { bound(path); });
+}
+
+// What both runners return to Python: the arguments after the final call (host tensors and
+// scalars, converted to numpy by kiln/testing.py) and the BenchmarkResult.
+nb::tuple run_result(const testing::RunResult& result) {
+  nb::list outputs;
+  for (const Any& value : result.outputs) outputs.append(from_any(value));
+  return nb::make_tuple(outputs, nb::cast(result.profile));
+}
+
+// The module to run: a kiln.Module, or an empty one when a callable exports a foreign module.
+Module kiln_module_of(nb::handle mod) {
+  return nb::isinstance<Module>(mod) ? nb::cast<Module>(mod) : Module();
+}
+
+testing::RunHooks interruptible_hooks() {
+  testing::RunHooks hooks;
+  hooks.on_repeat = [](int32_t, int32_t) { check_interrupt(); };
+  return hooks;
+}
+
+}  // namespace
+
+void bind_testing(nb::module_& m) {
+  m.def(
+      "_local_run",
+      [](nb::handle mod, const std::string& device_type, nb::handle args, nb::handle config,
+         nb::handle export_func, std::optional<std::string> output_format) {
+        const std::vector<Any> values = to_anys(args);
+        const auto evaluator_config = evaluator_config_from(config);
+        const testing::ExportFunc exporter = export_func_from(export_func, mod);
+        const Module module = kiln_module_of(mod);
+        const testing::RunHooks hooks = interruptible_hooks();
+        testing::RunResult result = without_gil([&] {
+          return testing::local_run(runtime(), module, device_type, values, evaluator_config,
+                                    exporter, output_format, hooks);
+        });
+        return run_result(result);
+      },
+      nb::arg("mod"), nb::arg("device_type"), nb::arg("args"), nb::arg("evaluator_config"),
+      nb::arg("export_func"), nb::arg("output_format").none(),
+      "Internal: kiln.testing.local_run without the numpy conversion.");
+
+  m.def(
+      "_rpc_run",
+      [](nb::handle mod, const std::string& device_type, nb::handle args, nb::handle config,
+         nb::handle rpc_config, nb::handle export_func, std::optional<std::string> output_format) {
+        const std::vector<Any> values = to_anys(args);
+        const auto evaluator_config = evaluator_config_from(config);
+        const auto rpc = rpc_config_from(rpc_config);
+        const testing::ExportFunc exporter = export_func_from(export_func, mod);
+        const Module module = kiln_module_of(mod);
+        testing::RunResult result = without_gil([&] {
+          return testing::rpc_run(runtime(), module, device_type, values, evaluator_config, rpc,
+                                  exporter, output_format);
+        });
+        return run_result(result);
+      },
+      nb::arg("mod"), nb::arg("device_type"), nb::arg("args"), nb::arg("evaluator_config"),
+      nb::arg("rpc_config"), nb::arg("export_func"), nb::arg("output_format").none(),
+      "Internal: kiln.testing.rpc_run without the numpy conversion.");
+
+  nb::class_<rpc::RPCConfig>(m, "RPCConfig",
+                             "Where rpc_run finds a remote device (SPEC §1.7): a tracker, a key, "
+                             "a priority and a session timeout. Unset fields fall back to "
+                             "KILN_TRACKER_HOST/_PORT/_KEY, then TVM_TRACKER_HOST/_PORT/_KEY.")
+      .def("__init__",
+           [](rpc::RPCConfig* self, std::optional<std::string> tracker_host, nb::handle tracker_port,
+              std::optional<std::string> tracker_key, int session_priority, int session_timeout_sec,
+              std::string token, std::optional<double> request_wait_sec) {
+             auto* c = new (self) rpc::RPCConfig();
+             c->tracker_host = std::move(tracker_host);
+             c->tracker_port = port_from(tracker_port);
+             c->tracker_key = std::move(tracker_key);
+             c->session_priority = session_priority;
+             c->session_timeout_sec = session_timeout_sec;
+             c->token = std::move(token);
+             c->request_wait_sec = request_wait_sec;
+           },
+           nb::arg("tracker_host") = nb::none(), nb::arg("tracker_port") = nb::none(),
+           nb::arg("tracker_key") = nb::none(), nb::arg("session_priority") = 1,
+           nb::arg("session_timeout_sec") = 10, nb::arg("token") = "",
+           nb::arg("request_wait_sec") = nb::none())
+      .def_ro("tracker_host", &rpc::RPCConfig::tracker_host)
+      .def_ro("tracker_port", &rpc::RPCConfig::tracker_port)
+      .def_ro("tracker_key", &rpc::RPCConfig::tracker_key)
+      .def_ro("session_priority", &rpc::RPCConfig::session_priority)
+      .def_ro("session_timeout_sec", &rpc::RPCConfig::session_timeout_sec)
+      .def_ro("token", &rpc::RPCConfig::token)
+      .def_ro("request_wait_sec", &rpc::RPCConfig::request_wait_sec)
+      .def_static(
+          "_normalized",
+          [](nb::handle config) { return rpc::RPCConfig::normalized(rpc_config_from(config)); },
+          nb::arg("config").none(),
+          "The reference's normalisation: environment fallbacks, then ValueError for the first "
+          "missing field (host, port, key).")
+      .def(
+          "connect_tracker",
+          [](const rpc::RPCConfig& c) { return without_gil([&] { return c.connect_tracker(); }); },
+          "A TrackerSession, within session_timeout_sec (ValueError saying how to query the "
+          "tracker otherwise).")
+      .def(
+          "connect_server",
+          [](const rpc::RPCConfig& c) {
+            return without_gil([&] { return c.connect_server(runtime()); });
+          },
+          "connect_tracker() then a request for a server with tracker_key.")
+      .def(
+          "count_num_servers",
+          [](const rpc::RPCConfig& c, bool allow_missing) {
+            return without_gil([&] { return c.count_num_servers(allow_missing); });
+          },
+          nb::arg("allow_missing") = true)
+      .def("__repr__", [](const rpc::RPCConfig& c) {
+        auto text = [](const std::optional<std::string>& v) {
+          return v ? "'" + *v + "'" : std::string("None");
+        };
+        return "RPCConfig(tracker_host=" + text(c.tracker_host) + ", tracker_port=" +
+               (c.tracker_port ? std::to_string(*c.tracker_port) : "None") +
+               ", tracker_key=" + text(c.tracker_key) +
+               ", session_priority=" + std::to_string(c.session_priority) +
+               ", session_timeout_sec=" + std::to_string(c.session_timeout_sec) + ")";
+      });
+}
+
+}  // namespace kiln::python

@@ -1,0 +1,134 @@
+// The Python extension's shared pieces: conversions between Python values and kiln::Any, the
+// runtime every binding uses, and the error bridge in both directions. Each bind_*.cc file
+// adds one concept's classes and functions to the module and uses only what is declared here.
+#ifndef KILN_PYTHON_BINDINGS_H_
+#define KILN_PYTHON_BINDINGS_H_
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/any.h"
+#include "kiln/device.h"
+#include "kiln/evaluator.h"
+#include "kiln/function.h"
+#include "kiln/runtime.h"
+#include "kiln/tensor.h"
+
+namespace kiln::python {
+
+namespace nb = nanobind;
+
+// The Runtime behind every Python call: the process-wide default (Runtime::global()), made on
+// first use with the environment's plugin selection (KILN_PLUGIN_SET, KILN_PLUGIN_PATH, ...).
+Runtime& runtime();
+
+// A host object Kiln has no Python class for (a VM closure or storage): kiln.Object, holding
+// the value so it can be passed back.
+struct AnyObject {
+  Any value;
+};
+
+// kiln.ShapeTuple (a tuple subclass defined by the package's __init__), registered with
+// _set_shape_tuple_type; shapes convert to and from it. Null until then.
+extern PyObject* shape_tuple_type;
+
+// ---- Python -> Any -------------------------------------------------------------------------
+
+// Converts one Python value for a call into Kiln: None, bool, int, float, str, bytes,
+// kiln.Tensor, kiln.Device, kiln.DataType, kiln.Function, kiln.Module, kiln.Object, a tuple or
+// list (a VM tuple of the converted items), an object with __dlpack__ (numpy arrays, PyTorch and
+// TVM tensors: shared, not copied) and any other callable (a Function calling back into
+// Python). `what` names the value in errors ("argument 2"). Throws nb::type_error for anything
+// else and nb::value_error for a non-contiguous array.
+Any to_any(nb::handle value, const char* what);
+// Converts each item of a sequence of call arguments.
+std::vector<Any> to_anys(nb::handle sequence);
+
+// ---- Any -> Python -------------------------------------------------------------------------
+
+// Converts a Kiln value to Python: scalars and strings to their Python types, bytes to bytes,
+// shapes to tuples of int, VM tuples to tuples (items converted), tensors, devices, dtypes,
+// functions and modules to their kiln classes, other host objects to kiln.Object.
+nb::object from_any(const Any& value);
+
+// ---- Tensors -------------------------------------------------------------------------------
+
+// A Tensor sharing the memory of a DLPack producer (an object with __dlpack__, or a "dltensor"
+// capsule). Refuses non-contiguous memory with a ValueError that says how to copy it.
+Tensor tensor_from_dlpack(nb::handle producer);
+
+// ---- Python callables as Functions ---------------------------------------------------------
+
+// Wraps a Python callable as a Function named `name`: each call takes the GIL, converts the
+// arguments with from_any, calls, and converts the result with to_any. A Python exception is
+// kept for the thread (see rethrow_pending_python_error) and crosses Kiln as a kiln error of
+// the matching kind, so a caller in C++ sees ValueError/TypeError/... and Python sees the
+// original exception again.
+Function function_from_callable(nb::handle callable, std::string name);
+
+// ---- Time evaluators ----------------------------------------------------------------------
+
+// A kiln.TimeEvaluator (bind_evaluator.cc) timing `f` on `device`: calling it with the
+// function's arguments runs the measurement loop with the GIL released and returns a
+// BenchmarkResult; Ctrl-C stops it after the current repeat.
+nb::object make_time_evaluator(Function f, Device device, TimeEvaluatorOptions options);
+
+// The evaluator options of SPEC §1.2's parameters, validated (ValueError naming the parameter).
+TimeEvaluatorOptions evaluator_options(int32_t number, int32_t repeat, int32_t min_repeat_ms,
+                                       int32_t limit_zero_time_iterations,
+                                       int32_t cooldown_interval_ms, int32_t repeats_to_cooldown,
+                                       int64_t cache_flush_bytes, const std::string& f_preproc);
+
+// ---- Errors --------------------------------------------------------------------------------
+
+// Registers kiln's exception classes (kiln.KilnError and its kinds) on `m` and the translator
+// that raises them for kiln errors thrown by bindings.
+void register_errors(nb::module_& m);
+
+// Runs `body` with the GIL released, then, if it threw a kiln error that stands for a Python
+// exception raised in a callback (or a Ctrl-C noticed by check_interrupt), raises that Python
+// exception instead.
+template <typename F>
+auto without_gil(F&& body) -> decltype(body());
+
+// For loops that run with the GIL released: takes the GIL, runs Python's signal handlers, and
+// throws when one raised (KeyboardInterrupt on Ctrl-C), so a long measurement stops promptly.
+void check_interrupt();
+
+namespace detail {
+// Raises (as nb::python_error) the Python exception kept for this thread, if any.
+void rethrow_pending_python_error();
+// Forgets any kept exception (before a call that may keep one).
+void clear_pending_python_error();
+}  // namespace detail
+
+template <typename F>
+auto without_gil(F&& body) -> decltype(body()) {
+  detail::clear_pending_python_error();
+  try {
+    nb::gil_scoped_release release;
+    return body();
+  } catch (const kiln::Error&) {
+    detail::rethrow_pending_python_error();
+    throw;
+  }
+}
+
+// ---- The bindings, one concept each --------------------------------------------------------
+
+void bind_device(nb::module_& m);     // Device, DataType, devices(), plugins()
+void bind_tensor(nb::module_& m);     // Tensor, empty, from_dlpack
+void bind_function(nb::module_& m);   // Function, Module, Object, load_module, registry
+void bind_evaluator(nb::module_& m);  // BenchmarkResult, TimeEvaluator
+void bind_testing(nb::module_& m);    // local_run, rpc_run, RPCConfig
+void bind_vm(nb::module_& m);         // VirtualMachine
+void bind_profiling(nb::module_& m);  // Report, profile_function, collectors
+void bind_rpc(nb::module_& m);        // RPCSession, RemoteModule, TrackerSession
+
+}  // namespace kiln::python
+
+#endif  // KILN_PYTHON_BINDINGS_H_

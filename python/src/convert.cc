@@ -1,0 +1,207 @@
+// Python values <-> kiln::Any, and DLPack producers -> Tensor.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "kiln/module.h"
+#include "kiln/vm/virtual_machine.h"
+
+namespace kiln::python {
+namespace {
+
+// The Python classes the hot path compares exact types against, looked up once.
+struct BoundTypes {
+  PyTypeObject* tensor;
+  PyTypeObject* device;
+  PyTypeObject* dtype;
+  PyTypeObject* function;
+  PyTypeObject* module;
+  PyTypeObject* object;
+};
+const BoundTypes& bound_types() {
+  static const BoundTypes types{
+      reinterpret_cast<PyTypeObject*>(nb::type<Tensor>().ptr()),
+      reinterpret_cast<PyTypeObject*>(nb::type<Device>().ptr()),
+      reinterpret_cast<PyTypeObject*>(nb::type<DataType>().ptr()),
+      reinterpret_cast<PyTypeObject*>(nb::type<Function>().ptr()),
+      reinterpret_cast<PyTypeObject*>(nb::type<Module>().ptr()),
+      reinterpret_cast<PyTypeObject*>(nb::type<AnyObject>().ptr()),
+  };
+  return types;
+}
+
+// Whether `dl` is compact row-major (size-1 dimensions may have any stride).
+bool is_compact(const DLTensor& dl) {
+  if (dl.strides == nullptr) return true;
+  int64_t expected = 1;
+  for (int32_t i = dl.ndim - 1; i >= 0; --i) {
+    if (dl.shape[i] != 1 && dl.strides[i] != expected) return false;
+    expected *= dl.shape[i];
+  }
+  return true;
+}
+
+std::string dims(const int64_t* values, int32_t n) {
+  std::string out = "(";
+  for (int32_t i = 0; i < n; ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + (n == 1 ? ",)" : ")");
+}
+
+}  // namespace
+
+Tensor tensor_from_dlpack(nb::handle producer) {
+  nb::object capsule;
+  if (PyCapsule_CheckExact(producer.ptr())) {
+    capsule = nb::borrow(producer);
+  } else {
+    capsule = producer.attr("__dlpack__")();
+  }
+  if (PyCapsule_IsValid(capsule.ptr(), "dltensor") == 0) {
+    const char* name = PyCapsule_GetName(capsule.ptr());
+    PyErr_Clear();
+    throw nb::value_error(("expected a DLPack capsule named 'dltensor', got one named '" +
+                           std::string(name != nullptr ? name : "") +
+                           "' (a capsule can be consumed only once)")
+                              .c_str());
+  }
+  auto* managed =
+      static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  const DLTensor& dl = managed->dl_tensor;
+  if (!is_compact(dl)) {
+    // Not consumed: the producer's capsule frees it.
+    throw nb::value_error(
+        ("a non-contiguous array (shape " + dims(dl.shape, dl.ndim) + ", strides " +
+         dims(dl.strides, dl.ndim) +
+         " in elements) cannot be shared with Kiln; pass numpy.ascontiguousarray(x) (or "
+         "x.contiguous() for PyTorch) to copy it into compact memory")
+            .c_str());
+  }
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");
+  Ref<DeviceBackend> backend;
+  if (dl.device.device_type != kDLCPU) backend = runtime().find_backend(dl.device.device_type);
+  return Tensor::from_dlpack(managed, backend);
+}
+
+Any to_any(nb::handle value, const char* what) {
+  PyObject* p = value.ptr();
+  PyTypeObject* type = Py_TYPE(p);
+  const BoundTypes& bound = bound_types();
+  // Exact types first: these are the values of hot calls.
+  if (type == bound.tensor) return Any(*nb::inst_ptr<Tensor>(value));
+  if (type == &PyLong_Type) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
+    if (overflow != 0) {
+      throw nb::value_error((std::string(what) + ": the integer does not fit in int64").c_str());
+    }
+    return Any(static_cast<int64_t>(v));
+  }
+  if (type == &PyFloat_Type) return Any(PyFloat_AS_DOUBLE(p));
+  if (p == Py_None) return Any();
+  if (type == &PyBool_Type) return Any(p == Py_True);
+  if (type == bound.function) return Any(*nb::inst_ptr<Function>(value));
+  if (type == bound.device) return Any(*nb::inst_ptr<Device>(value));
+  if (type == &PyUnicode_Type) {
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(p, &size);
+    if (text == nullptr) throw nb::python_error();
+    return Any(std::string_view(text, static_cast<size_t>(size)));
+  }
+  if (type == bound.module) return Any(*nb::inst_ptr<Module>(value));
+  if (type == bound.dtype) return Any(*nb::inst_ptr<DataType>(value));
+  if (type == bound.object) return nb::inst_ptr<AnyObject>(value)->value;
+  if (PyBytes_Check(p)) {
+    return Any::bytes(std::string_view(PyBytes_AS_STRING(p),
+                                       static_cast<size_t>(PyBytes_GET_SIZE(p))));
+  }
+  if (shape_tuple_type != nullptr && PyObject_TypeCheck(p, (PyTypeObject*)shape_tuple_type)) {
+    std::vector<int64_t> dims;
+    for (nb::handle item : nb::borrow<nb::tuple>(value)) dims.push_back(nb::cast<int64_t>(item));
+    return Any::shape(std::move(dims));
+  }
+  if (PyTuple_Check(p) || PyList_Check(p)) {
+    std::vector<Any> items;
+    for (nb::handle item : value) items.push_back(to_any(item, what));
+    return vm::make_array(std::move(items));
+  }
+  // Subclasses of the scalar types (numpy scalars are not: they come below).
+  if (PyBool_Check(p)) return Any(p == Py_True);
+  if (PyLong_Check(p)) return Any(nb::cast<int64_t>(value));
+  if (PyFloat_Check(p)) return Any(PyFloat_AsDouble(p));
+  if (PyObject_HasAttrString(p, "__dlpack__") != 0) return Any(tensor_from_dlpack(value));
+  // numpy scalars and other numbers.
+  if (PyObject_HasAttrString(p, "__index__") != 0) return Any(nb::cast<int64_t>(value));
+  if (PyObject_HasAttrString(p, "__float__") != 0) {
+    const double v = PyFloat_AsDouble(p);
+    if (v == -1.0 && PyErr_Occurred() != nullptr) throw nb::python_error();
+    return Any(v);
+  }
+  if (PyCallable_Check(p) != 0) {
+    nb::object name = nb::getattr(value, "__qualname__", nb::str("callable"));
+    return Any(function_from_callable(value, "python:" + nb::cast<std::string>(nb::str(name))));
+  }
+  throw nb::type_error((std::string(what) + ": Kiln cannot take a value of type '" +
+                        nb::cast<std::string>(nb::str(nb::handle(type).attr("__name__"))) +
+                        "' (it takes None, bool, int, float, str, bytes, kiln.Tensor, "
+                        "kiln.Device, kiln.Function, kiln.Module, tuples, callables and "
+                        "arrays with __dlpack__)")
+                           .c_str());
+}
+
+std::vector<Any> to_anys(nb::handle sequence) {
+  std::vector<Any> out;
+  int index = 0;
+  for (nb::handle item : sequence) {
+    const std::string what = "argument " + std::to_string(index++);
+    out.push_back(to_any(item, what.c_str()));
+  }
+  return out;
+}
+
+nb::object from_any(const Any& value) {
+  switch (value.type_code()) {
+    case KILN_TYPE_NONE:
+      return nb::none();
+    case KILN_TYPE_BOOL:
+      return nb::bool_(value.raw_int() != 0);
+    case KILN_TYPE_INT:
+      return nb::int_(value.raw_int());
+    case KILN_TYPE_FLOAT:
+      return nb::float_(value.raw_float());
+    case KILN_TYPE_STRING:
+      return nb::str(value.cast<std::string>().c_str());
+    case KILN_TYPE_BYTES: {
+      const std::string data = value.cast<std::string>();
+      return nb::steal(PyBytes_FromStringAndSize(data.data(), static_cast<Py_ssize_t>(data.size())));
+    }
+    case KILN_TYPE_DEVICE:
+      return nb::cast(value.cast<Device>());
+    case KILN_TYPE_DTYPE:
+      return nb::cast(value.cast<DataType>());
+    case KILN_TYPE_SHAPE: {
+      nb::tuple dims = nb::cast<nb::tuple>(nb::cast(value.cast<std::vector<int64_t>>()));
+      return shape_tuple_type != nullptr ? nb::handle(shape_tuple_type)(dims)
+                                         : nb::object(dims);
+    }
+    case KILN_TYPE_TENSOR:
+      return nb::cast(value.cast<Tensor>());
+    case KILN_TYPE_FUNCTION:
+      return nb::cast(value.cast<Function>());
+    case kTypeModule:
+      return nb::cast(value.cast<Module>());
+    default:
+      break;
+  }
+  if (auto array = value.as_object<vm::ArrayObj>()) {
+    nb::tuple items = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(array->items.size())));
+    for (size_t i = 0; i < array->items.size(); ++i) {
+      PyTuple_SET_ITEM(items.ptr(), static_cast<Py_ssize_t>(i),
+                       from_any(array->items[i]).release().ptr());
+    }
+    return items;
+  }
+  return nb::cast(AnyObject{value});
+}
+
+}  // namespace kiln::python

@@ -1,0 +1,165 @@
+// Errors both ways: kiln errors become Python exceptions of the matching kind, and Python
+// exceptions raised in callbacks cross Kiln as kiln errors and come back out unchanged.
+#include <optional>
+#include <string>
+
+#include "bindings.h"
+#include "kiln/rpc/rpc_error.h"
+
+namespace kiln::python {
+namespace {
+
+// kiln's exception classes, made once in register_errors. Borrowed: the module owns them (a
+// strong reference here would keep the module alive past interpreter shutdown).
+struct ErrorClasses {
+  PyObject* kiln_error = nullptr;  // kiln.KilnError(RuntimeError)
+  PyObject* not_found = nullptr;
+  PyObject* unavailable = nullptr;
+  PyObject* out_of_memory = nullptr;
+  PyObject* unimplemented = nullptr;
+  PyObject* abi = nullptr;
+  PyObject* rpc = nullptr;
+  PyObject* rpc_timeout = nullptr;
+};
+ErrorClasses classes;
+
+// A new exception class kiln.<name> with the given bases, added to `m`.
+PyObject* new_error_class(nb::module_& m, const char* name, nb::tuple bases, const char* doc) {
+  const std::string qualified = std::string("kiln.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
+  if (cls == nullptr) throw nb::python_error();
+  m.attr(name) = nb::steal(cls);  // the module owns the class; the pointer kept is borrowed
+  return cls;
+}
+
+// The Python exception a callback raised on this thread, kept while it crosses Kiln.
+thread_local std::optional<nb::python_error> pending;
+
+// The kiln error of the kind a Python exception stands for, with its text.
+[[noreturn]] void throw_as_kiln_error(const nb::python_error& e) {
+  const std::string message = e.what();
+  if (e.matches(PyExc_ValueError)) throw ValueError(message);
+  if (e.matches(PyExc_TypeError)) throw TypeError(message);
+  if (e.matches(PyExc_IndexError)) throw IndexError(message);
+  if (e.matches(PyExc_MemoryError)) throw OutOfMemoryError(message);
+  if (e.matches(PyExc_NotImplementedError)) throw UnimplementedError(message);
+  throw RuntimeError(message);
+}
+
+}  // namespace
+
+namespace detail {
+
+void rethrow_pending_python_error() {
+  if (!pending) return;
+  nb::python_error e = std::move(*pending);
+  pending.reset();
+  throw e;
+}
+
+void clear_pending_python_error() { pending.reset(); }
+
+}  // namespace detail
+
+void check_interrupt() {
+  nb::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) {
+    nb::python_error e;
+    pending.emplace(std::move(e));
+    throw RuntimeError("interrupted (KeyboardInterrupt)");
+  }
+}
+
+Function function_from_callable(nb::handle callable, std::string name) {
+  // The callable is held through a shared reference whose last owner takes the GIL to drop it,
+  // because a Function may die on a thread that does not hold the GIL.
+  struct Held {
+    PyObject* object;
+    explicit Held(nb::handle h) : object(h.inc_ref().ptr()) {}
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    ~Held() {
+      if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing to release
+      nb::gil_scoped_acquire gil;
+      Py_DECREF(object);
+    }
+  };
+  auto held = std::make_shared<Held>(callable);
+  return Function::from_packed(std::move(name), [held](const Any* args, int32_t num_args) -> Any {
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::tuple py_args = nb::steal<nb::tuple>(PyTuple_New(num_args));
+      for (int32_t i = 0; i < num_args; ++i) {
+        nb::object item = from_any(args[i]);
+        PyTuple_SET_ITEM(py_args.ptr(), i, item.release().ptr());
+      }
+      nb::object result = nb::handle(held->object)(*py_args);
+      return to_any(result, "the callback's result");
+    } catch (nb::python_error& e) {
+      const nb::python_error copy = e;
+      pending.emplace(copy);
+      throw_as_kiln_error(copy);
+    } catch (const nb::builtin_exception& e) {
+      throw TypeError(e.what());
+    }
+  });
+}
+
+void register_errors(nb::module_& m) {
+  auto runtime_error = nb::handle(PyExc_RuntimeError);
+  classes.kiln_error =
+      new_error_class(m, "KilnError", nb::make_tuple(runtime_error),
+                      "Base of the errors Kiln raises that have no builtin Python kind.");
+  auto base = nb::handle(classes.kiln_error);
+  classes.not_found = new_error_class(m, "NotFoundError",
+                                      nb::make_tuple(base, nb::handle(PyExc_LookupError)),
+                                      "No such function, device, plugin or file.");
+  classes.unavailable = new_error_class(m, "UnavailableError", nb::make_tuple(base),
+                                        "A driver or device that is not there.");
+  classes.out_of_memory = new_error_class(m, "OutOfMemoryError",
+                                          nb::make_tuple(base, nb::handle(PyExc_MemoryError)),
+                                          "An allocation that failed.");
+  classes.unimplemented = new_error_class(
+      m, "UnimplementedError", nb::make_tuple(base, nb::handle(PyExc_NotImplementedError)),
+      "A slot the plugin does not implement.");
+  classes.abi = new_error_class(m, "AbiError", nb::make_tuple(base),
+                                "A plugin ABI version or struct-size mismatch.");
+  classes.rpc = new_error_class(m, "RPCError", nb::make_tuple(base),
+                                "A remote call failed, or the connection to the server did.");
+  classes.rpc_timeout =
+      new_error_class(m, "RPCSessionTimeoutError",
+                      nb::make_tuple(nb::handle(classes.rpc), nb::handle(PyExc_TimeoutError)),
+                      "The RPC session outlived its timeout; the server ended it.");
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const rpc::RPCSessionTimeoutError& e) {
+      PyErr_SetString(classes.rpc_timeout, e.what());
+    } catch (const rpc::RPCError& e) {
+      PyErr_SetString(classes.rpc, e.what());
+    } catch (const ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const TypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const IndexError& e) {
+      PyErr_SetString(PyExc_IndexError, e.what());
+    } catch (const NotFoundError& e) {
+      PyErr_SetString(classes.not_found, e.what());
+    } catch (const UnavailableError& e) {
+      PyErr_SetString(classes.unavailable, e.what());
+    } catch (const OutOfMemoryError& e) {
+      PyErr_SetString(classes.out_of_memory, e.what());
+    } catch (const UnimplementedError& e) {
+      PyErr_SetString(classes.unimplemented, e.what());
+    } catch (const AbiError& e) {
+      PyErr_SetString(classes.abi, e.what());
+    } catch (const RuntimeError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(classes.kiln_error, e.what());
+    }
+  });
+}
+
+}  // namespace kiln::python
