@@ -8,24 +8,6 @@
 namespace kiln::python {
 namespace {
 
-constexpr const char* kCapsuleName = "dltensor";
-
-// A "dltensor" capsule owning a new DLManagedTensor that shares `t`'s memory. If no consumer
-// takes it (renaming it "used_dltensor"), the capsule's destructor frees it.
-nb::object dlpack_capsule(const Tensor& t) {
-  DLManagedTensor* managed = t.to_dlpack();
-  PyObject* capsule = PyCapsule_New(managed, kCapsuleName, [](PyObject* self) {
-    if (PyCapsule_IsValid(self, kCapsuleName) == 0) return;  // consumed
-    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(self, kCapsuleName));
-    if (m != nullptr && m->deleter != nullptr) m->deleter(m);
-  });
-  if (capsule == nullptr) {
-    managed->deleter(managed);
-    throw nb::python_error();
-  }
-  return nb::steal(capsule);
-}
-
 std::vector<int64_t> shape_of(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
 
 }  // namespace
@@ -80,7 +62,10 @@ void bind_tensor(nb::module_& m) {
           [](const Tensor& t, nb::handle stream, nb::handle max_version, nb::handle dl_device,
              nb::handle copy) {
             (void)stream;  // Kiln's calls are synchronous: the memory is ready
-            (void)max_version;  // the unversioned capsule, which every consumer accepts
+            // DLPack 1.0 consumers (numpy 2, PyTorch 2.3+) ask with max_version and get a
+            // versioned capsule, which can say "writable"; others get the unversioned kind.
+            const bool versioned = !max_version.is_none() &&
+                                   nb::cast<int>(nb::borrow<nb::tuple>(max_version)[0]) >= 1;
             if (!dl_device.is_none()) {
               auto want = nb::cast<std::pair<int32_t, int32_t>>(dl_device);
               if (want.first != t.device().type || want.second != t.device().id) {
@@ -89,9 +74,10 @@ void bind_tensor(nb::module_& m) {
               }
             }
             if (!copy.is_none() && nb::cast<bool>(copy)) {
-              return dlpack_capsule(without_gil([&] { return t.to(t.device(), runtime()); }));
+              return dlpack_capsule(without_gil([&] { return t.to(t.device(), runtime()); }),
+                                    versioned);
             }
-            return dlpack_capsule(t);
+            return dlpack_capsule(t, versioned);
           },
           nb::kw_only(), nb::arg("stream") = nb::none(), nb::arg("max_version") = nb::none(),
           nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),

@@ -57,9 +57,14 @@ nb::object from_any(const Any& value);
 
 // ---- Tensors -------------------------------------------------------------------------------
 
-// A Tensor sharing the memory of a DLPack producer (an object with __dlpack__, or a "dltensor"
-// capsule). Refuses non-contiguous memory with a ValueError that says how to copy it.
+// A Tensor sharing the memory of a DLPack producer (an object with __dlpack__, asked for a
+// DLPack 1.0 capsule first, or a capsule). Refuses non-contiguous and read-only memory with a
+// ValueError that says how to copy it, leaving the capsule to its producer.
 Tensor tensor_from_dlpack(nb::handle producer);
+
+// A capsule sharing `tensor`'s memory: "dltensor_versioned" (DLPack 1.0, writable) when
+// `versioned`, else "dltensor". Freed by the capsule unless a consumer takes it.
+nb::object dlpack_capsule(const Tensor& tensor, bool versioned);
 
 // ---- Python callables as Functions ---------------------------------------------------------
 

@@ -1,5 +1,4 @@
-// Python values <-> kiln::Any, and DLPack producers -> Tensor.
-#include <cstring>
+// Python values <-> kiln::Any.
 #include <string>
 #include <vector>
 
@@ -31,57 +30,7 @@ const BoundTypes& bound_types() {
   return types;
 }
 
-// Whether `dl` is compact row-major (size-1 dimensions may have any stride).
-bool is_compact(const DLTensor& dl) {
-  if (dl.strides == nullptr) return true;
-  int64_t expected = 1;
-  for (int32_t i = dl.ndim - 1; i >= 0; --i) {
-    if (dl.shape[i] != 1 && dl.strides[i] != expected) return false;
-    expected *= dl.shape[i];
-  }
-  return true;
-}
-
-std::string dims(const int64_t* values, int32_t n) {
-  std::string out = "(";
-  for (int32_t i = 0; i < n; ++i) out += (i ? ", " : "") + std::to_string(values[i]);
-  return out + (n == 1 ? ",)" : ")");
-}
-
 }  // namespace
-
-Tensor tensor_from_dlpack(nb::handle producer) {
-  nb::object capsule;
-  if (PyCapsule_CheckExact(producer.ptr())) {
-    capsule = nb::borrow(producer);
-  } else {
-    capsule = producer.attr("__dlpack__")();
-  }
-  if (PyCapsule_IsValid(capsule.ptr(), "dltensor") == 0) {
-    const char* name = PyCapsule_GetName(capsule.ptr());
-    PyErr_Clear();
-    throw nb::value_error(("expected a DLPack capsule named 'dltensor', got one named '" +
-                           std::string(name != nullptr ? name : "") +
-                           "' (a capsule can be consumed only once)")
-                              .c_str());
-  }
-  auto* managed =
-      static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-  const DLTensor& dl = managed->dl_tensor;
-  if (!is_compact(dl)) {
-    // Not consumed: the producer's capsule frees it.
-    throw nb::value_error(
-        ("a non-contiguous array (shape " + dims(dl.shape, dl.ndim) + ", strides " +
-         dims(dl.strides, dl.ndim) +
-         " in elements) cannot be shared with Kiln; pass numpy.ascontiguousarray(x) (or "
-         "x.contiguous() for PyTorch) to copy it into compact memory")
-            .c_str());
-  }
-  PyCapsule_SetName(capsule.ptr(), "used_dltensor");
-  Ref<DeviceBackend> backend;
-  if (dl.device.device_type != kDLCPU) backend = runtime().find_backend(dl.device.device_type);
-  return Tensor::from_dlpack(managed, backend);
-}
 
 Any to_any(nb::handle value, const char* what) {
   PyObject* p = value.ptr();

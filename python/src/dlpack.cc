@@ -1,0 +1,167 @@
+// DLPack capsules both ways: Kiln tensors out to numpy/PyTorch/TVM, and their arrays in, with
+// no copy. DLPack 1.0's versioned capsules carry a read-only flag (numpy makes arrays from the
+// older, unversioned ones read-only), so both kinds are spoken.
+#include <cstdint>
+#include <string>
+
+#include "bindings.h"
+
+namespace kiln::python {
+namespace {
+
+// DLPack 1.0's versioned managed tensor, declared here because Debian 12 ships dlpack.h 0.6,
+// which predates it. The layout is DLPack's stable ABI (dlpack.h >= 1.0).
+struct DLPackVersion {
+  uint32_t major;
+  uint32_t minor;
+};
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned* self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+};
+constexpr uint64_t kFlagReadOnly = uint64_t{1} << 0;  // DLPACK_FLAG_BITMASK_READ_ONLY
+
+constexpr const char* kLegacyName = "dltensor";
+constexpr const char* kVersionedName = "dltensor_versioned";
+constexpr const char* kUsedLegacyName = "used_dltensor";
+constexpr const char* kUsedVersionedName = "used_dltensor_versioned";
+
+// Whether `dl` is compact row-major (size-1 dimensions may have any stride).
+bool is_compact(const DLTensor& dl) {
+  if (dl.strides == nullptr) return true;
+  int64_t expected = 1;
+  for (int32_t i = dl.ndim - 1; i >= 0; --i) {
+    if (dl.shape[i] != 1 && dl.strides[i] != expected) return false;
+    expected *= dl.shape[i];
+  }
+  return true;
+}
+
+std::string dims(const int64_t* values, int32_t n) {
+  std::string out = "(";
+  for (int32_t i = 0; i < n; ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + (n == 1 ? ",)" : ")");
+}
+
+// Refuses memory Kiln cannot take as it is; the capsule is left unconsumed, so its producer
+// still frees it.
+void check_shareable(const DLTensor& dl, bool read_only) {
+  if (read_only) {
+    throw nb::value_error(
+        "a read-only array cannot be shared with Kiln (kernels may write to any argument); "
+        "pass a writable copy (x.copy())");
+  }
+  if (!is_compact(dl)) {
+    throw nb::value_error(
+        ("a non-contiguous array (shape " + dims(dl.shape, dl.ndim) + ", strides " +
+         dims(dl.strides, dl.ndim) +
+         " in elements) cannot be shared with Kiln; pass numpy.ascontiguousarray(x) (or "
+         "x.contiguous() for PyTorch) to copy it into compact memory")
+            .c_str());
+  }
+}
+
+// An unversioned managed tensor that owns a versioned one (Kiln's Tensor takes the former).
+DLManagedTensor* adopt_versioned(DLManagedTensorVersioned* versioned) {
+  auto* legacy = new DLManagedTensor{};
+  legacy->dl_tensor = versioned->dl_tensor;  // shape and strides stay in `versioned`
+  legacy->manager_ctx = versioned;
+  legacy->deleter = [](DLManagedTensor* self) {
+    auto* v = static_cast<DLManagedTensorVersioned*>(self->manager_ctx);
+    if (v->deleter != nullptr) v->deleter(v);
+    delete self;
+  };
+  return legacy;
+}
+
+// The capsule of a producer: the versioned kind when it speaks DLPack 1.0, else the old one.
+nb::object capsule_of(nb::handle producer) {
+  if (PyCapsule_CheckExact(producer.ptr())) return nb::borrow(producer);
+  nb::object dlpack = producer.attr("__dlpack__");
+  try {
+    return dlpack(nb::arg("max_version") = nb::make_tuple(1, 0));
+  } catch (nb::python_error& e) {
+    if (!e.matches(PyExc_TypeError)) throw;  // a producer from before max_version
+  }
+  return dlpack();
+}
+
+Ref<DeviceBackend> backend_for(const DLTensor& dl) {
+  if (dl.device.device_type == kDLCPU) return {};
+  return runtime().find_backend(dl.device.device_type);
+}
+
+}  // namespace
+
+Tensor tensor_from_dlpack(nb::handle producer) {
+  nb::object capsule = capsule_of(producer);
+  PyObject* c = capsule.ptr();
+  if (PyCapsule_IsValid(c, kVersionedName) != 0) {
+    auto* versioned =
+        static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kVersionedName));
+    if (versioned->version.major != 1) {
+      throw nb::value_error(("a DLPack " + std::to_string(versioned->version.major) + "." +
+                             std::to_string(versioned->version.minor) +
+                             " capsule; Kiln reads DLPack 1.x")
+                                .c_str());
+    }
+    check_shareable(versioned->dl_tensor, (versioned->flags & kFlagReadOnly) != 0);
+    PyCapsule_SetName(c, kUsedVersionedName);
+    DLManagedTensor* legacy = adopt_versioned(versioned);
+    return Tensor::from_dlpack(legacy, backend_for(legacy->dl_tensor));
+  }
+  if (PyCapsule_IsValid(c, kLegacyName) != 0) {
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kLegacyName));
+    check_shareable(managed->dl_tensor, false);
+    PyCapsule_SetName(c, kUsedLegacyName);
+    return Tensor::from_dlpack(managed, backend_for(managed->dl_tensor));
+  }
+  const char* name = PyCapsule_GetName(c);
+  PyErr_Clear();
+  throw nb::value_error(("expected a DLPack capsule named 'dltensor' or 'dltensor_versioned', "
+                         "got one named '" +
+                         std::string(name != nullptr ? name : "") +
+                         "' (a capsule can be consumed only once)")
+                            .c_str());
+}
+
+nb::object dlpack_capsule(const Tensor& tensor, bool versioned) {
+  DLManagedTensor* managed = tensor.to_dlpack();
+  if (!versioned) {
+    PyObject* capsule = PyCapsule_New(managed, kLegacyName, [](PyObject* self) {
+      if (PyCapsule_IsValid(self, kLegacyName) == 0) return;  // consumed
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(self, kLegacyName));
+      if (m->deleter != nullptr) m->deleter(m);
+    });
+    if (capsule == nullptr) {
+      managed->deleter(managed);
+      throw nb::python_error();
+    }
+    return nb::steal(capsule);
+  }
+  auto* v = new DLManagedTensorVersioned{};
+  v->version = {1, 0};
+  v->manager_ctx = managed;
+  v->deleter = [](DLManagedTensorVersioned* self) {
+    auto* m = static_cast<DLManagedTensor*>(self->manager_ctx);
+    m->deleter(m);
+    delete self;
+  };
+  v->flags = 0;  // writable, shared (not a copy)
+  v->dl_tensor = managed->dl_tensor;
+  PyObject* capsule = PyCapsule_New(v, kVersionedName, [](PyObject* self) {
+    if (PyCapsule_IsValid(self, kVersionedName) == 0) return;  // consumed
+    auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(self, kVersionedName));
+    m->deleter(m);
+  });
+  if (capsule == nullptr) {
+    v->deleter(v);
+    throw nb::python_error();
+  }
+  return nb::steal(capsule);
+}
+
+}  // namespace kiln::python
