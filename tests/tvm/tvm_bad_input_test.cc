@@ -223,6 +223,28 @@ TEST_F(TvmBadFixtureBlob, AnUnknownModuleKindOrCodeFormatIsNamed) {
               ::testing::ThrowsMessage<ValueError>(HasSubstr("code format 'xl'")));
 }
 
+TEST_F(TvmBadFixtureBlob, AKernelNameOrLaunchTagThatIsNotTextIsNamed) {
+  // vadd_opencl's device module: format "cl" (8 + 2 bytes), the function count (8), then the
+  // first name's length (8) and its text at byte 26; its first launch tag follows the two names
+  // and the argument types. A byte that is not text made the metadata's JSON writer throw a
+  // foreign exception (found by kiln_fuzz_tvm_blob).
+  const auto modules = parse_library_blob(blob_of(library("vadd_opencl")), "vadd_opencl.so");
+  BlobModule bad_name = modules[1];
+  ASSERT_EQ(bad_name.bytes[26], 'v');
+  bad_name.bytes[29] = 0x9c;
+  EXPECT_THAT([&] { tvm_interop::device_code_from_tvm(bad_name, "x.so"); },
+              ::testing::ThrowsMessage<ValueError>(
+                  HasSubstr("x.so: byte 18: the function name has byte 0x9c at position 3")));
+  BlobModule bad_tag = modules[1];
+  const std::string tag = "blockIdx.x";
+  auto at = std::search(bad_tag.bytes.begin(), bad_tag.bytes.end(), tag.begin(), tag.end());
+  ASSERT_NE(at, bad_tag.bytes.end());
+  *(at + 5) = '\n';
+  EXPECT_THAT([&] { tvm_interop::device_code_from_tvm(bad_tag, "x.so"); },
+              ::testing::ThrowsMessage<ValueError>(
+                  HasSubstr("the launch tag has byte 0x0a at position 5, not printable ASCII")));
+}
+
 TEST_F(TvmBadFixtureBlob, DeviceCodeWithoutItsBackendSaysWhy) {
   // A runtime with no plugins: the library loads (the host reads it), its kernel cannot run.
   RuntimeOptions o;

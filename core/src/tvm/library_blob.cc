@@ -39,6 +39,21 @@ class Reader {
     const auto* p = take(n, what);
     return std::string(reinterpret_cast<const char*>(p), n);
   }
+  // A string that names something in code (a kernel, a launch tag): printable ASCII, as the
+  // identifiers TVM writes are; anything else is corrupt (and would not survive the JSON of
+  // Kiln's kernel metadata).
+  std::string name(const char* what) {
+    const uint64_t at = offset();
+    std::string s = str(what);
+    for (size_t i = 0; i < s.size(); ++i) {
+      const auto c = static_cast<unsigned char>(s[i]);
+      if (c < 0x21 || c > 0x7e) {
+        fail(at, fmt::format("the {} has byte 0x{:02x} at position {}, not printable ASCII", what,
+                             c, i));
+      }
+    }
+    return s;
+  }
   std::vector<uint8_t> bytes(const char* what) {
     const uint64_t n = count(what, 1);
     const auto* p = take(n, what);
@@ -230,8 +245,8 @@ DeviceCode device_code_from_tvm(const BlobModule& module, const std::string& whe
   const uint64_t n_functions = r.count("function table", 40);
   for (uint64_t i = 0; i < n_functions; ++i) {
     const uint64_t at = r.offset();
-    const std::string key = r.str("function name");
-    r.str("function name");  // FunctionInfo repeats the name
+    const std::string key = r.name("function name");
+    r.name("function name");  // FunctionInfo repeats the name
     nlohmann::json args = nlohmann::json::array();
     const uint64_t n_args = r.count("argument types", 4);
     for (uint64_t a = 0; a < n_args; ++a) {
@@ -248,7 +263,7 @@ DeviceCode device_code_from_tvm(const BlobModule& module, const std::string& whe
     }
     nlohmann::json launch = nlohmann::json::array();
     const uint64_t n_tags = r.count("launch tags", 8);
-    for (uint64_t t = 0; t < n_tags; ++t) launch.push_back(r.str("launch tag"));
+    for (uint64_t t = 0; t < n_tags; ++t) launch.push_back(r.name("launch tag"));
     const uint64_t n_extra = r.count("argument extra tags", 4);
     for (uint64_t e = 0; e < n_extra; ++e) {
       uint32_t tag = 0;
