@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # The README's two Quick start commands:
-#   bash tools/dev.sh demo   install, build (build/), list devices, run and time vector add on
-#                            the CPU from configs/runs/vector_add.yaml (kiln run -> local_run)
+#   bash tools/dev.sh demo   install, build (build/, with the Python package in build/python),
+#                            list devices, run and time vector add on the CPU from
+#                            configs/runs/vector_add.yaml (kiln run -> local_run), then the same
+#                            from Python (examples/python/local_run.py, kiln.testing.local_run)
 #   bash tools/dev.sh test   install, build with -Werror (KILN_WERROR=ON) and run the whole test
-#                            suite, run clang-tidy on the C++ files changed since the base
-#                            (tools/clang-tidy-changed.sh), then build and test again in a
-#                            Debug + ASan + UBSan build (build-asan/), then run each of the three
-#                            fuzz targets for KILN_FUZZ_SECONDS (default 60; build-fuzz/, clang)
-#                            The TVM interop tests compile their fixtures with apache-tvm from PyPI,
-#                            installed into build/.venv-tvm (KILN_SKIP_TVM=1: skip, they skip)
+#                            suite (ctest, with the Python package's pytest suite), build the wheel
+#                            with `pip install .` into the virtual environment and run the pytest
+#                            suite against the installed package, run clang-tidy on the C++ files
+#                            changed since the base (tools/clang-tidy-changed.sh), then build and
+#                            test again in a Debug + ASan + UBSan build (build-asan/), then run
+#                            each fuzz target for KILN_FUZZ_SECONDS (default 60; build-fuzz/, clang)
+# Python: a virtual environment (build/.venv-tvm; build/.venv-py with KILN_SKIP_TVM=1) holds
+# nanobind, scikit-build-core, pytest and numpy, and apache-tvm from PyPI, which compiles the TVM
+# interop fixtures and is the peer of the interop tests (KILN_SKIP_TVM=1: not installed; those
+# tests skip and say why).
 # Environment: KILN_JOBS (parallel build jobs, default: nproc), KILN_SKIP_ASAN=1 (test: skip
 # the sanitizer configuration), KILN_SKIP_FUZZ=1 (test: skip the fuzz targets),
 # KILN_SKIP_TIDY=1 (test: skip clang-tidy). See docs/building.md.
@@ -35,40 +41,64 @@ build() {  # build <dir> <cmake args...>
   cmake --build "$dir" -j "$jobs"
 }
 
-# A virtual environment with the TVM release the interop fixtures are compiled with; prints the
-# -D option that points the build at its Python.
-tvm_venv() {
+# The virtual environment of the Python package (its build and tests) and of the TVM release
+# the interop fixtures are compiled with (unless KILN_SKIP_TVM=1); prints its python.
+python_venv() {
   local venv=$PWD/build/.venv-tvm
+  local packages=(nanobind scikit-build-core pytest numpy)
   if [ "${KILN_SKIP_TVM:-0}" = "1" ]; then
-    echo "-DKILN_TVM_PYTHON="
-    return
+    venv=$PWD/build/.venv-py
+  else
+    packages+=(apache-tvm==0.27.0.post1)
   fi
-  if ! "$venv/bin/python" -c "import tvm" >/dev/null 2>&1; then
+  if ! "$venv/bin/python" -c "import nanobind, pytest, numpy" >/dev/null 2>&1 ||
+    { [ "${KILN_SKIP_TVM:-0}" != "1" ] && ! "$venv/bin/python" -c "import tvm" >/dev/null 2>&1; }; then
     python3 -m venv "$venv" >&2
-    "$venv/bin/pip" install -q apache-tvm==0.27.0.post1 numpy >&2
+    "$venv/bin/pip" install -q "${packages[@]}" >&2
   fi
-  echo "-DKILN_TVM_PYTHON=$venv/bin/python"
+  echo "$venv/bin/python"
+}
+
+# The CMake options that build the Python package with `python` and point the TVM interop
+# fixtures at it (or at nothing with KILN_SKIP_TVM=1).
+python_options() {
+  local python=$1
+  local tvm=$python
+  if [ "${KILN_SKIP_TVM:-0}" = "1" ]; then tvm=""; fi
+  echo "-DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE=$python -DKILN_TVM_PYTHON=$tvm"
 }
 
 case "${1:-}" in
   demo)
     bash tools/install-deps.sh
-    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    mkdir -p build
+    python=$(KILN_SKIP_TVM=1 python_venv)
+    # shellcheck disable=SC2046  # the options are words
+    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo $(KILN_SKIP_TVM=1 python_options "$python")
     ./build/bin/kiln devices
     ./build/bin/kiln run configs/runs/vector_add.yaml
+    PYTHONPATH=$PWD/build/python "$python" examples/python/local_run.py
+    echo "Python: PYTHONPATH=$PWD/build/python $python, or pip install . (docs/python.md)"
     ;;
   test)
     bash tools/install-deps.sh
     mkdir -p build
-    tvm_python=$(tvm_venv)
-    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON "$tvm_python"
+    python=$(python_venv)
+    # shellcheck disable=SC2046
+    build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON $(python_options "$python")
     (cd build && ctest --output-on-failure -j "$jobs")
+    # The wheel `pip install .` builds (libkiln, plugins and the extension inside the package),
+    # tested from outside the source tree so that the installed package is the one imported.
+    "$python" -m pip install -q --no-build-isolation .
+    (cd build && KILN_TEST_INSTALLED=1 KILN_BUILD_DIR=$PWD "$python" -m pytest -q -p no:cacheprovider \
+      -rs ../tests/python)
     if [ "${KILN_SKIP_TIDY:-0}" != "1" ]; then
       KILN_TIDY_BUILD_DIR=build KILN_TIDY_JOBS="$jobs" bash tools/clang-tidy-changed.sh
     fi
     if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
+      # No Python package here: the interpreter is not built with the sanitizers.
       build build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF \
-        -DKILN_WERROR=ON "$tvm_python"
+        -DKILN_WERROR=ON "-DKILN_TVM_PYTHON=$([ "${KILN_SKIP_TVM:-0}" = "1" ] || echo "$python")"
       # intercept_tls_get_addr=0: GCC 12's sanitizer runtime (as LLVM's before 17) takes a
       # dynamic TLS block of a dlopened library (plugins, PoCL) whose address is 16 mod 4096 for
       # a glibc-2.19 block with a header, reads a bogus range from before it, and LeakSanitizer's

@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost1.81-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libtbb-dev
   nlohmann-json3-dev libcli11-dev libarchive-dev libdlpack-dev
-  python3-numpy python3-venv libpapi-dev
+  python3-numpy python3-venv python3-dev libpapi-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libamdhip64-dev hipcc rocm-device-libs
   clang libclang-rt-14-dev

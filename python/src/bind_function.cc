@@ -162,6 +162,10 @@ void bind_function(nb::module_& m) {
       "would otherwise outlive the interpreter.");
 
   m.def(
+      "_floor_noop", [] {},
+      "Does nothing: the floor of bench/python/call_bench.py (a nanobind call, no conversions).");
+
+  m.def(
       "_set_shape_tuple_type",
       [](nb::handle type) {
         // Borrowed: the kiln package keeps its class for the interpreter's life (a strong

@@ -318,3 +318,34 @@ def test_no_leaks_over_ten_thousand_calls(vector_add):
     assert grown < 64 * 1024, f"Python heap grew by {grown} bytes over 10,000 calls"
     assert rss_after - rss_before < 2048, f"RSS grew by {rss_after - rss_before} KiB"
     assert np.array_equal(out.numpy(), a + a)
+
+
+def test_ctrl_c_stops_a_long_measurement_promptly(tmp_path):
+    # A measurement of 1,000 repeats of 10 ms (10 s) in a child process, interrupted after 1 s:
+    # it must end with KeyboardInterrupt within a repeat or so, not run to the end.
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "measure.py"
+    script.write_text(
+        "import sys, kiln\n"
+        f"calls = kiln.load_module({example_kernel('calls')!r})\n"
+        "ev = calls.time_evaluator('spin', kiln.cpu(0), number=1, repeat=1000)\n"
+        "print('measuring', flush=True)\n"
+        "try:\n"
+        "    ev(10_000_000)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(3)\n"
+        "print('finished', flush=True)\n")
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ))
+    assert child.stdout.readline().strip() == "measuring"
+    time.sleep(1.0)
+    sent = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=60)  # a hang guard: the whole run would take 10 s
+    stopped_after = time.monotonic() - sent
+    assert (child.returncode, out.strip()) == (3, "interrupted")
+    assert stopped_after < 5.0, f"stopped {stopped_after:.1f} s after Ctrl-C"
