@@ -116,7 +116,7 @@ void bind_testing(nb::module_& m) {
         });
         return run_result(result);
       },
-      nb::arg("mod"), nb::arg("device_type"), nb::arg("args"), nb::arg("evaluator_config"),
+      nb::arg("mod"), nb::arg("device_type"), nb::arg("args"), nb::arg("evaluator_config").none(),
       nb::arg("export_func"), nb::arg("output_format").none(),
       "Internal: kiln.testing.local_run without the numpy conversion.");
 
@@ -135,8 +135,8 @@ void bind_testing(nb::module_& m) {
         });
         return run_result(result);
       },
-      nb::arg("mod"), nb::arg("device_type"), nb::arg("args"), nb::arg("evaluator_config"),
-      nb::arg("rpc_config"), nb::arg("export_func"), nb::arg("output_format").none(),
+      nb::arg("mod"), nb::arg("device_type"), nb::arg("args"), nb::arg("evaluator_config").none(),
+      nb::arg("rpc_config").none(), nb::arg("export_func"), nb::arg("output_format").none(),
       "Internal: kiln.testing.rpc_run without the numpy conversion.");
 
   nb::class_<rpc::RPCConfig>(m, "RPCConfig",

@@ -414,11 +414,6 @@ def test_rpc_config_missing_fields_before_any_network_access(no_tracker_env, vec
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bind_testing.cc: _rpc_run's nb::arg(\"rpc_config\") lacks .none(), so the default "
-    "rpc_config=None is refused with a TypeError",
-)
 def test_rpc_run_without_rpc_config_reads_the_environment(no_tracker_env, vector_add):
     args = [np.ones(4, "float32"), np.ones(4, "float32"), np.zeros(4, "float32"), 1.0]
     with pytest.raises(ValueError) as info:
