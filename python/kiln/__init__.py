@@ -42,6 +42,7 @@ from ._kiln import (
     load_module,
     plugins,
     register_func,
+    time_evaluator,
 )
 from . import _kiln
 
@@ -146,5 +147,6 @@ __all__ = [
     "rpc",
     "tensor",
     "testing",
+    "time_evaluator",
     "vm",
 ]

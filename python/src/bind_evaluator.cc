@@ -91,6 +91,28 @@ void bind_evaluator(nb::module_& m) {
       .def("__str__", &BenchmarkResult::to_string)
       .def("__repr__", &BenchmarkResult::repr);
 
+  m.def(
+      "time_evaluator",
+      [](nb::handle func, Device dev, int32_t number, int32_t repeat, int32_t min_repeat_ms,
+         int32_t limit_zero_time_iterations, int32_t cooldown_interval_ms,
+         int32_t repeats_to_cooldown, int64_t cache_flush_bytes, const std::string& f_preproc) {
+        // A name is a global function (the reference's evaluator with no module).
+        Function f = nb::isinstance<nb::str>(func)
+                         ? registry::require(nb::cast<std::string>(func))
+                         : to_any(func, "func").cast<Function>();
+        return make_time_evaluator(
+            std::move(f), dev,
+            evaluator_options(number, repeat, min_repeat_ms, limit_zero_time_iterations,
+                              cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes,
+                              f_preproc));
+      },
+      nb::arg("func"), nb::arg("dev"), nb::arg("number") = 10, nb::arg("repeat") = 1,
+      nb::arg("min_repeat_ms") = 0, nb::arg("limit_zero_time_iterations") = 100,
+      nb::arg("cooldown_interval_ms") = 0, nb::arg("repeats_to_cooldown") = 1,
+      nb::arg("cache_flush_bytes") = 0, nb::arg("f_preproc") = "",
+      "Module.time_evaluator for one function: a kiln.Function, any Python callable, or the "
+      "name of a global function (SPEC §1.2's evaluator with no module).");
+
   nb::class_<PyTimeEvaluator>(m, "TimeEvaluator",
                               "Times one function: call it with the function's arguments "
                               "(already on the device) to get a BenchmarkResult.")

@@ -349,3 +349,62 @@ def test_ctrl_c_stops_a_long_measurement_promptly(tmp_path):
     stopped_after = time.monotonic() - sent
     assert (child.returncode, out.strip()) == (3, "interrupted")
     assert stopped_after < 5.0, f"stopped {stopped_after:.1f} s after Ctrl-C"
+
+
+# ---- the rest of SPEC §1.3's checklist from Python ---------------------------------------------
+
+
+def counting_function(name):
+    """A registered Python function that counts its calls, and the counter."""
+    count = [0]
+
+    def f(*_):
+        count[0] += 1
+
+    kiln.register_func(name, f, override=True)
+    return kiln.get_global_func(name), count
+
+
+def test_number_1_repeat_1_is_exactly_two_calls():
+    # Checklist 1: one warm-up call and one timed call; then 1 + number * repeat.
+    f, count = counting_function("test.py.count_two")
+    kiln.time_evaluator(f, kiln.cpu(0), number=1, repeat=1)()
+    assert count[0] == 2
+    kiln.time_evaluator("test.py.count_two", kiln.cpu(0), number=3, repeat=4)()
+    assert count[0] == 2 + 1 + 3 * 4
+    ev = kiln.time_evaluator(lambda: None, kiln.cpu(0), repeat=2)  # any callable
+    assert len(ev().results) == 2
+
+
+def test_cooldown_sleeps_between_repeats():
+    # Checklist 6: repeat=2 with a 300 ms cooldown after every repeat sleeps at least 600 ms;
+    # with repeats_to_cooldown=2 it sleeps once (after repeat 0).
+    f, _ = counting_function("test.py.cooldown")
+    start = time.monotonic()
+    kiln.time_evaluator(f, kiln.cpu(0), number=1, repeat=2, cooldown_interval_ms=300)()
+    assert time.monotonic() - start >= 0.6
+    start = time.monotonic()
+    kiln.time_evaluator(f, kiln.cpu(0), number=1, repeat=2, cooldown_interval_ms=300,
+                        repeats_to_cooldown=2)()
+    assert time.monotonic() - start >= 0.3
+
+
+def test_cache_flush_bytes_flushes_through_the_device():
+    # Checklist 5 from Python: the evaluator allocates its flush buffers on the device and
+    # copies before each batch (that the copy is outside the timed region is checked in C++,
+    # tests/unit/evaluator_test.cc, with a fake timer).
+    calls = kiln.load_module(example_kernel("calls"))
+    flushed = calls.time_evaluator("noop", kiln.cpu(0), number=2, repeat=3,
+                                   cache_flush_bytes=4 << 20)()
+    assert len(flushed.results) == 3 and flushed.numbers == [2, 2, 2]
+    with pytest.raises(ValueError, match="cache_flush_bytes"):
+        calls.time_evaluator("noop", kiln.cpu(0), cache_flush_bytes=-1)
+
+
+def test_torch_tensors_are_shared_when_torch_is_installed():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (optional)")
+    x = torch.arange(6, dtype=torch.float32)
+    t = kiln.from_dlpack(x)
+    assert t.data_ptr == x.data_ptr()
+    y = torch.from_dlpack(kiln.tensor(np.arange(3, dtype=np.int64)))
+    assert y.tolist() == [0, 1, 2]
