@@ -70,8 +70,17 @@ void bind_function(nb::module_& m) {
       })
       .def("__repr__", [](const AnyObject& o) { return "<kiln.Object " + o.value.str() + ">"; });
 
-  nb::class_<Module>(m, "Module",
-                     "A set of functions loaded from a file (kiln.load_module) or made by the VM.")
+  auto module = nb::class_<Module>(
+      m, "Module", "A set of functions loaded from a file (kiln.load_module) or made by the VM.");
+  def_time_evaluator(
+      module, "func_name",
+      [](const Module& mod, const std::string& name, Device dev, TimeEvaluatorOptions options) {
+        return make_time_evaluator(mod.get_function(name), dev, std::move(options));
+      },
+      "A callable that times `func_name` on `dev` (SPEC §1.2, §1.3): one warm-up call, then "
+      "`repeat` batches of `number` calls (growing while a batch is shorter than "
+      "`min_repeat_ms`); returns a BenchmarkResult in seconds per call.");
+  module
       .def(
           "get_function",
           [](const Module& mod, const std::string& name) { return mod.get_function(name); },
@@ -88,24 +97,6 @@ void bind_function(nb::module_& m) {
       .def_prop_ro("kind", &Module::kind)
       .def_prop_ro("imports", &Module::imports)
       .def("function_names", &Module::function_names)
-      .def(
-          "time_evaluator",
-          [](const Module& mod, const std::string& func_name, Device dev, int32_t number,
-             int32_t repeat, int32_t min_repeat_ms, int32_t limit_zero_time_iterations,
-             int32_t cooldown_interval_ms, int32_t repeats_to_cooldown, int64_t cache_flush_bytes,
-             const std::string& f_preproc) {
-            TimeEvaluatorOptions options = evaluator_options(
-                number, repeat, min_repeat_ms, limit_zero_time_iterations, cooldown_interval_ms,
-                repeats_to_cooldown, cache_flush_bytes, f_preproc);
-            return make_time_evaluator(mod.get_function(func_name), dev, std::move(options));
-          },
-          nb::arg("func_name"), nb::arg("dev"), nb::arg("number") = 10, nb::arg("repeat") = 1,
-          nb::arg("min_repeat_ms") = 0, nb::arg("limit_zero_time_iterations") = 100,
-          nb::arg("cooldown_interval_ms") = 0, nb::arg("repeats_to_cooldown") = 1,
-          nb::arg("cache_flush_bytes") = 0, nb::arg("f_preproc") = "",
-          "A callable that times `func_name` on `dev` (SPEC §1.2, §1.3): one warm-up call, then "
-          "`repeat` batches of `number` calls (growing while a batch is shorter than "
-          "`min_repeat_ms`); returns a BenchmarkResult in seconds per call.")
       .def(
           "export_library",
           [](const Module& mod, const std::string& file_name, std::optional<std::string> exporter) {

@@ -211,10 +211,23 @@ void bind_session(nb::module_& m) {
 // ---- RemoteModule ----------------------------------------------------------------------------
 
 void bind_remote_module(nb::module_& m) {
-  nb::class_<rpc::RemoteModule>(
+  auto remote_module = nb::class_<rpc::RemoteModule>(
       m, "RemoteModule",
       "A module loaded on the server (RPCSession.load_module; TVM's RPC module): its functions "
-      "are kiln.Functions that run there, called with remote tensors, ints, floats and strings.")
+      "are kiln.Functions that run there, called with remote tensors, ints, floats and strings.");
+  def_time_evaluator(
+      remote_module, "func_name",
+      [](const rpc::RemoteModule& mod, const std::string& name, Device dev,
+         TimeEvaluatorOptions options) {
+        rpc::RemoteTimeEvaluator evaluator =
+            without_gil([&] { return mod.time_evaluator(name, dev, std::move(options)); });
+        return nb::cast(PyRemoteTimeEvaluator{std::move(evaluator), name});
+      },
+      "A callable that times `func_name` on `dev` (a device of this module's session) with "
+      "SPEC §1.2's parameters; the whole measurement loop runs on the server and each call "
+      "returns a kiln.BenchmarkResult in seconds per call. `f_preproc` names a global "
+      "function of the server.");
+  remote_module
       .def(
           "get_function",
           [](const rpc::RemoteModule& mod, const std::string& name) {
@@ -237,27 +250,6 @@ void bind_remote_module(nb::module_& m) {
           "Calls the entry function (entry_name) on the server.")
       .def_prop_ro("entry_name", &rpc::RemoteModule::entry_name,
                    "The name of the module's entry function ('main' for TVM exports).")
-      .def(
-          "time_evaluator",
-          [](const rpc::RemoteModule& mod, const std::string& func_name, Device dev, int32_t number,
-             int32_t repeat, int32_t min_repeat_ms, int32_t limit_zero_time_iterations,
-             int32_t cooldown_interval_ms, int32_t repeats_to_cooldown, int64_t cache_flush_bytes,
-             const std::string& f_preproc) {
-            TimeEvaluatorOptions options = evaluator_options(
-                number, repeat, min_repeat_ms, limit_zero_time_iterations, cooldown_interval_ms,
-                repeats_to_cooldown, cache_flush_bytes, f_preproc);
-            rpc::RemoteTimeEvaluator evaluator =
-                without_gil([&] { return mod.time_evaluator(func_name, dev, std::move(options)); });
-            return PyRemoteTimeEvaluator{std::move(evaluator), func_name};
-          },
-          nb::arg("func_name"), nb::arg("dev"), nb::arg("number") = 10, nb::arg("repeat") = 1,
-          nb::arg("min_repeat_ms") = 0, nb::arg("limit_zero_time_iterations") = 100,
-          nb::arg("cooldown_interval_ms") = 0, nb::arg("repeats_to_cooldown") = 1,
-          nb::arg("cache_flush_bytes") = 0, nb::arg("f_preproc") = "",
-          "A callable that times `func_name` on `dev` (a device of this module's session) with "
-          "SPEC §1.2's parameters; the whole measurement loop runs on the server and each call "
-          "returns a kiln.BenchmarkResult in seconds per call. `f_preproc` names a global "
-          "function of the server.")
       .def("__repr__", [](const rpc::RemoteModule& mod) {
         return "<kiln.rpc.RemoteModule entry='" + mod.entry_name() + "'>";
       });

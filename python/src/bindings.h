@@ -88,6 +88,31 @@ TimeEvaluatorOptions evaluator_options(int32_t number, int32_t repeat, int32_t m
                                        int32_t cooldown_interval_ms, int32_t repeats_to_cooldown,
                                        int64_t cache_flush_bytes, const std::string& f_preproc);
 
+// Adds the method time_evaluator(<name_arg>, dev, number=10, repeat=1, min_repeat_ms=0,
+// limit_zero_time_iterations=100, cooldown_interval_ms=0, repeats_to_cooldown=1,
+// cache_flush_bytes=0, f_preproc="") to `cls` with SPEC §1.2's defaults, once for every class
+// that has one. `make(self, name, dev, options)` returns the evaluator object for validated
+// options.
+template <typename Class, typename Make>
+void def_time_evaluator(Class& cls, const char* name_arg, Make make, const char* doc) {
+  using Self = typename Class::Type;
+  cls.def(
+      "time_evaluator",
+      [make](Self& self, const std::string& name, Device dev, int32_t number, int32_t repeat,
+             int32_t min_repeat_ms, int32_t limit_zero_time_iterations,
+             int32_t cooldown_interval_ms, int32_t repeats_to_cooldown, int64_t cache_flush_bytes,
+             const std::string& f_preproc) -> nb::object {
+        return make(self, name, dev,
+                    evaluator_options(number, repeat, min_repeat_ms, limit_zero_time_iterations,
+                                      cooldown_interval_ms, repeats_to_cooldown,
+                                      cache_flush_bytes, f_preproc));
+      },
+      nb::arg(name_arg), nb::arg("dev"), nb::arg("number") = 10, nb::arg("repeat") = 1,
+      nb::arg("min_repeat_ms") = 0, nb::arg("limit_zero_time_iterations") = 100,
+      nb::arg("cooldown_interval_ms") = 0, nb::arg("repeats_to_cooldown") = 1,
+      nb::arg("cache_flush_bytes") = 0, nb::arg("f_preproc") = "", doc);
+}
+
 // ---- Errors --------------------------------------------------------------------------------
 
 // Registers kiln's exception classes (kiln.KilnError and its kinds) on `m` and the translator
