@@ -101,8 +101,8 @@ def tensor(array, device=None):
         array = array.numpy()
     if not hasattr(array, "__dlpack__"):
         array = numpy.asarray(array)
-    if isinstance(array, numpy.ndarray):
-        array = numpy.ascontiguousarray(array)
+    if isinstance(array, numpy.ndarray) and not array.flags.c_contiguous:
+        array = numpy.array(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
     source = from_dlpack(array)
     out = empty(source.shape, source.dtype, device)
     out.copyfrom(source)

@@ -35,8 +35,7 @@ void bind_device(nb::module_& m) {
             return name ? *name : "dev" + std::to_string(d.type);
           },
           "The device type's name ('cpu', 'opencl', ...).")
-      .def_prop_ro("is_remote", &Device::is_remote,
-                   "Whether the device belongs to an RPC session.")
+      .def_prop_ro("is_remote", &Device::is_remote, "Whether the device belongs to an RPC session.")
       .def(
           "__str__", [](const Device& d) { return runtime().device_str(d); },
           "'cpu:0', 'opencl:1', 'remote0:cpu:0'.")
@@ -60,13 +59,17 @@ void bind_device(nb::module_& m) {
       "known ones.");
 
   nb::class_<DataType>(m, "DataType", "A tensor element type: 'float32', 'int8x4', 'bool', ...")
-      .def("__init__",
-           [](DataType* self, const std::string& text) { new (self) DataType(DataType::parse(text)); },
-           nb::arg("text"))
+      .def(
+          "__init__",
+          [](DataType* self, const std::string& text) {
+            new (self) DataType(DataType::parse(text));
+          },
+          nb::arg("text"))
       .def_ro("code", &DataType::code)
       .def_ro("bits", &DataType::bits)
       .def_ro("lanes", &DataType::lanes)
-      .def_prop_ro("itemsize", [](const DataType& t) { return t.bytes(); }, "Bytes per element.")
+      .def_prop_ro(
+          "itemsize", [](const DataType& t) { return t.bytes(); }, "Bytes per element.")
       .def("__str__", &DataType::str)
       .def("__repr__", [](const DataType& t) { return "kiln.DataType('" + t.str() + "')"; })
       .def("__eq__", [](const DataType& a, const DataType& b) { return a == b; })

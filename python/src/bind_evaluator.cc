@@ -51,7 +51,8 @@ nb::object make_time_evaluator(Function f, Device device, TimeEvaluatorOptions o
   options.on_repeat = [](int32_t, int32_t) { check_interrupt(); };
   auto py = std::make_unique<PyTimeEvaluator>();
   py->function_name = f.name();
-  py->evaluator = std::make_unique<TimeEvaluator>(std::move(f), device, std::move(options), runtime());
+  py->evaluator =
+      std::make_unique<TimeEvaluator>(std::move(f), device, std::move(options), runtime());
   return nb::cast(py.release(), nb::rv_policy::take_ownership);
 }
 
@@ -59,14 +60,15 @@ void bind_evaluator(nb::module_& m) {
   nb::class_<BenchmarkResult>(m, "BenchmarkResult",
                               "Per-repeat times in seconds per call and their statistics "
                               "(SPEC §1.1); str() and repr() print as TVM's do.")
-      .def("__init__",
-           [](BenchmarkResult* self, nb::handle results) {
-             new (self) BenchmarkResult(sequence_of_floats(results));
-           },
-           nb::arg("results"))
-      .def_prop_ro("results",
-                   [](const BenchmarkResult& r) { return nb::tuple(nb::cast(r.results())); },
-                   "Seconds per call, one per repeat.")
+      .def(
+          "__init__",
+          [](BenchmarkResult* self, nb::handle results) {
+            new (self) BenchmarkResult(sequence_of_floats(results));
+          },
+          nb::arg("results"))
+      .def_prop_ro(
+          "results", [](const BenchmarkResult& r) { return nb::tuple(nb::cast(r.results())); },
+          "Seconds per call, one per repeat.")
       .def_prop_ro("mean", &BenchmarkResult::mean)
       .def_prop_ro("median", &BenchmarkResult::median)
       .def_prop_ro("min",
@@ -97,9 +99,8 @@ void bind_evaluator(nb::module_& m) {
          int32_t limit_zero_time_iterations, int32_t cooldown_interval_ms,
          int32_t repeats_to_cooldown, int64_t cache_flush_bytes, const std::string& f_preproc) {
         // A name is a global function (the reference's evaluator with no module).
-        Function f = nb::isinstance<nb::str>(func)
-                         ? registry::require(nb::cast<std::string>(func))
-                         : to_any(func, "func").cast<Function>();
+        Function f = nb::isinstance<nb::str>(func) ? registry::require(nb::cast<std::string>(func))
+                                                   : to_any(func, "func").cast<Function>();
         return make_time_evaluator(
             std::move(f), dev,
             evaluator_options(number, repeat, min_repeat_ms, limit_zero_time_iterations,
@@ -117,8 +118,9 @@ void bind_evaluator(nb::module_& m) {
                               "Times one function: call it with the function's arguments "
                               "(already on the device) to get a BenchmarkResult.")
       .def("__call__", &PyTimeEvaluator::call)
-      .def_prop_ro("number", [](const PyTimeEvaluator& e) { return e.evaluator->number(); },
-                   "Calls per batch now (grown by earlier calls when min_repeat_ms is set).")
+      .def_prop_ro(
+          "number", [](const PyTimeEvaluator& e) { return e.evaluator->number(); },
+          "Calls per batch now (grown by earlier calls when min_repeat_ms is set).")
       .def("__repr__", [](const PyTimeEvaluator& e) {
         return "<kiln.TimeEvaluator of '" + e.function_name + "'>";
       });

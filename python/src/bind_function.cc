@@ -64,10 +64,11 @@ void bind_function(nb::module_& m) {
   nb::class_<AnyObject>(m, "Object",
                         "A Kiln value with no Python class of its own (a VM closure or "
                         "storage); it can be passed back to Kiln.")
-      .def_prop_ro("type_key", [](const AnyObject& o) {
-        Object* obj = o.value.object();
-        return std::string(obj != nullptr ? obj->type_key() : o.value.type_name());
-      })
+      .def_prop_ro("type_key",
+                   [](const AnyObject& o) {
+                     Object* obj = o.value.object();
+                     return std::string(obj != nullptr ? obj->type_key() : o.value.type_name());
+                   })
       .def("__repr__", [](const AnyObject& o) { return "<kiln.Object " + o.value.str() + ">"; });
 
   auto module = nb::class_<Module>(
@@ -90,9 +91,10 @@ void bind_function(nb::module_& m) {
       .def("__getitem__",
            [](const Module& mod, const std::string& name) { return mod.get_function(name); })
       .def("__contains__", &Module::has_function)
-      .def("__call__",
-           [](const Module& mod, nb::args args) { return call_function(mod.entry(), args); },
-           "Calls the entry function.")
+      .def(
+          "__call__",
+          [](const Module& mod, nb::args args) { return call_function(mod.entry(), args); },
+          "Calls the entry function.")
       .def_prop_ro("entry_name", &Module::entry_name)
       .def_prop_ro("kind", &Module::kind)
       .def_prop_ro("imports", &Module::imports)
@@ -112,7 +114,9 @@ void bind_function(nb::module_& m) {
 
   m.def(
       "load_module",
-      [](const std::string& path) { return without_gil([&] { return runtime().load_module(path); }); },
+      [](const std::string& path) {
+        return without_gil([&] { return runtime().load_module(path); });
+      },
       nb::arg("path"),
       "Loads a module file with the loader for its format: Kiln kernel libraries and packages, "
       "TVM export_library outputs (.so, .tar), VM executables, device code (.cl, .ptx, ...).");

@@ -17,14 +17,16 @@ void bind_tensor(nb::module_& m) {
                      "An n-dimensional array on a device. Shares memory with numpy, PyTorch and "
                      "TVM through DLPack: numpy.from_dlpack(t) and kiln.from_dlpack(array).")
       .def_prop_ro("shape", [](const Tensor& t) { return nb::tuple(nb::cast(shape_of(t))); })
-      .def_prop_ro("dtype", [](const Tensor& t) { return t.dtype().str(); },
-                   "The element type's name, e.g. 'float32'.")
+      .def_prop_ro(
+          "dtype", [](const Tensor& t) { return t.dtype().str(); },
+          "The element type's name, e.g. 'float32'.")
       .def_prop_ro("device", &Tensor::device)
       .def_prop_ro("ndim", &Tensor::ndim)
       .def_prop_ro("size", &Tensor::numel, "The number of elements.")
       .def_prop_ro("nbytes", &Tensor::nbytes)
-      .def_prop_ro("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()); },
-                   "The address of the first element (a device address off the host).")
+      .def_prop_ro(
+          "data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()); },
+          "The address of the first element (a device address off the host).")
       .def_prop_ro("is_contiguous", &Tensor::is_contiguous)
       .def(
           "_copy_to_host", [](const Tensor& t) { return without_gil([&] { return t.to_host(); }); },
@@ -55,7 +57,10 @@ void bind_tensor(nb::module_& m) {
           "Copies into `target`: a kiln.Tensor of the same shape and dtype (returned), or a "
           "kiln.Device (a new tensor there is returned).")
       .def(
-          "to", [](const Tensor& self, Device d) { return without_gil([&] { return self.to(d, runtime()); }); },
+          "to",
+          [](const Tensor& self, Device d) {
+            return without_gil([&] { return self.to(d, runtime()); });
+          },
           nb::arg("device"), "A copy on `device`.")
       .def(
           "__dlpack__",
@@ -64,13 +69,14 @@ void bind_tensor(nb::module_& m) {
             (void)stream;  // Kiln's calls are synchronous: the memory is ready
             // DLPack 1.0 consumers (numpy 2, PyTorch 2.3+) ask with max_version and get a
             // versioned capsule, which can say "writable"; others get the unversioned kind.
-            const bool versioned = !max_version.is_none() &&
-                                   nb::cast<int>(nb::borrow<nb::tuple>(max_version)[0]) >= 1;
+            const bool versioned =
+                !max_version.is_none() && nb::cast<int>(nb::borrow<nb::tuple>(max_version)[0]) >= 1;
             if (!dl_device.is_none()) {
               auto want = nb::cast<std::pair<int32_t, int32_t>>(dl_device);
               if (want.first != t.device().type || want.second != t.device().id) {
-                throw nb::buffer_error("kiln.Tensor.__dlpack__: cannot export to another device; "
-                                       "copy with tensor.to(device) first");
+                throw nb::buffer_error(
+                    "kiln.Tensor.__dlpack__: cannot export to another device; "
+                    "copy with tensor.to(device) first");
               }
             }
             if (!copy.is_none() && nb::cast<bool>(copy)) {
@@ -89,7 +95,8 @@ void bind_tensor(nb::module_& m) {
   m.def(
       "empty",
       [](std::vector<int64_t> shape, DataType dtype, Device device) {
-        return without_gil([&] { return Tensor::empty(std::move(shape), dtype, device, runtime()); });
+        return without_gil(
+            [&] { return Tensor::empty(std::move(shape), dtype, device, runtime()); });
       },
       nb::arg("shape"), nb::arg("dtype") = DataType::Float(32), nb::arg("device") = Device::cpu(),
       "An uninitialised tensor of `shape` and `dtype` (a kiln.DataType or its name) on `device`.");

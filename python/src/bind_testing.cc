@@ -50,7 +50,8 @@ std::optional<rpc::RPCConfig> rpc_config_from(nb::handle config) {
   if (nb::isinstance<rpc::RPCConfig>(config)) return nb::cast<rpc::RPCConfig>(config);
   rpc::RPCConfig out;
   out.tracker_host = optional_attr<std::string>(config, "tracker_host");
-  if (nb::hasattr(config, "tracker_port")) out.tracker_port = port_from(config.attr("tracker_port"));
+  if (nb::hasattr(config, "tracker_port"))
+    out.tracker_port = port_from(config.attr("tracker_port"));
   out.tracker_key = optional_attr<std::string>(config, "tracker_key");
   out.session_priority = optional_attr<int>(config, "session_priority").value_or(1);
   out.session_timeout_sec = optional_attr<int>(config, "session_timeout_sec").value_or(10);
@@ -75,8 +76,7 @@ testing::ExportFunc export_func_from(nb::handle export_func, nb::handle py_modul
         f(module_object, path);
       }),
       "export_func");
-  return testing::ExportFunction(
-      [bound](const Module&, const std::string& path) { bound(path); });
+  return testing::ExportFunction([bound](const Module&, const std::string& path) { bound(path); });
 }
 
 // What both runners return to Python: the arguments after the final call (host tensors and
@@ -143,23 +143,24 @@ void bind_testing(nb::module_& m) {
                              "Where rpc_run finds a remote device (SPEC §1.7): a tracker, a key, "
                              "a priority and a session timeout. Unset fields fall back to "
                              "KILN_TRACKER_HOST/_PORT/_KEY, then TVM_TRACKER_HOST/_PORT/_KEY.")
-      .def("__init__",
-           [](rpc::RPCConfig* self, std::optional<std::string> tracker_host, nb::handle tracker_port,
-              std::optional<std::string> tracker_key, int session_priority, int session_timeout_sec,
-              std::string token, std::optional<double> request_wait_sec) {
-             auto* c = new (self) rpc::RPCConfig();
-             c->tracker_host = std::move(tracker_host);
-             c->tracker_port = port_from(tracker_port);
-             c->tracker_key = std::move(tracker_key);
-             c->session_priority = session_priority;
-             c->session_timeout_sec = session_timeout_sec;
-             c->token = std::move(token);
-             c->request_wait_sec = request_wait_sec;
-           },
-           nb::arg("tracker_host") = nb::none(), nb::arg("tracker_port") = nb::none(),
-           nb::arg("tracker_key") = nb::none(), nb::arg("session_priority") = 1,
-           nb::arg("session_timeout_sec") = 10, nb::arg("token") = "",
-           nb::arg("request_wait_sec") = nb::none())
+      .def(
+          "__init__",
+          [](rpc::RPCConfig* self, std::optional<std::string> tracker_host, nb::handle tracker_port,
+             std::optional<std::string> tracker_key, int session_priority, int session_timeout_sec,
+             std::string token, std::optional<double> request_wait_sec) {
+            auto* c = new (self) rpc::RPCConfig();
+            c->tracker_host = std::move(tracker_host);
+            c->tracker_port = port_from(tracker_port);
+            c->tracker_key = std::move(tracker_key);
+            c->session_priority = session_priority;
+            c->session_timeout_sec = session_timeout_sec;
+            c->token = std::move(token);
+            c->request_wait_sec = request_wait_sec;
+          },
+          nb::arg("tracker_host") = nb::none(), nb::arg("tracker_port") = nb::none(),
+          nb::arg("tracker_key") = nb::none(), nb::arg("session_priority") = 1,
+          nb::arg("session_timeout_sec") = 10, nb::arg("token") = "",
+          nb::arg("request_wait_sec") = nb::none())
       .def_ro("tracker_host", &rpc::RPCConfig::tracker_host)
       .def_ro("tracker_port", &rpc::RPCConfig::tracker_port)
       .def_ro("tracker_key", &rpc::RPCConfig::tracker_key)
@@ -194,8 +195,8 @@ void bind_testing(nb::module_& m) {
         auto text = [](const std::optional<std::string>& v) {
           return v ? "'" + *v + "'" : std::string("None");
         };
-        return "RPCConfig(tracker_host=" + text(c.tracker_host) + ", tracker_port=" +
-               (c.tracker_port ? std::to_string(*c.tracker_port) : "None") +
+        return "RPCConfig(tracker_host=" + text(c.tracker_host) +
+               ", tracker_port=" + (c.tracker_port ? std::to_string(*c.tracker_port) : "None") +
                ", tracker_key=" + text(c.tracker_key) +
                ", session_priority=" + std::to_string(c.session_priority) +
                ", session_timeout_sec=" + std::to_string(c.session_timeout_sec) + ")";

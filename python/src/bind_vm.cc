@@ -110,10 +110,18 @@ std::vector<std::string> param_names(const VirtualMachine& vm, const std::string
 }  // namespace
 
 void bind_vm(nb::module_& m) {
-  nb::class_<VirtualMachine>(
+  auto vm_class = nb::class_<VirtualMachine>(
       m, "_VirtualMachine",
       "Internal: the core of kiln.vm.VirtualMachine (use that class). One VM runs one call at a "
-      "time: do not call it from two threads at once.")
+      "time: do not call it from two threads at once.");
+  def_time_evaluator(
+      vm_class, "name",
+      [](const VirtualMachine& vm, const std::string& name, Device dev,
+         TimeEvaluatorOptions options) {
+        return make_time_evaluator(resolve(vm, name), dev, std::move(options));
+      },
+      "A kiln.TimeEvaluator over get_function(name) (§2.13).");
+  vm_class
       .def(
           "__init__",
           [](VirtualMachine* self, const Module& exec, std::vector<Device> devices,
@@ -224,22 +232,6 @@ void bind_vm(nb::module_& m) {
           "Calls `f(func, func_symbol, before_run, ret_value, *args)` around every Call "
           "instruction (§2.12); a before-call returning 1 (SKIP_RUN) skips the call. None "
           "removes the instrument.")
-      .def(
-          "time_evaluator",
-          [](const VirtualMachine& vm, const std::string& name, Device dev, int32_t number,
-             int32_t repeat, int32_t min_repeat_ms, int32_t limit_zero_time_iterations,
-             int32_t cooldown_interval_ms, int32_t repeats_to_cooldown, int64_t cache_flush_bytes,
-             const std::string& f_preproc) {
-            TimeEvaluatorOptions options = evaluator_options(
-                number, repeat, min_repeat_ms, limit_zero_time_iterations, cooldown_interval_ms,
-                repeats_to_cooldown, cache_flush_bytes, f_preproc);
-            return make_time_evaluator(resolve(vm, name), dev, std::move(options));
-          },
-          nb::arg("name"), nb::arg("dev"), nb::arg("number") = 10, nb::arg("repeat") = 1,
-          nb::arg("min_repeat_ms") = 0, nb::arg("limit_zero_time_iterations") = 100,
-          nb::arg("cooldown_interval_ms") = 0, nb::arg("repeats_to_cooldown") = 1,
-          nb::arg("cache_flush_bytes") = 0, nb::arg("f_preproc") = "",
-          "A kiln.TimeEvaluator over get_function(name) (§2.13).")
       .def(
           "profile",
           [](VirtualMachine& vm, const std::string& func, nb::handle args) {

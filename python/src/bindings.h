@@ -104,8 +104,8 @@ void def_time_evaluator(Class& cls, const char* name_arg, Make make, const char*
              const std::string& f_preproc) -> nb::object {
         return make(self, name, dev,
                     evaluator_options(number, repeat, min_repeat_ms, limit_zero_time_iterations,
-                                      cooldown_interval_ms, repeats_to_cooldown,
-                                      cache_flush_bytes, f_preproc));
+                                      cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes,
+                                      f_preproc));
       },
       nb::arg(name_arg), nb::arg("dev"), nb::arg("number") = 10, nb::arg("repeat") = 1,
       nb::arg("min_repeat_ms") = 0, nb::arg("limit_zero_time_iterations") = 100,

@@ -61,8 +61,8 @@ Any to_any(nb::handle value, const char* what) {
   if (type == bound.dtype) return Any(*nb::inst_ptr<DataType>(value));
   if (type == bound.object) return nb::inst_ptr<AnyObject>(value)->value;
   if (PyBytes_Check(p)) {
-    return Any::bytes(std::string_view(PyBytes_AS_STRING(p),
-                                       static_cast<size_t>(PyBytes_GET_SIZE(p))));
+    return Any::bytes(
+        std::string_view(PyBytes_AS_STRING(p), static_cast<size_t>(PyBytes_GET_SIZE(p))));
   }
   if (shape_tuple_type != nullptr && PyObject_TypeCheck(p, (PyTypeObject*)shape_tuple_type)) {
     std::vector<int64_t> dims;
@@ -122,16 +122,20 @@ nb::object from_any(const Any& value) {
       return nb::str(value.cast<std::string>().c_str());
     case KILN_TYPE_BYTES: {
       const std::string data = value.cast<std::string>();
-      return nb::steal(PyBytes_FromStringAndSize(data.data(), static_cast<Py_ssize_t>(data.size())));
+      return nb::steal(
+          PyBytes_FromStringAndSize(data.data(), static_cast<Py_ssize_t>(data.size())));
     }
     case KILN_TYPE_DEVICE:
       return nb::cast(value.cast<Device>());
     case KILN_TYPE_DTYPE:
       return nb::cast(value.cast<DataType>());
     case KILN_TYPE_SHAPE: {
-      nb::tuple dims = nb::cast<nb::tuple>(nb::cast(value.cast<std::vector<int64_t>>()));
-      return shape_tuple_type != nullptr ? nb::handle(shape_tuple_type)(dims)
-                                         : nb::object(dims);
+      const std::vector<int64_t> shape = value.cast<std::vector<int64_t>>();
+      nb::tuple dims = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
+      for (size_t i = 0; i < shape.size(); ++i) {
+        PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+      }
+      return shape_tuple_type != nullptr ? nb::handle(shape_tuple_type)(dims) : nb::object(dims);
     }
     case KILN_TYPE_TENSOR:
       return nb::cast(value.cast<Tensor>());
@@ -143,7 +147,8 @@ nb::object from_any(const Any& value) {
       break;
   }
   if (auto array = value.as_object<vm::ArrayObj>()) {
-    nb::tuple items = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(array->items.size())));
+    nb::tuple items =
+        nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(array->items.size())));
     for (size_t i = 0; i < array->items.size(); ++i) {
       PyTuple_SET_ITEM(items.ptr(), static_cast<Py_ssize_t>(i),
                        from_any(array->items[i]).release().ptr());

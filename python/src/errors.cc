@@ -111,14 +111,14 @@ void register_errors(nb::module_& m) {
       new_error_class(m, "KilnError", nb::make_tuple(runtime_error),
                       "Base of the errors Kiln raises that have no builtin Python kind.");
   auto base = nb::handle(classes.kiln_error);
-  classes.not_found = new_error_class(m, "NotFoundError",
-                                      nb::make_tuple(base, nb::handle(PyExc_LookupError)),
-                                      "No such function, device, plugin or file.");
+  classes.not_found =
+      new_error_class(m, "NotFoundError", nb::make_tuple(base, nb::handle(PyExc_LookupError)),
+                      "No such function, device, plugin or file.");
   classes.unavailable = new_error_class(m, "UnavailableError", nb::make_tuple(base),
                                         "A driver or device that is not there.");
-  classes.out_of_memory = new_error_class(m, "OutOfMemoryError",
-                                          nb::make_tuple(base, nb::handle(PyExc_MemoryError)),
-                                          "An allocation that failed.");
+  classes.out_of_memory =
+      new_error_class(m, "OutOfMemoryError", nb::make_tuple(base, nb::handle(PyExc_MemoryError)),
+                      "An allocation that failed.");
   classes.unimplemented = new_error_class(
       m, "UnimplementedError", nb::make_tuple(base, nb::handle(PyExc_NotImplementedError)),
       "A slot the plugin does not implement.");

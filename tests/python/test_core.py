@@ -408,3 +408,10 @@ def test_torch_tensors_are_shared_when_torch_is_installed():
     assert t.data_ptr == x.data_ptr()
     y = torch.from_dlpack(kiln.tensor(np.arange(3, dtype=np.int64)))
     assert y.tolist() == [0, 1, 2]
+
+
+def test_shapes_come_back_as_shape_tuples_and_scalars_keep_their_rank():
+    shape = kiln.get_global_func("vm.builtin.shape_of")(np.ones((2, 3), "float32"))
+    assert isinstance(shape, kiln.ShapeTuple) and shape == (2, 3)
+    assert kiln.tensor(np.float32(2.5)).shape == ()
+    assert kiln.tensor(np.array(7, dtype=np.int64)).numpy() == 7
