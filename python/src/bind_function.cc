@@ -3,7 +3,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <array>
 #include <filesystem>
 #include <set>
 
@@ -13,30 +12,26 @@
 namespace kiln::python {
 namespace {
 
-// Calls `f` with Python arguments: converted into Anys (on the stack for up to 8), packed as
-// borrowed ABI values, called with the GIL released.
-nb::object call_function(const Function& f, nb::args args) {
-  constexpr size_t kOnStack = 8;
-  const size_t n = args.size();
-  std::array<Any, kOnStack> small;
-  std::vector<Any> large;
-  Any* values = small.data();
-  if (n > kOnStack) {
-    large.resize(n);
-    values = large.data();
+// kiln.Function's tp_call: CPython calls it with the argument tuple directly (no bound method,
+// no overload resolution), the cheapest way into C++ short of vectorcall.
+PyObject* function_tp_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  try {
+    if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
+      throw nb::type_error("kiln.Function takes positional arguments only");
+    }
+    const Function& f = *nb::inst_ptr<Function>(self);
+    return call_from_python(f, &PyTuple_GET_ITEM(args, 0),
+                            static_cast<size_t>(PyTuple_GET_SIZE(args)))
+        .release()
+        .ptr();
+  } catch (...) {
+    set_python_error(std::current_exception());
+    return nullptr;
   }
-  std::array<KilnAny, kOnStack> small_abi;
-  std::vector<KilnAny> large_abi(n > kOnStack ? n : 0);
-  KilnAny* packed = n > kOnStack ? large_abi.data() : small_abi.data();
-  for (size_t i = 0; i < n; ++i) {
-    char what[32];
-    std::snprintf(what, sizeof(what), "argument %zu", i);
-    values[i] = to_any(args[i], what);
-    packed[i] = values[i].to_abi();
-  }
-  Any result = without_gil([&] { return f.call_abi(packed, static_cast<int32_t>(n)); });
-  return from_any(result);
 }
+
+PyType_Slot kFunctionSlots[] = {{Py_tp_call, reinterpret_cast<void*>(&function_tp_call)},
+                                {0, nullptr}};
 
 // The global functions registered from Python (removed again at interpreter exit).
 std::set<std::string>& python_registered_names() {
@@ -55,9 +50,9 @@ PyObject* shape_tuple_type = nullptr;
 
 void bind_function(nb::module_& m) {
   nb::class_<Function>(m, "Function",
-                       "A packed function: call it with Python values (see kiln.Tensor and the "
-                       "package docs for the conversions).")
-      .def("__call__", &call_function, "Calls the function; the GIL is released during the call.")
+                       "A packed function: call it with Python values (docs/python.md lists the "
+                       "conversions); the GIL is released during the call.",
+                       nb::type_slots(kFunctionSlots))
       .def_prop_ro("name", &Function::name)
       .def("__repr__", [](const Function& f) { return "<kiln.Function '" + f.name() + "'>"; });
 
@@ -93,7 +88,9 @@ void bind_function(nb::module_& m) {
       .def("__contains__", &Module::has_function)
       .def(
           "__call__",
-          [](const Module& mod, nb::args args) { return call_function(mod.entry(), args); },
+          [](const Module& mod, nb::args args) {
+            return call_from_python(mod.entry(), &PyTuple_GET_ITEM(args.ptr(), 0), args.size());
+          },
           "Calls the entry function.")
       .def_prop_ro("entry_name", &Module::entry_name)
       .def_prop_ro("kind", &Module::kind)

@@ -42,9 +42,14 @@ extern PyObject* shape_tuple_type;
 // kiln.Tensor, kiln.Device, kiln.DataType, kiln.Function, kiln.Module, kiln.Object, a tuple or
 // list (a VM tuple of the converted items), an object with __dlpack__ (numpy arrays, PyTorch and
 // TVM tensors: shared, not copied) and any other callable (a Function calling back into
-// Python). `what` names the value in errors ("argument 2"). Throws nb::type_error for anything
-// else and nb::value_error for a non-contiguous array.
-Any to_any(nb::handle value, const char* what);
+// Python). `what` and, when not negative, `index` name the value in errors ("argument 2").
+// Throws nb::type_error for anything else and nb::value_error for a non-contiguous array.
+Any to_any(nb::handle value, const char* what, int index = -1);
+
+// Calls `f` with the `n` Python values at `args` (the hot path of kiln.Function): tensors and
+// scalars are passed as borrowed ABI values (`args` keeps them alive), anything else through
+// to_any; the call runs with the GIL released and its result comes back through from_any.
+nb::object call_from_python(const Function& f, PyObject* const* args, size_t n);
 // Converts each item of a sequence of call arguments.
 std::vector<Any> to_anys(nb::handle sequence);
 
@@ -119,6 +124,10 @@ void def_time_evaluator(Class& cls, const char* name_arg, Make make, const char*
 // that raises them for kiln errors thrown by bindings.
 void register_errors(nb::module_& m);
 
+// Sets the Python error for the exception `e` as the translator would (for code that is called
+// by Python directly, outside nanobind's dispatch).
+void set_python_error(const std::exception_ptr& e);
+
 // Runs `body` with the GIL released, then, if it threw a kiln error that stands for a Python
 // exception raised in a callback (or a Ctrl-C noticed by check_interrupt), raises that Python
 // exception instead.
@@ -130,20 +139,19 @@ auto without_gil(F&& body) -> decltype(body());
 void check_interrupt();
 
 namespace detail {
-// Raises (as nb::python_error) the Python exception kept for this thread, if any.
-void rethrow_pending_python_error();
-// Forgets any kept exception (before a call that may keep one).
-void clear_pending_python_error();
+// Raises (as nb::python_error) the Python exception kept for this thread if `error` is the
+// kiln error it crossed Kiln as (its message is in error's); otherwise forgets the kept one,
+// which some code between caught and dropped.
+void rethrow_pending_python_error(const kiln::Error& error);
 }  // namespace detail
 
 template <typename F>
 auto without_gil(F&& body) -> decltype(body()) {
-  detail::clear_pending_python_error();
   try {
     nb::gil_scoped_release release;
     return body();
-  } catch (const kiln::Error&) {
-    detail::rethrow_pending_python_error();
+  } catch (const kiln::Error& e) {
+    detail::rethrow_pending_python_error(e);
     throw;
   }
 }

@@ -32,7 +32,16 @@ const BoundTypes& bound_types() {
 
 }  // namespace
 
-Any to_any(nb::handle value, const char* what) {
+namespace {
+
+// "argument 2", or `what` alone when there is no index: made only for an error message.
+std::string value_name(const char* what, int index) {
+  return index < 0 ? std::string(what) : std::string(what) + " " + std::to_string(index);
+}
+
+}  // namespace
+
+Any to_any(nb::handle value, const char* what, int index) {
   PyObject* p = value.ptr();
   PyTypeObject* type = Py_TYPE(p);
   const BoundTypes& bound = bound_types();
@@ -42,7 +51,8 @@ Any to_any(nb::handle value, const char* what) {
     int overflow = 0;
     const long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
     if (overflow != 0) {
-      throw nb::value_error((std::string(what) + ": the integer does not fit in int64").c_str());
+      throw nb::value_error(
+          (value_name(what, index) + ": the integer does not fit in int64").c_str());
     }
     return Any(static_cast<int64_t>(v));
   }
@@ -71,7 +81,7 @@ Any to_any(nb::handle value, const char* what) {
   }
   if (PyTuple_Check(p) || PyList_Check(p)) {
     std::vector<Any> items;
-    for (nb::handle item : value) items.push_back(to_any(item, what));
+    for (nb::handle item : value) items.push_back(to_any(item, what, index));
     return vm::make_array(std::move(items));
   }
   // Subclasses of the scalar types (numpy scalars are not: they come below).
@@ -90,7 +100,7 @@ Any to_any(nb::handle value, const char* what) {
     nb::object name = nb::getattr(value, "__qualname__", nb::str("callable"));
     return Any(function_from_callable(value, "python:" + nb::cast<std::string>(nb::str(name))));
   }
-  throw nb::type_error((std::string(what) + ": Kiln cannot take a value of type '" +
+  throw nb::type_error((value_name(what, index) + ": Kiln cannot take a value of type '" +
                         nb::cast<std::string>(nb::str(nb::handle(type).attr("__name__"))) +
                         "' (it takes None, bool, int, float, str, bytes, kiln.Tensor, "
                         "kiln.Device, kiln.Function, kiln.Module, tuples, callables and "
@@ -98,13 +108,44 @@ Any to_any(nb::handle value, const char* what) {
                            .c_str());
 }
 
+nb::object call_from_python(const Function& f, PyObject* const* args, size_t n) {
+  constexpr size_t kOnStack = 8;
+  KilnAny small[kOnStack];
+  std::vector<KilnAny> large(n > kOnStack ? n : 0);
+  KilnAny* packed = n > kOnStack ? large.data() : small;
+  std::vector<Any> owned;  // values made for this call; allocated only when one is needed
+  const BoundTypes& bound = bound_types();
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* p = args[i];
+    PyTypeObject* type = Py_TYPE(p);
+    KilnAny& a = packed[i];
+    a.flags = 0;
+    if (type == bound.tensor) {  // borrowed, as kiln::Function passes a Tensor
+      a.type_code = KILN_TYPE_TENSOR;
+      a.flags = kAnyFlagHostObject;
+      a.value.v_tensor = &nb::inst_ptr<Tensor>(p)->get()->dl;
+    } else if (type == &PyFloat_Type) {
+      a.type_code = KILN_TYPE_FLOAT;
+      a.value.v_float64 = PyFloat_AS_DOUBLE(p);
+    } else if (type == &PyLong_Type) {
+      int overflow = 0;
+      a.type_code = KILN_TYPE_INT;
+      a.value.v_int64 = PyLong_AsLongLongAndOverflow(p, &overflow);
+      if (overflow != 0) to_any(nb::handle(p), "argument", static_cast<int>(i));  // throws
+    } else {
+      if (owned.empty()) owned.reserve(n);  // to_abi views stay valid: no reallocation
+      owned.push_back(to_any(nb::handle(p), "argument", static_cast<int>(i)));
+      a = owned.back().to_abi();
+    }
+  }
+  Any result = without_gil([&] { return f.call_abi(packed, static_cast<int32_t>(n)); });
+  return from_any(result);
+}
+
 std::vector<Any> to_anys(nb::handle sequence) {
   std::vector<Any> out;
   int index = 0;
-  for (nb::handle item : sequence) {
-    const std::string what = "argument " + std::to_string(index++);
-    out.push_back(to_any(item, what.c_str()));
-  }
+  for (nb::handle item : sequence) out.push_back(to_any(item, "argument", index++));
   return out;
 }
 

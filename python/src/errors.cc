@@ -23,6 +23,10 @@ struct ErrorClasses {
 };
 ErrorClasses classes;
 
+// Sets the Python exception for a kiln error (RPC errors, ValueError, ... and kiln::Error); other
+// exceptions are left to nanobind's own translation (rethrown).
+void translate_kiln_error(const std::exception_ptr& p);
+
 // A new exception class kiln.<name> with the given bases, added to `m`.
 PyObject* new_error_class(nb::module_& m, const char* name, nb::tuple bases, const char* doc) {
   const std::string qualified = std::string("kiln.") + name;
@@ -32,12 +36,19 @@ PyObject* new_error_class(nb::module_& m, const char* name, nb::tuple bases, con
   return cls;
 }
 
-// The Python exception a callback raised on this thread, kept while it crosses Kiln.
-thread_local std::optional<nb::python_error> pending;
+// The Python exception a callback raised on this thread, kept while it crosses Kiln as the kiln
+// error whose message is `message` (code between may prefix it, never drop it).
+struct Pending {
+  std::optional<nb::python_error> error;
+  std::string message;
+};
+thread_local Pending pending;
 
-// The kiln error of the kind a Python exception stands for, with its text.
-[[noreturn]] void throw_as_kiln_error(const nb::python_error& e) {
-  const std::string message = e.what();
+// Keeps `e` for the thread and throws the kiln error of the kind it stands for, with its text.
+[[noreturn]] void keep_and_throw(const nb::python_error& e) {
+  std::string message = e.what();
+  pending.error.emplace(e);
+  pending.message = message;
   if (e.matches(PyExc_ValueError)) throw ValueError(message);
   if (e.matches(PyExc_TypeError)) throw TypeError(message);
   if (e.matches(PyExc_IndexError)) throw IndexError(message);
@@ -50,24 +61,18 @@ thread_local std::optional<nb::python_error> pending;
 
 namespace detail {
 
-void rethrow_pending_python_error() {
-  if (!pending) return;
-  nb::python_error e = std::move(*pending);
-  pending.reset();
-  throw e;
+void rethrow_pending_python_error(const kiln::Error& error) {
+  if (!pending.error) return;
+  std::optional<nb::python_error> kept = std::move(pending.error);
+  pending.error.reset();
+  if (std::string_view(error.what()).find(pending.message) != std::string_view::npos) throw *kept;
 }
-
-void clear_pending_python_error() { pending.reset(); }
 
 }  // namespace detail
 
 void check_interrupt() {
   nb::gil_scoped_acquire gil;
-  if (PyErr_CheckSignals() != 0) {
-    nb::python_error e;
-    pending.emplace(std::move(e));
-    throw RuntimeError("interrupted (KeyboardInterrupt)");
-  }
+  if (PyErr_CheckSignals() != 0) keep_and_throw(nb::python_error());
 }
 
 Function function_from_callable(nb::handle callable, std::string name) {
@@ -96,9 +101,7 @@ Function function_from_callable(nb::handle callable, std::string name) {
       nb::object result = nb::handle(held->object)(*py_args);
       return to_any(result, "the callback's result");
     } catch (nb::python_error& e) {
-      const nb::python_error copy = e;
-      pending.emplace(copy);
-      throw_as_kiln_error(copy);
+      keep_and_throw(e);
     } catch (const nb::builtin_exception& e) {
       throw TypeError(e.what());
     }
@@ -131,35 +134,75 @@ void register_errors(nb::module_& m) {
                       nb::make_tuple(nb::handle(classes.rpc), nb::handle(PyExc_TimeoutError)),
                       "The RPC session outlived its timeout; the server ended it.");
 
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const rpc::RPCSessionTimeoutError& e) {
-      PyErr_SetString(classes.rpc_timeout, e.what());
-    } catch (const rpc::RPCError& e) {
-      PyErr_SetString(classes.rpc, e.what());
-    } catch (const ValueError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const TypeError& e) {
-      PyErr_SetString(PyExc_TypeError, e.what());
-    } catch (const IndexError& e) {
-      PyErr_SetString(PyExc_IndexError, e.what());
-    } catch (const NotFoundError& e) {
-      PyErr_SetString(classes.not_found, e.what());
-    } catch (const UnavailableError& e) {
-      PyErr_SetString(classes.unavailable, e.what());
-    } catch (const OutOfMemoryError& e) {
-      PyErr_SetString(classes.out_of_memory, e.what());
-    } catch (const UnimplementedError& e) {
-      PyErr_SetString(classes.unimplemented, e.what());
-    } catch (const AbiError& e) {
-      PyErr_SetString(classes.abi, e.what());
-    } catch (const RuntimeError& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(classes.kiln_error, e.what());
-    }
-  });
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void*) { translate_kiln_error(p); });
 }
+
+void set_python_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (nb::python_error& error) {
+    error.restore();
+  } catch (const nb::builtin_exception& error) {
+    PyObject* type = PyExc_RuntimeError;
+    switch (error.type()) {
+      case nb::exception_type::type_error:
+        type = PyExc_TypeError;
+        break;
+      case nb::exception_type::value_error:
+        type = PyExc_ValueError;
+        break;
+      case nb::exception_type::index_error:
+        type = PyExc_IndexError;
+        break;
+      case nb::exception_type::buffer_error:
+        type = PyExc_BufferError;
+        break;
+      default:
+        break;
+    }
+    PyErr_SetString(type, error.what());
+  } catch (const Error&) {
+    translate_kiln_error(e);
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+  }
+}
+
+namespace {
+
+void translate_kiln_error(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const rpc::RPCSessionTimeoutError& e) {
+    PyErr_SetString(classes.rpc_timeout, e.what());
+  } catch (const rpc::RPCError& e) {
+    PyErr_SetString(classes.rpc, e.what());
+  } catch (const ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what());
+  } catch (const IndexError& e) {
+    PyErr_SetString(PyExc_IndexError, e.what());
+  } catch (const NotFoundError& e) {
+    PyErr_SetString(classes.not_found, e.what());
+  } catch (const UnavailableError& e) {
+    PyErr_SetString(classes.unavailable, e.what());
+  } catch (const OutOfMemoryError& e) {
+    PyErr_SetString(classes.out_of_memory, e.what());
+  } catch (const UnimplementedError& e) {
+    PyErr_SetString(classes.unimplemented, e.what());
+  } catch (const AbiError& e) {
+    PyErr_SetString(classes.abi, e.what());
+  } catch (const RuntimeError& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(classes.kiln_error, e.what());
+  }
+}
+
+}  // namespace
 
 }  // namespace kiln::python
