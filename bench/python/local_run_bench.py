@@ -1,6 +1,6 @@
 """local_run from Python vs from C++ on the same module: the example vector add of 2^20 float32
 (number=10, repeat=3, min_repeat_ms=0, export "tar" and "so"), interleaved by round. The C++
-side is kiln_bench_evaluator's BM_LocalRunVectorAdd1M (5 iterations per launch, its mean), run
+side is kiln_bench_evaluator's BM_LocalRunVectorAdd1M (0.3 s of warm-up, then 5 iterations, their mean), run
 as a subprocess each round; the Python side is kiln.testing.local_run, 5 calls per round, their
 mean. Reports the median and range over rounds, in ms (docs/benchmarks.md, "Python local_run").
 
@@ -32,6 +32,7 @@ def python_ms(module, export_func, args, config, iterations=5):
 def cpp_ms(build):
     out = subprocess.run(
         [str(build / "bin" / "kiln_bench_evaluator"), "--benchmark_filter=LocalRun",
+         "--benchmark_min_warmup_time=0.3",
          "--benchmark_format=json"], check=True, capture_output=True, text=True).stdout
     return {b["label"]: b["real_time"] for b in json.loads(out)["benchmarks"]}
 
