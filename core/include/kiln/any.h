@@ -70,6 +70,11 @@ class Any {
   Any(const Any& other) : code_(other.code_), v_(other.v_) {
     if (holds_object()) v_.obj->retain();
   }
+  // A view of `other` that holds no reference of its own, for argument arrays that live
+  // shorter than the values they show and are never destroyed (the VM's calls of host
+  // functions). Destroying one would release a reference it does not hold.
+  struct Borrow {};
+  Any(Borrow, const Any& other) noexcept : code_(other.code_), v_(other.v_) {}
   Any(Any&& other) noexcept : code_(other.code_), v_(other.v_) {
     other.code_ = KILN_TYPE_NONE;
     other.v_.i = 0;

@@ -152,6 +152,13 @@ class Function {
   // Calls with a vector of Anys.
   Any call_packed(const std::vector<Any>& args) const;
 
+  // The body of a function made by from_packed, which takes its arguments as Anys, or null for
+  // any other kind. A caller that holds Anys already (the VM) calls it directly and skips the
+  // ABI round trip (no string, shape or tensor-view copies); the body's exceptions arrive as
+  // they were thrown. Valid while this Function's object lives.
+  using PackedBody = std::function<Any(const Any* args, int32_t num_args)>;
+  const PackedBody* packed_body() const;
+
   explicit operator bool() const { return static_cast<bool>(obj_); }
   const std::string& name() const { return obj_->name(); }
   const KilnCallable& callable() const { return obj_->callable(); }

@@ -47,6 +47,7 @@ class PackedFunctionObj : public FunctionObj {
         body_(std::move(body)) {
     set_self(this);
   }
+  const Body& body() const { return body_; }
 
  private:
   static KilnError* invoke(void* self, const KilnAny* args, int32_t num_args, KilnAny* ret) {
@@ -82,6 +83,11 @@ Function Function::from_abi(KilnCallable callable, Ref<Object> keep_alive, std::
 Function Function::from_packed(std::string name,
                                std::function<Any(const Any* args, int32_t num_args)> body) {
   return Function(Ref<FunctionObj>(new PackedFunctionObj(std::move(name), std::move(body))));
+}
+
+const Function::PackedBody* Function::packed_body() const {
+  const auto* packed = dynamic_cast<const PackedFunctionObj*>(obj_.get());
+  return packed != nullptr ? &packed->body() : nullptr;
 }
 
 Any Function::call_packed(const std::vector<Any>& args) const {

@@ -337,7 +337,10 @@ std::vector<std::string> fill_context_symbols(void* library_handle, LibraryConte
   std::set<std::string> known;
   for (const ContextSymbol& s : kContextSymbols) {
     known.insert(s.name);
-    if (auto* slot = static_cast<void**>(dlsym(library_handle, s.name))) *slot = s.service;
+    if (auto* slot = static_cast<void**>(dlsym(library_handle, s.name))) {
+      *slot = s.service;
+      context->uses_services = true;
+    }
   }
   if (auto* ctx = static_cast<void**>(dlsym(library_handle, "__tvm_ffi__library_ctx"))) {
     *ctx = context;

@@ -42,6 +42,10 @@ struct LibraryContext {
   std::string library;  // the file, for messages
   const DeviceContext& devices;
   std::vector<Module> imports;  // searched in order by lookups from imports
+  // Whether the library's code can call one of Kiln's services (it defines one of their context
+  // symbols): only then does a call into it need the thread's current-library scope
+  // (CallScope). Set by fill_context_symbols.
+  bool uses_services = false;
 
   // Finds `name` for compiled code (cached; the result lives as long as this context).
   ImportedFunction* lookup(const std::string& name);

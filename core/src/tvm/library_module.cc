@@ -43,7 +43,8 @@ const std::set<std::string> kProvidedImports = {
 struct TvmFunction {
   SafeCall call;
   LibraryContext* context;
-  std::string label;  // "<file>: <name>", the prefix of its errors
+  bool uses_services;  // context->uses_services, beside `call` for the hot path
+  std::string label;   // "<file>: <name>", the prefix of its errors
 };
 
 // The dlopen handle and everything the library's code refers to. Kept alive by every function
@@ -60,7 +61,8 @@ class LoadedLibrary : public Object {
   void* handle() const { return handle_; }
   LibraryContext* context() const { return context_.get(); }
   TvmFunction* add(SafeCall call, const std::string& label) {
-    functions_.push_back(std::make_unique<TvmFunction>(TvmFunction{call, context_.get(), label}));
+    functions_.push_back(std::make_unique<TvmFunction>(
+        TvmFunction{call, context_.get(), context_->uses_services, label}));
     return functions_.back().get();
   }
 
@@ -187,19 +189,11 @@ inline void convert_args(const TvmFunction& f, const KilnAny* args, int32_t n, F
   }
 }
 
-// Calls `f` with converted arguments and converts its result into `ret`.
-inline KilnError* call_converted(const TvmFunction& f, const FfiAny* a, int32_t num_args,
-                                 KilnAny* ret) {
-  FfiAny result;
-  result.type_index = kNone;
-  CallScope scope(f.context);
-  if (const int rc = f.call(nullptr, a, num_args, &result); rc != 0) [[unlikely]] {
-    scope.raise(rc, f.label);
-  }
-  scope.succeeded();
+// Converts a result of compiled code into `ret` (which comes pre-set to NONE).
+inline void store_result(const TvmFunction& f, const FfiAny& result, KilnAny* ret) {
   switch (result.type_index) {
     case kNone:
-      break;  // `ret` comes pre-set to NONE
+      break;
     case kInt:
       ret->type_code = KILN_TYPE_INT;
       ret->value.v_int64 = result.v_int64;
@@ -215,30 +209,97 @@ inline KilnError* call_converted(const TvmFunction& f, const FfiAny* a, int32_t 
     default:
       bad_result(f, result.type_index);
   }
-  return nullptr;
 }
 
-// Calls with more arguments than fit the inline arrays (rare: kernels take few arguments).
-[[gnu::noinline]] KilnError* call_many(const TvmFunction& f, const KilnAny* args, int32_t num_args,
-                                       KilnAny* ret) {
-  std::vector<FfiAny> a(static_cast<size_t>(num_args));
-  std::vector<StackShape> shapes(static_cast<size_t>(num_args));
-  convert_args(f, args, num_args, a.data(), shapes.data());
-  return call_converted(f, a.data(), num_args, ret);
+// Calls `f` with converted arguments and converts its result into `ret`; throws what the call
+// raised.
+void call_converted(const TvmFunction& f, const FfiAny* a, int32_t num_args, KilnAny* ret) {
+  FfiAny result;
+  result.type_index = kNone;
+  CallScope scope(f.context);
+  if (const int rc = f.call(nullptr, a, num_args, &result); rc != 0) [[unlikely]] {
+    scope.raise(rc, f.label);
+  }
+  scope.succeeded();
+  store_result(f, result, ret);
 }
 
-KilnError* call_tvm_function(void* self, const KilnAny* args, int32_t num_args, KilnAny* ret) {
-  const auto& f = *static_cast<const TvmFunction*>(self);
+// Any call: arguments of every kind, any count, errors as KilnErrors.
+[[gnu::noinline]] KilnError* call_general(const TvmFunction& f, const KilnAny* args,
+                                          int32_t num_args, KilnAny* ret) {
   try {
-    constexpr int32_t kInline = 8;
-    if (num_args > kInline) [[unlikely]]
-      return call_many(f, args, num_args, ret);
-    FfiAny a[kInline];
-    StackShape shapes[kInline];
-    convert_args(f, args, num_args, a, shapes);
-    return call_converted(f, a, num_args, ret);
+    std::vector<FfiAny> a(static_cast<size_t>(num_args));
+    std::vector<StackShape> shapes(static_cast<size_t>(num_args));
+    convert_args(f, args, num_args, a.data(), shapes.data());
+    call_converted(f, a.data(), num_args, ret);
+    return nullptr;
   } catch (...) {
     return kiln::detail::error_from_current_exception("");
+  }
+}
+
+// The end of a fast call that failed (rc != 0), left a service's exception pending, or returned
+// a value of another kind than the fast path stores.
+[[gnu::cold, gnu::noinline]] KilnError* finish_unusual_call(const TvmFunction& f, int rc,
+                                                            const FfiAny& result, KilnAny* ret) {
+  try {
+    if (rc != 0) {
+      const CallScope scope(f.context);
+      scope.raise(rc, f.label);
+    }
+    detail::discard_pending();
+    store_result(f, result, ret);
+    return nullptr;
+  } catch (...) {
+    return kiln::detail::error_from_current_exception("");
+  }
+}
+
+// The KilnCallable of every exported function. The common call — up to kFast arguments whose
+// payload passes unchanged (tensors, scalars, strings, devices) and a scalar or no result — is
+// straight-line code with no exception handling; everything else goes to call_general.
+KilnError* call_tvm_function(void* self, const KilnAny* args, int32_t num_args, KilnAny* ret) {
+  const auto& f = *static_cast<const TvmFunction*>(self);
+  constexpr int32_t kFast = 4;
+  if (num_args > kFast) [[unlikely]]
+    return call_general(f, args, num_args, ret);
+  FfiAny a[kFast];
+  for (int32_t i = 0; i < num_args; ++i) {
+    const uint32_t code = static_cast<uint32_t>(args[i].type_code);
+    const int32_t index = code < 16 ? kTypeIndexOf[code] : kSameBits;
+    if (index == kSameBits) [[unlikely]]
+      return call_general(f, args, num_args, ret);
+    // The type index and its zero padding as one word, then the payload: two 8-byte stores.
+    const uint64_t head = static_cast<uint32_t>(index);
+    std::memcpy(&a[i], &head, sizeof(head));
+    a[i].v_int64 = args[i].value.v_int64;
+  }
+  FfiAny result;
+  result.type_index = kNone;
+  if (!f.uses_services) [[likely]] {  // nothing in the call can read the scope
+    if (const int rc = f.call(nullptr, a, num_args, &result); rc != 0) [[unlikely]]
+      return finish_unusual_call(f, rc, result, ret);
+  } else {
+    LibraryContext* const previous = detail::t_state.library;  // CallScope, unrolled
+    detail::t_state.library = f.context;
+    const int rc = f.call(nullptr, a, num_args, &result);
+    detail::t_state.library = previous;
+    if (rc != 0 || detail::t_state.pending) [[unlikely]]
+      return finish_unusual_call(f, rc, result, ret);
+  }
+  switch (result.type_index) {
+    case kNone:
+      return nullptr;
+    case kInt:
+      ret->type_code = KILN_TYPE_INT;
+      ret->value.v_int64 = result.v_int64;
+      return nullptr;
+    case kFloat:
+      ret->type_code = KILN_TYPE_FLOAT;
+      ret->value.v_float64 = result.v_float64;
+      return nullptr;
+    default:
+      return finish_unusual_call(f, 0, result, ret);
   }
 }
 

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <new>
+
 #include "kiln/error.h"
 #include "vm/vm_impl.h"
 #include "vm/vm_module.h"
@@ -63,6 +65,12 @@ struct VirtualMachineImpl::Frame {
   int64_t fidx = 0;
   std::vector<Any> registers;
   std::vector<KilnAny> call_args;  // scratch for decoded Call arguments; slot 0: the context
+  // Scratch for the borrowed Any views of a host function's arguments (never destroyed as
+  // Anys: raw storage).
+  struct alignas(Any) AnySlot {
+    unsigned char bytes[sizeof(Any)];
+  };
+  std::vector<AnySlot> any_args;
 };
 
 std::unique_ptr<VirtualMachineImpl::Frame> VirtualMachineImpl::acquire_frame(int64_t fidx) {
@@ -158,6 +166,13 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
           names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
     }
     func_pool_.emplace_back(*f);
+  }
+  for (const Any& entry : func_pool_) {
+    if (auto closure = entry.as_object<ClosureObj>()) {
+      packed_bodies_.push_back(closure->impl.packed_body());
+    } else {
+      packed_bodies_.push_back(entry.cast<Function>().packed_body());
+    }
   }
 }
 
@@ -345,10 +360,56 @@ inline Any result_of(const KilnAny& ret) {
 
 }  // namespace
 
+void VirtualMachineImpl::run_packed_call(const Instruction& in, Frame& frame,
+                                         const Function::PackedBody& body, bool closure) {
+  const size_t n = in.args.size() + (closure ? 1 : 0);
+  if (frame.any_args.size() < n) [[unlikely]] {
+    frame.any_args.resize(n);
+  }
+  Frame::AnySlot* slots = frame.any_args.data();
+  size_t k = 0;
+  // Each slot gets an Any constructed in place and never destroyed: views borrowed from the
+  // registers, constants and pool (which outlive the call), or values holding no object.
+  auto put = [&](auto&&... init) { new (slots[k++].bytes) Any(init...); };
+  if (closure) put(Any::from_abi(context()));
+  for (const Word word : in.args) {
+    const Word value = arg_value(word);
+    switch (arg_kind(word)) {
+      case ArgKind::kRegister:
+        if (value < kBeginSpecialReg) [[likely]] {
+          put(Any::Borrow{}, read_register(frame, value));
+        } else if (value == kVMRegister) {
+          put(Any::from_abi(context()));
+        } else {
+          put(nullptr);
+        }
+        break;
+      case ArgKind::kImmediate:
+        put(static_cast<int64_t>(value));
+        break;
+      case ArgKind::kConstIdx:
+        put(Any::Borrow{}, constants_[static_cast<size_t>(value)]);
+        break;
+      case ArgKind::kFuncIdx:
+        put(Any::Borrow{}, func_pool_[static_cast<size_t>(value)]);
+        break;
+    }
+  }
+  Any result = body(std::launder(reinterpret_cast<const Any*>(slots)), static_cast<int32_t>(n));
+  if (in.dst >= kBeginSpecialReg && !result.holds_object()) return;
+  write_register(frame, in.dst, std::move(result));
+}
+
 void VirtualMachineImpl::run_call(const Word* w, Frame& frame) {
   // [Call, dst, func_idx, num_args, args...]
   const Instruction in{
       Opcode::kCall, w[1], w[2], std::span<const Word>(w + 4, static_cast<size_t>(w[3])), 0, 0};
+  if (const Function::PackedBody* body = packed_bodies_[static_cast<size_t>(in.func_idx)];
+      body != nullptr && !instrument && profiler == nullptr) {
+    run_packed_call(in, frame, *body,
+                    func_pool_[static_cast<size_t>(in.func_idx)].type_code() == kTypeObject);
+    return;
+  }
   const size_t n = in.args.size();
   // Decoded arguments are borrowed views (no reference counting): the registers, constants
   // and pool entries they point into outlive the call.

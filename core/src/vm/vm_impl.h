@@ -67,6 +67,9 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
   void run_call(const Word* w, Frame& frame);
   void run_call_hooked(const Instruction& in, Frame& frame, const KilnAny* args, int32_t n,
                        bool closure);
+  // A Call of a host function: its body gets borrowed views of the registers and constants.
+  void run_packed_call(const Instruction& in, Frame& frame, const Function::PackedBody& body,
+                       bool closure);
   const Any& read_register(const Frame& frame, Word reg) const;
   // Stores `value` in register `reg` (dropped for %void).
   void write_register(Frame& frame, Word reg, Any&& value);
@@ -82,6 +85,9 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
   std::vector<Ref<Allocator>> allocators_;
   std::vector<Any> constants_;
   std::vector<Any> func_pool_;
+  // For each pool entry whose function (or closure implementation) is a host function made by
+  // Function::from_packed: its body, which the VM calls with borrowed Anys; else null.
+  std::vector<const Function::PackedBody*> packed_bodies_;
   std::vector<std::unique_ptr<Frame>> free_frames_;
   int depth_ = 0;
 };
