@@ -67,13 +67,16 @@ TEST(RpcModuleSandbox, ImportsThatLeaveTheWorkDirectoryAreRefusedBeforeTheyAreOp
   s.upload_bytes(program_importing(outside), "absolute.kvmt");
   s.upload_bytes(program_importing("../../escape.so"), "dotdot.kvmt");
   s.upload_bytes(program_importing("/nonexistent/probe.so"), "probe.kvmt");
-  for (const char* name : {"absolute.kvmt", "dotdot.kvmt", "probe.kvmt"}) {
+  // One level up is the server's own work directory: its path must not appear either.
+  s.upload_bytes(program_importing("../sibling/x.so"), "sibling.kvmt");
+  for (const char* name : {"absolute.kvmt", "dotdot.kvmt", "probe.kvmt", "sibling.kvmt"}) {
     const std::string message = load_error(s, name);
     EXPECT_THAT(message, HasSubstr("only open files inside the session's work directory")) << name;
     // Nothing tells whether the outside path exists, and the server's own folders stay unnamed.
     EXPECT_THAT(message, Not(HasSubstr("cannot find"))) << name;
     EXPECT_THAT(message, Not(HasSubstr(server.work_dir().string()))) << name;
   }
+  EXPECT_THAT(load_error(s, "sibling.kvmt"), HasSubstr("directory, not '../sibling/x.so'"));
   // A symlink planted inside that points outside is refused the same way.
   s.upload_bytes(program_importing("link.so"), "via_link.kvmt");
   const fs::path dir = *fs::directory_iterator(server.work_dir());

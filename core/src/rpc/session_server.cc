@@ -733,10 +733,13 @@ class SessionServer {
     const fs::path root = fs::canonical(work_dir_);
     ModuleLoadOptions options;
     options.check_path = [&root](const fs::path& p) {
-      if (!lies_inside(root, fs::weakly_canonical(p))) {
+      const fs::path resolved = fs::weakly_canonical(p);
+      if (!lies_inside(root, resolved)) {
+        // Named relative to the session's directory: an absolute path would tell where the
+        // server keeps its sessions.
         throw ValueError(fmt::format(
             "a module may only open files inside the session's work directory, not '{}'",
-            p.string()));
+            resolved.lexically_relative(root).string()));
       }
     };
     try {
