@@ -15,7 +15,7 @@ struct PyTimeEvaluator {
   std::unique_ptr<TimeEvaluator> evaluator;
   std::string function_name;
 
-  BenchmarkResult call(nb::args args) {
+  BenchmarkResult call(const nb::args& args) const {
     std::vector<Any> values = to_anys(args);
     return without_gil([&] { return (*evaluator)(values); });
   }

@@ -88,7 +88,7 @@ void bind_function(nb::module_& m) {
       .def("__contains__", &Module::has_function)
       .def(
           "__call__",
-          [](const Module& mod, nb::args args) {
+          [](const Module& mod, const nb::args& args) {
             return call_from_python(mod.entry(), &PyTuple_GET_ITEM(args.ptr(), 0), args.size());
           },
           "Calls the entry function.")
@@ -120,8 +120,8 @@ void bind_function(nb::module_& m) {
 
   m.def(
       "register_func",
-      [](const std::string& name, nb::object f, bool override) -> nb::object {
-        auto do_register = [name, override](nb::object callable) {
+      [](const std::string& name, const nb::object& f, bool override) -> nb::object {
+        auto do_register = [name, override](const nb::object& callable) {
           registry::set(name, function_from_callable(callable, name), override);
           python_registered_names().insert(name);
           return callable;

@@ -2,6 +2,7 @@
 // Report with its table/CSV/JSON/Chrome-trace forms, metric collectors (a plugin's, or one
 // written in Python) and profile_function. The Python layer (kiln/profiling.py) names
 // collectors and normalises arguments.
+#include <fmt/format.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -114,8 +115,8 @@ std::shared_ptr<prof::MetricCollector> plugin_collector_with(
   Runtime private_runtime(options);
   for (const PluginStatus& s : private_runtime.plugins()) {
     if (s.name == plugin && s.state != PluginStatus::State::kLoaded) {
-      throw ValueError("collector '" + name + "' with options " + *options_json + ": plugin '" +
-                       plugin + "' " + to_string(s.state) + ": " + s.reason);
+      throw ValueError(fmt::format("collector '{}' with options {}: plugin '{}' {}: {}", name,
+                                   *options_json, plugin, to_string(s.state), s.reason));
     }
   }
   return prof::plugin_collector(name, private_runtime);
@@ -126,7 +127,7 @@ struct PyProfileFunction {
   std::function<prof::MetricMap(const std::vector<Any>&)> run;
   std::string function_name;
 
-  prof::MetricMap call(nb::args args) {
+  prof::MetricMap call(const nb::args& args) const {
     std::vector<Any> values = to_anys(args);
     return without_gil([&] { return run(values); });
   }

@@ -45,7 +45,7 @@ struct PyRemoteTimeEvaluator {
   rpc::RemoteTimeEvaluator evaluator;
   std::string function_name;
 
-  BenchmarkResult call(nb::args args) const {
+  BenchmarkResult call(const nb::args& args) const {
     const std::vector<Any> values = to_anys(args);
     return without_gil([&] { return evaluator(values); });
   }
@@ -243,7 +243,7 @@ void bind_remote_module(nb::module_& m) {
           nb::arg("name"), "get_function(name).")
       .def(
           "__call__",
-          [](const rpc::RemoteModule& mod, nb::args args) {
+          [](const rpc::RemoteModule& mod, const nb::args& args) {
             Function entry = without_gil([&] { return mod.get_function(mod.entry_name()); });
             return nb::cast(entry)(*args);
           },

@@ -28,7 +28,8 @@ ErrorClasses classes;
 void translate_kiln_error(const std::exception_ptr& p);
 
 // A new exception class kiln.<name> with the given bases, added to `m`.
-PyObject* new_error_class(nb::module_& m, const char* name, nb::tuple bases, const char* doc) {
+PyObject* new_error_class(nb::module_& m, const char* name, const nb::tuple& bases,
+                          const char* doc) {
   const std::string qualified = std::string("kiln.") + name;
   PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
   if (cls == nullptr) throw nb::python_error();
