@@ -168,10 +168,12 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
     func_pool_.emplace_back(*f);
   }
   for (const Any& entry : func_pool_) {
-    if (auto closure = entry.as_object<ClosureObj>()) {
-      packed_bodies_.push_back(closure->impl.packed_body());
+    if (entry.type_code() == kTypeObject) {  // a VM function's closure
+      const auto* closure = static_cast<const ClosureObj*>(entry.object());
+      call_targets_.push_back({&closure->impl.callable(), closure->impl.packed_body(), true});
     } else {
-      packed_bodies_.push_back(entry.cast<Function>().packed_body());
+      const Function f = entry.cast<Function>();
+      call_targets_.push_back({&f.callable(), f.packed_body(), false});
     }
   }
 }
@@ -404,10 +406,10 @@ void VirtualMachineImpl::run_call(const Word* w, Frame& frame) {
   // [Call, dst, func_idx, num_args, args...]
   const Instruction in{
       Opcode::kCall, w[1], w[2], std::span<const Word>(w + 4, static_cast<size_t>(w[3])), 0, 0};
-  if (const Function::PackedBody* body = packed_bodies_[static_cast<size_t>(in.func_idx)];
-      body != nullptr && !instrument && profiler == nullptr) {
-    run_packed_call(in, frame, *body,
-                    func_pool_[static_cast<size_t>(in.func_idx)].type_code() == kTypeObject);
+  const CallTarget& target = call_targets_[static_cast<size_t>(in.func_idx)];
+  // Host functions (builtins, VM closures) leave here; kernels, the hottest calls, fall through.
+  if (target.body != nullptr && !instrument && profiler == nullptr) [[unlikely]] {
+    run_packed_call(in, frame, *target.body, target.closure);
     return;
   }
   const size_t n = in.args.size();
@@ -442,20 +444,16 @@ void VirtualMachineImpl::run_call(const Word* w, Frame& frame) {
         break;
     }
   }
-  const Any& target = func_pool_[static_cast<size_t>(in.func_idx)];
-  const bool closure = target.type_code() == kTypeObject;
   if (instrument || profiler != nullptr) [[unlikely]] {
-    run_call_hooked(in, frame, decoded, static_cast<int32_t>(n), closure);
+    run_call_hooked(in, frame, decoded, static_cast<int32_t>(n), target.closure);
     return;
   }
   KilnAny ret;
-  if (!closure) [[likely]] {
-    call_callable(static_cast<FunctionObj*>(target.object())->callable(), decoded,
-                  static_cast<int32_t>(n), &ret);
+  if (!target.closure) [[likely]] {
+    call_callable(*target.callable, decoded, static_cast<int32_t>(n), &ret);
   } else {
     frame.call_args[0] = context();
-    call_callable(static_cast<ClosureObj*>(target.object())->impl.callable(),
-                  frame.call_args.data(), static_cast<int32_t>(n + 1), &ret);
+    call_callable(*target.callable, frame.call_args.data(), static_cast<int32_t>(n + 1), &ret);
   }
   // A dropped scalar result needs no Any; a dropped object is adopted and released.
   if (in.dst >= kBeginSpecialReg && !Any::is_object_code(ret.type_code)) return;

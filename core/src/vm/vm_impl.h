@@ -85,9 +85,16 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
   std::vector<Ref<Allocator>> allocators_;
   std::vector<Any> constants_;
   std::vector<Any> func_pool_;
-  // For each pool entry whose function (or closure implementation) is a host function made by
-  // Function::from_packed: its body, which the VM calls with borrowed Anys; else null.
-  std::vector<const Function::PackedBody*> packed_bodies_;
+  // What a Call needs of each pool entry, resolved once: the callable (of the function, or of
+  // the closure's implementation), whether it is a closure (called with the context first), and
+  // for a host function made by Function::from_packed its body, which the VM calls with
+  // borrowed Anys instead (else null). Points into func_pool_, which keeps them alive.
+  struct CallTarget {
+    const KilnCallable* callable;
+    const Function::PackedBody* body;
+    bool closure;
+  };
+  std::vector<CallTarget> call_targets_;
   std::vector<std::unique_ptr<Frame>> free_frames_;
   int depth_ = 0;
 };
