@@ -2,7 +2,6 @@
 // Report with its table/CSV/JSON/Chrome-trace forms, metric collectors (a plugin's, or one
 // written in Python) and profile_function. The Python layer (kiln/profiling.py) names
 // collectors and normalises arguments.
-#include <fmt/format.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -10,7 +9,6 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -26,7 +24,6 @@
 #include "kiln/profiling/profiler.h"
 #include "kiln/profiling/report.h"
 #include "kiln/runtime.h"
-#include "kiln/temp_dir.h"
 #include "kiln/vm/virtual_machine.h"
 
 namespace kiln::python {
@@ -83,43 +80,11 @@ class PythonCollector : public prof::MetricCollector {
 };
 
 // The collector `name` of a plugin the runtime loaded, or, with `options_json`, of that plugin
-// loaded afresh with those options: a private runtime over the same search paths whose plugin
-// set lists only that plugin (as `kiln profile` does for collector options). The plugin stays
-// loaded while the collector lives.
+// loaded afresh with those options (as `kiln profile` does for collector options).
 std::shared_ptr<prof::MetricCollector> plugin_collector_with(
     const std::string& name, const std::optional<std::string>& options_json) {
-  Runtime& global = runtime();
-  if (!options_json) return prof::plugin_collector(name, global);
-  std::string plugin;
-  for (const PluginStatus& s : global.plugins()) {
-    for (const std::string& p : s.provides) {
-      if (p == "collector:" + name) plugin = s.name;
-    }
-  }
-  if (plugin.empty()) {
-    throw NotFoundError("no plugin provides the metric collector '" + name + "'");
-  }
-  const TemporaryDirectory dir("kiln_collector_");
-  const std::filesystem::path set = dir.path() / "plugins.yaml";
-  {
-    std::ofstream out(set);
-    // JSON is YAML: the options are written as one flow mapping.
-    out << "plugins:\n  - name: " << plugin << "\n    options: " << *options_json << "\n";
-    if (!out) throw RuntimeError("cannot write " + set.string());
-  }
-  RuntimeOptions options;
-  options.plugin_set = set;
-  options.search_paths = global.search_paths();
-  options.read_environment = false;
-  options.search_install_prefix = false;
-  Runtime private_runtime(options);
-  for (const PluginStatus& s : private_runtime.plugins()) {
-    if (s.name == plugin && s.state != PluginStatus::State::kLoaded) {
-      throw ValueError(fmt::format("collector '{}' with options {}: plugin '{}' {}: {}", name,
-                                   *options_json, plugin, to_string(s.state), s.reason));
-    }
-  }
-  return prof::plugin_collector(name, private_runtime);
+  if (!options_json) return prof::plugin_collector(name, runtime());
+  return prof::plugin_collector(name, *options_json, runtime());
 }
 
 // What profile_function returns: call it with the function's arguments.

@@ -2,15 +2,14 @@
 // function with metric collectors into a kiln::profiling::Report.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <iostream>
 #include <optional>
 
 #include "commands.h"
+#include "kiln/config_error.h"
 #include "kiln/kiln.h"
 #include "kiln/profiling/profiler.h"
 #include "kiln/run_config.h"
-#include "kiln/temp_dir.h"
 #include "kiln/vm/virtual_machine.h"
 #include "output_file.h"
 
@@ -28,41 +27,17 @@ std::string argument_shapes(const std::vector<Any>& args) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-// The collector `c.name` from its plugin loaded afresh with `c.options_json`: a private
-// runtime over `runtime`'s search paths whose plugin set lists only that plugin. The plugin
-// (and so the collector) stays loaded after the private runtime goes.
+// The collector `c.name` from its plugin loaded afresh with `c.options_json`; options the
+// plugin refuses are a usage error (exit 2), as a malformed configuration is.
 std::shared_ptr<profiling::MetricCollector> collector_with_options(
-    const run::ProfileSpec::Collector& c, const Runtime& global) {
-  std::string plugin;
-  for (const auto& s : global.plugins()) {
-    for (const auto& p : s.provides) {
-      if (p == "collector:" + c.name) plugin = s.name;
-    }
+    const run::ProfileSpec::Collector& c, const Runtime& runtime) {
+  try {
+    return profiling::plugin_collector(c.name, c.options_json, runtime);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const ValueError& e) {
+    throw UsageError(e.what());
   }
-  if (plugin.empty()) {
-    throw NotFoundError(fmt::format("no plugin provides the metric collector '{}'", c.name));
-  }
-  const TemporaryDirectory dir("kiln_collector_");
-  const std::filesystem::path set = dir.path() / "plugins.yaml";
-  write_output_file(
-      set, fmt::format("plugins:\n  - name: {}\n    options: {}\n", plugin, c.options_json));
-  RuntimeOptions options;
-  options.plugin_set = set;
-  options.search_paths = global.search_paths();
-  options.read_environment = false;
-  options.search_install_prefix = false;
-  std::shared_ptr<profiling::MetricCollector> collector;
-  {
-    Runtime runtime(options);
-    for (const auto& s : runtime.plugins()) {
-      if (s.name == plugin && s.state != PluginStatus::State::kLoaded) {
-        throw UsageError(fmt::format("collector '{}' with options {}: plugin '{}' {}: {}", c.name,
-                                     c.options_json, plugin, to_string(s.state), s.reason));
-      }
-    }
-    collector = profiling::plugin_collector(c.name, runtime);
-  }
-  return collector;
 }
 
 }  // namespace

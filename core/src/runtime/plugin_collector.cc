@@ -8,6 +8,8 @@
 #include "kiln/error.h"
 #include "kiln/profiling/collector.h"
 #include "kiln/runtime.h"
+#include "kiln/sdk/support/atomic_file.hpp"
+#include "kiln/temp_dir.h"
 
 namespace kiln::profiling {
 namespace {
@@ -90,6 +92,38 @@ class PluginCollector : public MetricCollector {
 std::shared_ptr<MetricCollector> plugin_collector(const std::string& name, const Runtime& runtime) {
   auto [table, plugin] = runtime.collector(name);
   return std::make_shared<PluginCollector>(name, table, std::move(plugin));
+}
+
+std::shared_ptr<MetricCollector> plugin_collector(const std::string& name,
+                                                  const std::string& options_json,
+                                                  const Runtime& runtime) {
+  std::string plugin;
+  for (const PluginStatus& s : runtime.plugins()) {
+    for (const std::string& p : s.provides) {
+      if (p == "collector:" + name) plugin = s.name;
+    }
+  }
+  if (plugin.empty()) {
+    throw NotFoundError(fmt::format("no plugin provides the metric collector '{}'", name));
+  }
+  const TemporaryDirectory dir("kiln_collector_");
+  const std::filesystem::path set = dir.path() / "plugins.yaml";
+  // JSON is YAML: the options are written as one flow mapping.
+  sdk::write_file_atomically(
+      set, fmt::format("plugins:\n  - name: {}\n    options: {}\n", plugin, options_json));
+  RuntimeOptions options;
+  options.plugin_set = set;
+  options.search_paths = runtime.search_paths();
+  options.read_environment = false;
+  options.search_install_prefix = false;
+  const Runtime with_options(options);
+  for (const PluginStatus& s : with_options.plugins()) {
+    if (s.name == plugin && s.state != PluginStatus::State::kLoaded) {
+      throw ValueError(fmt::format("collector '{}' with options {}: plugin '{}' {}: {}", name,
+                                   options_json, plugin, to_string(s.state), s.reason));
+    }
+  }
+  return plugin_collector(name, with_options);
 }
 
 }  // namespace kiln::profiling

@@ -36,6 +36,14 @@ class MetricCollector {
 std::shared_ptr<MetricCollector> plugin_collector(const std::string& name, const Runtime& runtime);
 // API-edge default: the same with Runtime::global().
 std::shared_ptr<MetricCollector> plugin_collector(const std::string& name);
+// The collector `name` from its plugin loaded afresh with `options_json` (the plugin's options,
+// a JSON object): a private runtime over `runtime`'s search paths whose plugin set lists only
+// that plugin. The plugin (and so the collector) stays loaded while the collector lives.
+// NotFoundError when no plugin of `runtime` provides `name`; ValueError "collector '<name>' with
+// options <json>: plugin '<plugin>' <state>: <reason>" when the plugin refuses the options.
+std::shared_ptr<MetricCollector> plugin_collector(const std::string& name,
+                                                  const std::string& options_json,
+                                                  const Runtime& runtime);
 
 }  // namespace kiln::profiling
 
