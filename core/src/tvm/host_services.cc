@@ -358,7 +358,7 @@ constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exe
 void discard_pending() { take_pending(); }
 }  // namespace detail
 
-void CallScope::raise(int rc, const std::string& context) const {
+void CallScope::raise(int rc, const std::string& context) {
   if (std::exception_ptr e = take_pending()) {
     // Drop whatever compiled code may have raised on top of it.
     void* stale = nullptr;

@@ -91,8 +91,8 @@ class CallScope {
       detail::discard_pending();
   }
   // After compiled code returned `rc` != 0: rethrows what a Kiln service threw inside the call,
-  // else the error the code raised, prefixed by `context`.
-  [[noreturn]] void raise(int rc, const std::string& context) const;
+  // else the error the code raised, prefixed by `context`. Needs no scope: static.
+  [[noreturn]] static void raise(int rc, const std::string& context);
 
  private:
   LibraryContext* previous_;

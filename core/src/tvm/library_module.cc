@@ -218,7 +218,7 @@ void call_converted(const TvmFunction& f, const FfiAny* a, int32_t num_args, Kil
   result.type_index = kNone;
   CallScope scope(f.context);
   if (const int rc = f.call(nullptr, a, num_args, &result); rc != 0) [[unlikely]] {
-    scope.raise(rc, f.label);
+    CallScope::raise(rc, f.label);
   }
   scope.succeeded();
   store_result(f, result, ret);
@@ -239,14 +239,11 @@ void call_converted(const TvmFunction& f, const FfiAny* a, int32_t num_args, Kil
 }
 
 // The end of a fast call that failed (rc != 0), left a service's exception pending, or returned
-// a value of another kind than the fast path stores.
+// a value (kernels return none).
 [[gnu::cold, gnu::noinline]] KilnError* finish_unusual_call(const TvmFunction& f, int rc,
                                                             const FfiAny& result, KilnAny* ret) {
   try {
-    if (rc != 0) {
-      const CallScope scope(f.context);
-      scope.raise(rc, f.label);
-    }
+    if (rc != 0) CallScope::raise(rc, f.label);
     detail::discard_pending();
     store_result(f, result, ret);
     return nullptr;
@@ -256,8 +253,9 @@ void call_converted(const TvmFunction& f, const FfiAny* a, int32_t num_args, Kil
 }
 
 // The KilnCallable of every exported function. The common call — up to kFast arguments whose
-// payload passes unchanged (tensors, scalars, strings, devices) and a scalar or no result — is
-// straight-line code with no exception handling; everything else goes to call_general.
+// payload passes unchanged (tensors, scalars, strings, devices) and no result — is
+// straight-line code that catches nothing; everything else goes to call_general or
+// finish_unusual_call.
 KilnError* call_tvm_function(void* self, const KilnAny* args, int32_t num_args, KilnAny* ret) {
   const auto& f = *static_cast<const TvmFunction*>(self);
   constexpr int32_t kFast = 4;
@@ -276,31 +274,18 @@ KilnError* call_tvm_function(void* self, const KilnAny* args, int32_t num_args, 
   }
   FfiAny result;
   result.type_index = kNone;
+  int rc = 0;
+  bool pending = false;
   if (!f.uses_services) [[likely]] {  // nothing in the call can read the scope
-    if (const int rc = f.call(nullptr, a, num_args, &result); rc != 0) [[unlikely]]
-      return finish_unusual_call(f, rc, result, ret);
+    rc = f.call(nullptr, a, num_args, &result);
   } else {
-    LibraryContext* const previous = detail::t_state.library;  // CallScope, unrolled
-    detail::t_state.library = f.context;
-    const int rc = f.call(nullptr, a, num_args, &result);
-    detail::t_state.library = previous;
-    if (rc != 0 || detail::t_state.pending) [[unlikely]]
-      return finish_unusual_call(f, rc, result, ret);
+    const CallScope scope(f.context);
+    rc = f.call(nullptr, a, num_args, &result);
+    pending = detail::t_state.pending;
   }
-  switch (result.type_index) {
-    case kNone:
-      return nullptr;
-    case kInt:
-      ret->type_code = KILN_TYPE_INT;
-      ret->value.v_int64 = result.v_int64;
-      return nullptr;
-    case kFloat:
-      ret->type_code = KILN_TYPE_FLOAT;
-      ret->value.v_float64 = result.v_float64;
-      return nullptr;
-    default:
-      return finish_unusual_call(f, 0, result, ret);
-  }
+  if (rc != 0 || pending || result.type_index != kNone) [[unlikely]]
+    return finish_unusual_call(f, rc, result, ret);
+  return nullptr;
 }
 
 std::vector<uint8_t> read_file(const fs::path& path) {
