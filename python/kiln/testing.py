@@ -72,7 +72,14 @@ def _prepare(mod, evaluator_config, export_func, output_format):
                 f"got {type(mod).__name__}"
             )
         export_func, output_format = _tvm_exporter(export_func, output_format)
-    return EvaluatorConfig._normalized(evaluator_config), export_func, output_format
+    if callable(export_func):  # the core calls exporters with the artifact's path only
+
+        def export(path, export_func=export_func):
+            return export_func(mod, path)
+
+    else:
+        export = export_func
+    return EvaluatorConfig._normalized(evaluator_config), export, output_format
 
 
 def _check_args(args):

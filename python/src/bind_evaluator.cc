@@ -21,12 +21,6 @@ struct PyTimeEvaluator {
   }
 };
 
-std::vector<double> sequence_of_floats(nb::handle results) {
-  std::vector<double> out;
-  for (nb::handle item : results) out.push_back(nb::cast<double>(item));
-  return out;
-}
-
 }  // namespace
 
 TimeEvaluatorOptions evaluator_options(int32_t number, int32_t repeat, int32_t min_repeat_ms,
@@ -60,12 +54,7 @@ void bind_evaluator(nb::module_& m) {
   nb::class_<BenchmarkResult>(m, "BenchmarkResult",
                               "Per-repeat times in seconds per call and their statistics "
                               "(SPEC §1.1); str() and repr() print as TVM's do.")
-      .def(
-          "__init__",
-          [](BenchmarkResult* self, nb::handle results) {
-            new (self) BenchmarkResult(sequence_of_floats(results));
-          },
-          nb::arg("results"))
+      .def(nb::init<std::vector<double>>(), nb::arg("results"))
       .def_prop_ro(
           "results", [](const BenchmarkResult& r) { return nb::tuple(nb::cast(r.results())); },
           "Seconds per call, one per repeat.")

@@ -77,14 +77,10 @@ void bind_function(nb::module_& m) {
       "`repeat` batches of `number` calls (growing while a batch is shorter than "
       "`min_repeat_ms`); returns a BenchmarkResult in seconds per call.");
   module
-      .def(
-          "get_function",
-          [](const Module& mod, const std::string& name) { return mod.get_function(name); },
-          nb::arg("name"),
-          "The function `name` of this module or of its imports. kiln.NotFoundError names the "
-          "module and lists its functions.")
-      .def("__getitem__",
-           [](const Module& mod, const std::string& name) { return mod.get_function(name); })
+      .def("get_function", &Module::get_function, nb::arg("name"),
+           "The function `name` of this module or of its imports. kiln.NotFoundError names the "
+           "module and lists its functions.")
+      .def("__getitem__", &Module::get_function, nb::arg("name"))
       .def("__contains__", &Module::has_function)
       .def(
           "__call__",

@@ -227,25 +227,18 @@ void bind_remote_module(nb::module_& m) {
       "SPEC §1.2's parameters; the whole measurement loop runs on the server and each call "
       "returns a kiln.BenchmarkResult in seconds per call. `f_preproc` names a global "
       "function of the server.");
+  auto get_function = [](const rpc::RemoteModule& mod, const std::string& name) {
+    return without_gil([&] { return mod.get_function(name); });
+  };
   remote_module
-      .def(
-          "get_function",
-          [](const rpc::RemoteModule& mod, const std::string& name) {
-            return without_gil([&] { return mod.get_function(name); });
-          },
-          nb::arg("name"),
-          "The function `name` of the module or of its imports (kiln.RPCError when absent).")
-      .def(
-          "__getitem__",
-          [](const rpc::RemoteModule& mod, const std::string& name) {
-            return without_gil([&] { return mod.get_function(name); });
-          },
-          nb::arg("name"), "get_function(name).")
+      .def("get_function", get_function, nb::arg("name"),
+           "The function `name` of the module or of its imports (kiln.RPCError when absent).")
+      .def("__getitem__", get_function, nb::arg("name"), "get_function(name).")
       .def(
           "__call__",
           [](const rpc::RemoteModule& mod, const nb::args& args) {
             Function entry = without_gil([&] { return mod.get_function(mod.entry_name()); });
-            return nb::cast(entry)(*args);
+            return call_from_python(entry, &PyTuple_GET_ITEM(args.ptr(), 0), args.size());
           },
           "Calls the entry function (entry_name) on the server.")
       .def_prop_ro("entry_name", &rpc::RemoteModule::entry_name,

@@ -60,23 +60,16 @@ std::optional<rpc::RPCConfig> rpc_config_from(nb::handle config) {
   return out;
 }
 
-// The exporter: a name, or a Python callable f(mod, path) called with the Python module
-// object `py_module` (a kiln.Module or a TVM module) under the GIL.
-testing::ExportFunc export_func_from(nb::handle export_func, nb::handle py_module) {
+// The exporter: a name, or a Python callable f(path) (kiln/testing.py binds the user's
+// f(mod, path) to the module object), called under the GIL through a Function.
+testing::ExportFunc export_func_from(nb::handle export_func) {
   if (nb::isinstance<nb::str>(export_func)) return nb::cast<std::string>(export_func);
   if (PyCallable_Check(export_func.ptr()) == 0) {
     throw nb::value_error(
         ("Unsupported export_func: " + nb::cast<std::string>(nb::repr(export_func))).c_str());
   }
-  // f bound to the Python module object (a kiln.Module or a TVM module), wrapped as a
-  // Function so that it is called, and finally released, under the GIL.
-  nb::object module_object = nb::borrow(py_module);
-  Function bound = function_from_callable(
-      nb::cpp_function([f = nb::borrow(export_func), module_object](const std::string& path) {
-        f(module_object, path);
-      }),
-      "export_func");
-  return testing::ExportFunction([bound](const Module&, const std::string& path) { bound(path); });
+  Function f = function_from_callable(export_func, "export_func");
+  return testing::ExportFunction([f](const Module&, const std::string& path) { f(path); });
 }
 
 // What both runners return to Python: the arguments after the final call (host tensors and
@@ -87,15 +80,16 @@ nb::tuple run_result(const testing::RunResult& result) {
   return nb::make_tuple(outputs, nb::cast(result.profile));
 }
 
-// The module to run: a kiln.Module, or an empty one when a callable exports a foreign module.
-Module kiln_module_of(nb::handle mod) {
-  return nb::isinstance<Module>(mod) ? nb::cast<Module>(mod) : Module();
-}
-
-testing::RunHooks interruptible_hooks() {
-  testing::RunHooks hooks;
-  hooks.on_repeat = [](int32_t, int32_t) { check_interrupt(); };
-  return hooks;
+// What both runners take from Python, converted before the GIL is released.
+struct RunInputs {
+  Module module;  // a kiln.Module, or empty when a callable exports a foreign module
+  std::vector<Any> args;
+  std::optional<EvaluatorConfig> config;
+  testing::ExportFunc exporter;
+};
+RunInputs run_inputs(nb::handle mod, nb::handle args, nb::handle config, nb::handle export_func) {
+  return {nb::isinstance<Module>(mod) ? nb::cast<Module>(mod) : Module(), to_anys(args),
+          evaluator_config_from(config), export_func_from(export_func)};
 }
 
 }  // namespace
@@ -105,14 +99,12 @@ void bind_testing(nb::module_& m) {
       "_local_run",
       [](nb::handle mod, const std::string& device_type, nb::handle args, nb::handle config,
          nb::handle export_func, std::optional<std::string> output_format) {
-        const std::vector<Any> values = to_anys(args);
-        const auto evaluator_config = evaluator_config_from(config);
-        const testing::ExportFunc exporter = export_func_from(export_func, mod);
-        const Module module = kiln_module_of(mod);
-        const testing::RunHooks hooks = interruptible_hooks();
+        const RunInputs in = run_inputs(mod, args, config, export_func);
+        testing::RunHooks hooks;  // Ctrl-C is noticed between repeats
+        hooks.on_repeat = [](int32_t, int32_t) { check_interrupt(); };
         testing::RunResult result = without_gil([&] {
-          return testing::local_run(runtime(), module, device_type, values, evaluator_config,
-                                    exporter, output_format, hooks);
+          return testing::local_run(runtime(), in.module, device_type, in.args, in.config,
+                                    in.exporter, output_format, hooks);
         });
         return run_result(result);
       },
@@ -124,14 +116,11 @@ void bind_testing(nb::module_& m) {
       "_rpc_run",
       [](nb::handle mod, const std::string& device_type, nb::handle args, nb::handle config,
          nb::handle rpc_config, nb::handle export_func, std::optional<std::string> output_format) {
-        const std::vector<Any> values = to_anys(args);
-        const auto evaluator_config = evaluator_config_from(config);
+        const RunInputs in = run_inputs(mod, args, config, export_func);
         const auto rpc = rpc_config_from(rpc_config);
-        const testing::ExportFunc exporter = export_func_from(export_func, mod);
-        const Module module = kiln_module_of(mod);
         testing::RunResult result = without_gil([&] {
-          return testing::rpc_run(runtime(), module, device_type, values, evaluator_config, rpc,
-                                  exporter, output_format);
+          return testing::rpc_run(runtime(), in.module, device_type, in.args, in.config, rpc,
+                                  in.exporter, output_format);
         });
         return run_result(result);
       },

@@ -41,6 +41,11 @@ Function resolve(const VirtualMachine& vm, const std::string& name) {
   return vm.get_function(name);
 }
 
+// Whether resolve(vm, name) finds something.
+bool resolvable(const VirtualMachine& vm, const std::string& name) {
+  return is_fixed_name(name) || vm.has_function(name);
+}
+
 // The allocator kind of a memory_cfg value: "naive"/"pooled", or the reference's integer
 // codes 1 (naive) and 2 (pooled).
 std::string allocator_kind(nb::handle value) {
@@ -135,29 +140,14 @@ void bind_vm(nb::module_& m) {
           "A VM for the executable module `exec` on `devices` (the host CPU is appended unless "
           "the last device is a CPU). memory_cfg: None, 'naive'/'pooled', or a dict Device -> "
           "'naive'/'pooled' (or 1/2). profile=True enables profile().")
-      .def(
-          "get_function",
-          [](const VirtualMachine& vm, const std::string& name) { return resolve(vm, name); },
-          nb::arg("name"),
-          "The callable `name`: a fixed VM module function (set_input, invoke_stateful, ...), a "
-          "function saved with save_function, or a VM function (arguments passed as they are). "
-          "kiln.NotFoundError 'Unknown function: <name>' otherwise.")
-      .def(
-          "__getitem__",
-          [](const VirtualMachine& vm, const std::string& name) { return resolve(vm, name); },
-          nb::arg("name"), "The same as get_function(name).")
-      .def(
-          "has_function",
-          [](const VirtualMachine& vm, const std::string& name) {
-            return is_fixed_name(name) || vm.has_function(name);
-          },
-          nb::arg("name"), "Whether get_function(name) finds something.")
-      .def(
-          "__contains__",
-          [](const VirtualMachine& vm, const std::string& name) {
-            return is_fixed_name(name) || vm.has_function(name);
-          },
-          nb::arg("name"))
+      .def("get_function", &resolve, nb::arg("name"),
+           "The callable `name`: a fixed VM module function (set_input, invoke_stateful, ...), a "
+           "function saved with save_function, or a VM function (arguments passed as they are). "
+           "kiln.NotFoundError 'Unknown function: <name>' otherwise.")
+      .def("__getitem__", &resolve, nb::arg("name"), "The same as get_function(name).")
+      .def("has_function", &resolvable, nb::arg("name"),
+           "Whether get_function(name) finds something.")
+      .def("__contains__", &resolvable, nb::arg("name"))
       .def(
           "invoke_closure",
           [](const VirtualMachine& vm, nb::handle closure, nb::handle args) {

@@ -30,13 +30,22 @@ const BoundTypes& bound_types() {
   return types;
 }
 
-}  // namespace
-
-namespace {
-
 // "argument 2", or `what` alone when there is no index: made only for an error message.
 std::string value_name(const char* what, int index) {
   return index < 0 ? std::string(what) : std::string(what) + " " + std::to_string(index);
+}
+
+// The value of a Python int (or of a subclass of int); ValueError naming the value when it does
+// not fit in int64.
+int64_t int64_of(PyObject* p, const char* what, int index) {
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
+  if (overflow != 0) {
+    throw nb::value_error(
+        (value_name(what, index) + ": the integer does not fit in int64").c_str());
+  }
+  if (v == -1 && PyErr_Occurred() != nullptr) throw nb::python_error();
+  return static_cast<int64_t>(v);
 }
 
 }  // namespace
@@ -47,15 +56,7 @@ Any to_any(nb::handle value, const char* what, int index) {
   const BoundTypes& bound = bound_types();
   // Exact types first: these are the values of hot calls.
   if (type == bound.tensor) return Any(*nb::inst_ptr<Tensor>(value));
-  if (type == &PyLong_Type) {
-    int overflow = 0;
-    const long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
-    if (overflow != 0) {
-      throw nb::value_error(
-          (value_name(what, index) + ": the integer does not fit in int64").c_str());
-    }
-    return Any(static_cast<int64_t>(v));
-  }
+  if (type == &PyLong_Type) return Any(int64_of(p, what, index));
   if (type == &PyFloat_Type) return Any(PyFloat_AS_DOUBLE(p));
   if (p == Py_None) return Any();
   if (type == &PyBool_Type) return Any(p == Py_True);
@@ -74,7 +75,8 @@ Any to_any(nb::handle value, const char* what, int index) {
     return Any::bytes(
         std::string_view(PyBytes_AS_STRING(p), static_cast<size_t>(PyBytes_GET_SIZE(p))));
   }
-  if (shape_tuple_type != nullptr && PyObject_TypeCheck(p, (PyTypeObject*)shape_tuple_type)) {
+  if (shape_tuple_type != nullptr &&
+      PyObject_TypeCheck(p, reinterpret_cast<PyTypeObject*>(shape_tuple_type))) {
     std::vector<int64_t> dims;
     for (nb::handle item : nb::borrow<nb::tuple>(value)) dims.push_back(nb::cast<int64_t>(item));
     return Any::shape(std::move(dims));
@@ -86,7 +88,7 @@ Any to_any(nb::handle value, const char* what, int index) {
   }
   // Subclasses of the scalar types (numpy scalars are not: they come below).
   if (PyBool_Check(p)) return Any(p == Py_True);
-  if (PyLong_Check(p)) return Any(nb::cast<int64_t>(value));
+  if (PyLong_Check(p)) return Any(int64_of(p, what, index));
   if (PyFloat_Check(p)) return Any(PyFloat_AsDouble(p));
   if (PyObject_HasAttrString(p, "__dlpack__") != 0) return Any(tensor_from_dlpack(value));
   // numpy scalars and other numbers.
@@ -128,10 +130,8 @@ nb::object call_from_python(const Function& f, PyObject* const* args, size_t n) 
       a.type_code = KILN_TYPE_FLOAT;
       a.value.v_float64 = PyFloat_AS_DOUBLE(p);
     } else if (type == &PyLong_Type) {
-      int overflow = 0;
       a.type_code = KILN_TYPE_INT;
-      a.value.v_int64 = PyLong_AsLongLongAndOverflow(p, &overflow);
-      if (overflow != 0) to_any(nb::handle(p), "argument", static_cast<int>(i));  // throws
+      a.value.v_int64 = int64_of(p, "argument", static_cast<int>(i));
     } else {
       if (owned.empty()) owned.reserve(n);  // to_abi views stay valid: no reallocation
       owned.push_back(to_any(nb::handle(p), "argument", static_cast<int>(i)));

@@ -2,9 +2,10 @@
 // exceptions raised in callbacks cross Kiln as kiln errors and come back out unchanged.
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "bindings.h"
-#include "kiln/rpc/rpc_error.h"
+#include "kiln/error.h"
 
 namespace kiln::python {
 namespace {
@@ -22,10 +23,6 @@ struct ErrorClasses {
   PyObject* rpc_timeout = nullptr;
 };
 ErrorClasses classes;
-
-// Sets the Python exception for a kiln error (RPC errors, ValueError, ... and kiln::Error); other
-// exceptions are left to nanobind's own translation (rethrown).
-void translate_kiln_error(const std::exception_ptr& p);
 
 // A new exception class kiln.<name> with the given bases, added to `m`.
 PyObject* new_error_class(nb::module_& m, const char* name, const nb::tuple& bases,
@@ -47,15 +44,59 @@ thread_local Pending pending;
 
 // Keeps `e` for the thread and throws the kiln error of the kind it stands for, with its text.
 [[noreturn]] void keep_and_throw(const nb::python_error& e) {
-  std::string message = e.what();
   pending.error.emplace(e);
-  pending.message = message;
-  if (e.matches(PyExc_ValueError)) throw ValueError(message);
-  if (e.matches(PyExc_TypeError)) throw TypeError(message);
-  if (e.matches(PyExc_IndexError)) throw IndexError(message);
-  if (e.matches(PyExc_MemoryError)) throw OutOfMemoryError(message);
-  if (e.matches(PyExc_NotImplementedError)) throw UnimplementedError(message);
-  throw RuntimeError(message);
+  pending.message = e.what();
+  const std::pair<PyObject*, int32_t> kinds[] = {
+      {PyExc_ValueError, KILN_ERROR_VALUE},
+      {PyExc_TypeError, KILN_ERROR_TYPE},
+      {PyExc_IndexError, KILN_ERROR_INDEX},
+      {PyExc_MemoryError, KILN_ERROR_OUT_OF_MEMORY},
+      {PyExc_NotImplementedError, KILN_ERROR_UNIMPLEMENTED},
+  };
+  for (const auto& [type, code] : kinds) {
+    if (e.matches(type)) throw_error(code, pending.message);
+  }
+  throw_error(KILN_ERROR_RUNTIME, pending.message);
+}
+
+// The Python class of the kiln error code `code` (kiln.KilnError for unknown codes).
+PyObject* class_of(int32_t code) {
+  switch (code) {
+    case KILN_ERROR_VALUE:
+      return PyExc_ValueError;
+    case KILN_ERROR_TYPE:
+      return PyExc_TypeError;
+    case KILN_ERROR_INDEX:
+      return PyExc_IndexError;
+    case KILN_ERROR_RUNTIME:
+      return PyExc_RuntimeError;
+    case KILN_ERROR_NOT_FOUND:
+      return classes.not_found;
+    case KILN_ERROR_UNAVAILABLE:
+      return classes.unavailable;
+    case KILN_ERROR_OUT_OF_MEMORY:
+      return classes.out_of_memory;
+    case KILN_ERROR_UNIMPLEMENTED:
+      return classes.unimplemented;
+    case KILN_ERROR_ABI:
+      return classes.abi;
+    case kErrorCodeRpc:
+      return classes.rpc;
+    case kErrorCodeRpcSessionTimeout:
+      return classes.rpc_timeout;
+    default:
+      return classes.kiln_error;
+  }
+}
+
+// Sets the Python exception for a kiln error, by its code; other exceptions are left to
+// nanobind's own translation (rethrown).
+void translate_kiln_error(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const Error& e) {
+    PyErr_SetString(class_of(e.code()), e.what());
+  }
 }
 
 }  // namespace
@@ -171,39 +212,5 @@ void set_python_error(const std::exception_ptr& e) {
     PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
   }
 }
-
-namespace {
-
-void translate_kiln_error(const std::exception_ptr& p) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const rpc::RPCSessionTimeoutError& e) {
-    PyErr_SetString(classes.rpc_timeout, e.what());
-  } catch (const rpc::RPCError& e) {
-    PyErr_SetString(classes.rpc, e.what());
-  } catch (const ValueError& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const TypeError& e) {
-    PyErr_SetString(PyExc_TypeError, e.what());
-  } catch (const IndexError& e) {
-    PyErr_SetString(PyExc_IndexError, e.what());
-  } catch (const NotFoundError& e) {
-    PyErr_SetString(classes.not_found, e.what());
-  } catch (const UnavailableError& e) {
-    PyErr_SetString(classes.unavailable, e.what());
-  } catch (const OutOfMemoryError& e) {
-    PyErr_SetString(classes.out_of_memory, e.what());
-  } catch (const UnimplementedError& e) {
-    PyErr_SetString(classes.unimplemented, e.what());
-  } catch (const AbiError& e) {
-    PyErr_SetString(classes.abi, e.what());
-  } catch (const RuntimeError& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (const Error& e) {
-    PyErr_SetString(classes.kiln_error, e.what());
-  }
-}
-
-}  // namespace
 
 }  // namespace kiln::python
