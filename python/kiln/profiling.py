@@ -28,9 +28,9 @@ Hardware counters come from metric collectors: the plugins' (``collector("perf")
 import itertools
 import json as _json
 import math
+import weakref
 
 from . import _kiln
-import weakref
 
 from ._kiln import Count, Duration, Percent, Ratio, Report, device_report_name
 
