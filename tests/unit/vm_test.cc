@@ -479,6 +479,44 @@ TEST(VM, ModuleFunctionTable) {  // §2.6
   EXPECT_EQ(m["func0"](1, 2).cast<int64_t>(), 3);
 }
 
+TEST(VM, ModuleIsALiveViewOfTheVM) {  // §2.6: the reference's wrapper works through the module
+  VirtualMachine vm(mlp_program(), mlp_libraries(), {Device::cpu()});
+  Module m = vm.module();
+  EXPECT_FALSE(m.has_function("saved_main"));
+  Tensor x = filled({64, 16}, 1.0f), w = filled({16, 32}, 0.5f), bias = filled({32}, 1.0f);
+  // Saved through the module's own save_function: found in that module, listed, and timed
+  // by a time evaluator made from it.
+  m["save_function"]("main", "saved_main", true, x, w, bias);
+  EXPECT_TRUE(m.has_function("saved_main"));
+  EXPECT_THAT(m.function_names(), ::testing::Contains("saved_main"));
+  const Tensor direct = vm["main"](x, w, bias).cast<Tensor>();
+  const Tensor saved = m["saved_main"]().cast<Tensor>();
+  EXPECT_EQ(saved.host_span<float>()[0], direct.host_span<float>()[0]);
+  EXPECT_EQ(time_evaluator(m, "saved_main", Device::cpu(), 2, 2).call().results().size(), 2u);
+  // Saved through the VM after the module was made: found too; a re-save replaces it.
+  vm.save_function("main", "later", {Any(x), Any(w), Any(bias)}, /*include_return=*/false);
+  EXPECT_TRUE(m["later"]().is_none());
+  m["save_function"]("main", "later", true, x, w, bias);
+  EXPECT_FALSE(m["later"]().is_none());
+  try {
+    m["never_saved"];
+    FAIL();
+  } catch (const NotFoundError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("saved_main"));  // the listing includes saved functions
+  }
+}
+
+TEST(VM, RefusesADeviceIndexTheBackendDoesNotHave) {  // §2.8, at construction, not mid-run
+  try {
+    VirtualMachine(storage_program(), {}, {Device::cpu(0), Device::cpu(1)});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("VirtualMachine: device cpu:1 does not exist: there is one "
+                                    "(cpu:0)"));
+  }
+  EXPECT_THROW(VirtualMachine(storage_program(), {}, {Device::cpu(-1)}), ValueError);
+}
+
 TEST(VM, BuiltinErrorKinds) {  // checklist 13
   Function check_tensor = registry::require("vm.builtin.check_tensor_info");
   try {
@@ -495,6 +533,13 @@ TEST(VM, BuiltinErrorKinds) {  // checklist 13
     EXPECT_THAT(e.what(), HasSubstr("ctx expect Tensor with dtype int32 but get float32"));
   }
   EXPECT_NO_THROW(check_tensor(t, -1, "ctx"));
+  // An empty dtype string, as the reference emits for an annotation without a dtype, and
+  // None check nothing; the ndim is still checked.
+  EXPECT_NO_THROW(check_tensor(t, 2, std::string(), "ctx"));
+  EXPECT_NO_THROW(check_tensor(t, 2, Any(), "ctx"));
+  EXPECT_NO_THROW(check_tensor(t, 2, DataType::Float(32), "ctx"));
+  EXPECT_THROW(check_tensor(t, 3, std::string(), "ctx"), ValueError);
+  EXPECT_THROW(check_tensor(t, 2, std::string("float16"), "ctx"), ValueError);
   Function match = registry::require("vm.builtin.match_shape");
   Tensor heap = Tensor::empty({2}, DataType::Int(64));
   match(t, heap, 2, 1, 0, 0, 3, "m");  // store dim 0 at heap[0]; dim 1 must be 3

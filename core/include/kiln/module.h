@@ -4,6 +4,7 @@
 #define KILN_MODULE_H_
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -45,6 +46,15 @@ class ModuleObj : public Object {
   const std::string& source() const { return source_; }
   void set_source(std::string source) { source_ = std::move(source); }
 
+  // For a module whose function set changes after it is made (a VM, whose save_function adds
+  // names): `find` is asked on every lookup of a name not added with add_function, and
+  // `names` on every listing; neither is cached. They must not hold this module (a cycle).
+  struct FunctionSource {
+    std::function<std::optional<Function>(const std::string&)> find;
+    std::function<std::vector<std::string>()> names;
+  };
+  void set_function_source(FunctionSource source);
+
   std::optional<Function> find_function(const std::string& name);
   std::vector<std::string> function_names() const;
   std::vector<Ref<ModuleObj>> imports;
@@ -63,6 +73,7 @@ class ModuleObj : public Object {
   std::map<std::string, Function> functions_;      // added in C++
   std::map<std::string, KilnCallable> callables_;  // resolved through the loader
   std::vector<std::string> lazy_names_;
+  FunctionSource source_fns_;
   KilnLoadedModule loaded_{};
   Ref<Object> plugin_;
 };

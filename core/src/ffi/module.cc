@@ -43,9 +43,19 @@ Ref<ModuleObj> ModuleObj::from_loader(const KilnLoadedModule& loaded, Ref<Object
   return obj;
 }
 
-std::optional<Function> ModuleObj::find_function(const std::string& name) {
+void ModuleObj::set_function_source(FunctionSource source) {
   std::lock_guard<std::mutex> lock(mu_);
+  source_fns_ = std::move(source);
+}
+
+std::optional<Function> ModuleObj::find_function(const std::string& name) {
+  std::unique_lock<std::mutex> lock(mu_);
   if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+  if (source_fns_.find) {
+    auto find = source_fns_.find;  // asked unlocked: it may look up other modules
+    lock.unlock();
+    return find(name);
+  }
   // Each Function handed out keeps this module (and so its library and plugin) alive; the
   // cache holds only the raw callable so that the module does not keep itself alive.
   if (auto it = callables_.find(name); it != callables_.end()) {
@@ -68,9 +78,14 @@ std::optional<Function> ModuleObj::find_function(const std::string& name) {
 }
 
 std::vector<std::string> ModuleObj::function_names() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::set<std::string> names(lazy_names_.begin(), lazy_names_.end());
   for (const auto& [name, f] : functions_) names.insert(name);
+  if (source_fns_.names) {
+    auto list = source_fns_.names;
+    lock.unlock();
+    for (std::string& name : list()) names.insert(std::move(name));
+  }
   return {names.begin(), names.end()};
 }
 

@@ -247,7 +247,11 @@ Any check_tensor_info(const Any* a, int32_t n) {
     throw ValueError(
         fmt::format("{} expect Tensor with ndim {} but get {}", err_ctx, ndim, t.ndim()));
   }
-  if (n == 4 && !a[2].is_none()) {
+  // None, "" and the void dtype all mean "any dtype" (the reference passes "" when the
+  // annotation has no dtype).
+  const bool no_dtype = n < 4 || a[2].is_none() ||
+                        (a[2].type_code() == KILN_TYPE_STRING && a[2].cast<std::string>().empty());
+  if (!no_dtype) {
     const DataType dtype = a[2].cast<DataType>();
     const bool is_void = dtype.code == kDLOpaqueHandle && dtype.bits == 0;
     if (!is_void && dtype != t.dtype()) {

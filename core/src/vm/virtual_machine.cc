@@ -108,8 +108,21 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
   // The host is always the last device (§2.8).
   if (devices.back().type != kDLCPU) devices.push_back(Device::cpu());
   for (const Device& d : devices) {
-    allocators_.push_back(
-        make_allocator(memory_cfg.kind_for(d), device_context.backend(d.type), d));
+    Ref<DeviceBackend> backend = device_context.backend(d.type);
+    // Refused here rather than at the first allocation on the device, mid-run.
+    std::string why_none;
+    const int32_t count = backend->device_count(&why_none);
+    if (d.id < 0 || d.id >= count) {
+      const std::string first = device_context.device_str(Device{d.type, 0});
+      throw ValueError(fmt::format(
+          "VirtualMachine: device {} does not exist: {}", device_context.device_str(d),
+          count <= 0 ? fmt::format("there is no such device ({})", why_none)
+          : count == 1
+              ? fmt::format("there is one ({})", first)
+              : fmt::format("there are {} ({} to {})", count, first,
+                            device_context.device_str(Device{d.type, count - 1}))));
+    }
+    allocators_.push_back(make_allocator(memory_cfg.kind_for(d), backend, d));
   }
   // Constants: tensors go to devices[0].
   for (const Constant& c : exec->constants) {
@@ -620,6 +633,12 @@ bool VirtualMachine::has_function(const std::string& name) const {
   auto it = impl_->exec->func_map.find(name);
   return it != impl_->exec->func_map.end() &&
          impl_->exec->func_table[static_cast<size_t>(it->second)].kind == FuncKind::kVMFunc;
+}
+
+std::vector<std::string> VirtualMachine::saved_function_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, closure] : impl_->saved) names.push_back(name);
+  return names;
 }
 
 Function VirtualMachine::get_function(const std::string& name) const {

@@ -151,16 +151,22 @@ Module VirtualMachine::module() const {
     }
     return Any(names[static_cast<size_t>(i)]);
   });
-  // Every VM function and saved function, resolved per call (fixed names win, §2.6).
-  std::vector<std::string> names;
-  for (const FuncInfo& info : impl_->exec->func_table) {
-    if (info.kind == FuncKind::kVMFunc) names.push_back(info.name);
-  }
-  for (const auto& [name, closure] : impl_->saved) names.push_back(name);
-  for (const std::string& name : names) {
-    if (obj->find_function(name)) continue;
-    obj->add_function(name, get_function(name));
-  }
+  // Every VM function and saved function, looked up on the VM at each use, so that a function
+  // saved later (through this module's save_function or the VM) is found: the module is a
+  // view of the VM, as the reference's is (§2.6). Fixed names above win.
+  obj->set_function_source(ModuleObj::FunctionSource{
+      [self](const std::string& name) -> std::optional<Function> {
+        if (!self.has_function(name)) return std::nullopt;
+        return self.get_function(name);
+      },
+      [self] {
+        std::vector<std::string> names;
+        for (const FuncInfo& info : self.executable().func_table) {
+          if (info.kind == FuncKind::kVMFunc) names.push_back(info.name);
+        }
+        for (const std::string& name : self.saved_function_names()) names.push_back(name);
+        return names;
+      }});
   return Module(std::move(obj));
 }
 

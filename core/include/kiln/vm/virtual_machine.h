@@ -109,6 +109,8 @@ class VirtualMachine {
   Function get_function(const std::string& name) const;
   Function operator[](const std::string& name) const { return get_function(name); }
   bool has_function(const std::string& name) const;
+  // The names given to save_function so far, sorted.
+  std::vector<std::string> saved_function_names() const;
 
   // Calls a closure (or a plain function) with `args` (SPEC §2.4).
   Any invoke_closure(const Any& closure, const std::vector<Any>& args) const;
