@@ -506,6 +506,33 @@ TEST(VM, ModuleIsALiveViewOfTheVM) {  // §2.6: the reference's wrapper works th
   }
 }
 
+TEST(VM, ExecutableMakesVMsThroughItsModuleFunctions) {  // §2.1 vm_load_executable, §2.8
+  const Module exec = make_executable_module(add_program(), {});
+  const Module vm = exec["vm_load_executable"]().cast<Module>();
+  try {
+    vm["func0"](1, 2);
+    FAIL();
+  } catch (const RuntimeError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("VM function 'func0' called before vm_initialization"));
+  }
+  EXPECT_THROW(vm["vm_initialization"](kDLCPU, 0), ValueError);     // not a multiple of 3
+  EXPECT_THROW(vm["vm_initialization"](kDLCPU, 0, 3), ValueError);  // no allocator 3
+  vm["vm_initialization"](kDLCPU, 0, 2);
+  EXPECT_THROW(vm["vm_initialization"](kDLCPU, 0, 2), RuntimeError);  // once only
+  EXPECT_EQ(vm["func0"](1, 2).cast<int64_t>(), 3);
+  vm["save_function"]("func0", "plus_ten", true, 10);
+  EXPECT_EQ(vm["plus_ten"](5).cast<int64_t>(), 15);
+  // The profiling VM can profile; the plain one says it cannot.
+  const Module prof = exec["vm_profiler_load_executable"]().cast<Module>();
+  prof["vm_initialization"](kDLCPU, 0, 1);
+  EXPECT_THAT(prof["profile"]("func0", 1, 2).cast<std::string>(), HasSubstr("\"calls\""));
+  EXPECT_THROW(vm["profile"]("func0", 1, 2), RuntimeError);
+  // Each call makes a new VM: state is not shared.
+  const Module other = exec["vm_load_executable"]().cast<Module>();
+  other["vm_initialization"](kDLCPU, 0, 2);
+  EXPECT_FALSE(other.has_function("plus_ten"));
+}
+
 TEST(VM, RefusesADeviceIndexTheBackendDoesNotHave) {  // §2.8, at construction, not mid-run
   try {
     VirtualMachine(storage_program(), {}, {Device::cpu(0), Device::cpu(1)});

@@ -116,11 +116,10 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
       const std::string first = device_context.device_str(Device{d.type, 0});
       throw ValueError(fmt::format(
           "VirtualMachine: device {} does not exist: {}", device_context.device_str(d),
-          count <= 0 ? fmt::format("there is no such device ({})", why_none)
-          : count == 1
-              ? fmt::format("there is one ({})", first)
-              : fmt::format("there are {} ({} to {})", count, first,
-                            device_context.device_str(Device{d.type, count - 1}))));
+          count <= 0   ? fmt::format("there is no such device ({})", why_none)
+          : count == 1 ? fmt::format("there is one ({})", first)
+                       : fmt::format("there are {} ({} to {})", count, first,
+                                     device_context.device_str(Device{d.type, count - 1}))));
     }
     allocators_.push_back(make_allocator(memory_cfg.kind_for(d), backend, d));
   }

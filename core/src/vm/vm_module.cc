@@ -154,21 +154,93 @@ Module VirtualMachine::module() const {
   // Every VM function and saved function, looked up on the VM at each use, so that a function
   // saved later (through this module's save_function or the VM) is found: the module is a
   // view of the VM, as the reference's is (§2.6). Fixed names above win.
-  obj->set_function_source(ModuleObj::FunctionSource{
-      [self](const std::string& name) -> std::optional<Function> {
-        if (!self.has_function(name)) return std::nullopt;
-        return self.get_function(name);
-      },
-      [self] {
-        std::vector<std::string> names;
-        for (const FuncInfo& info : self.executable().func_table) {
-          if (info.kind == FuncKind::kVMFunc) names.push_back(info.name);
+  obj->set_function_source(
+      ModuleObj::FunctionSource{[self](const std::string& name) -> std::optional<Function> {
+                                  if (!self.has_function(name)) return std::nullopt;
+                                  return self.get_function(name);
+                                },
+                                [self] {
+                                  std::vector<std::string> names;
+                                  for (const FuncInfo& info : self.executable().func_table) {
+                                    if (info.kind == FuncKind::kVMFunc) names.push_back(info.name);
+                                  }
+                                  for (const std::string& name : self.saved_function_names())
+                                    names.push_back(name);
+                                  return names;
+                                }});
+  return Module(std::move(obj));
+}
+
+namespace {
+
+// What the executable's vm_load_executable() returns (§2.1): a VM module with no VM yet.
+// vm_initialization(type, id, allocator, ...) makes the VM; from then on every function of
+// VirtualMachine::module() is found here. Remote callers (RPC) build a VM this way, as the
+// reference's Python VirtualMachine does.
+Module make_uninitialized_vm_module(Ref<ExecutablePayload> payload, bool profile) {
+  struct State {
+    std::mutex mu;
+    Module vm;  // VirtualMachine::module() once initialized
+  };
+  auto state = std::make_shared<State>();
+  auto obj = make_object<ModuleObj>("vm", "");
+  obj->add_function(
+      "vm_initialization", Function::from_packed("vm_initialization", [payload, profile, state](
+                                                                          const Any* a, int32_t n) {
+        if (n == 0 || n % 3 != 0) {
+          throw ValueError(fmt::format(
+              "vm_initialization takes (device_type, device_id, allocator_type) for each "
+              "device: a positive multiple of 3 arguments, got {}",
+              n));
         }
-        for (const std::string& name : self.saved_function_names()) names.push_back(name);
-        return names;
+        std::lock_guard<std::mutex> lock(state->mu);
+        if (state->vm.defined()) throw RuntimeError("vm_initialization: the VM is initialized");
+        std::vector<Device> devices;
+        std::vector<std::pair<Device, std::string>> memory;
+        for (int32_t i = 0; i < n; i += 3) {
+          const Device d{static_cast<int32_t>(a[i].cast<int64_t>()),
+                         static_cast<int32_t>(a[i + 1].cast<int64_t>())};
+          const auto kind = a[i + 2].cast<int64_t>();
+          if (kind != static_cast<int64_t>(MemoryConfig::Kind::kNaive) &&
+              kind != static_cast<int64_t>(MemoryConfig::Kind::kPooled)) {
+            throw ValueError(fmt::format(
+                "vm_initialization: allocator type {} for device {} is neither 1 (naive) nor 2 "
+                "(pooled)",
+                kind, payload->context.device_str(d)));
+          }
+          devices.push_back(d);
+          memory.emplace_back(d, kind == 1 ? "naive" : "pooled");
+        }
+        state->vm =
+            VirtualMachine(Executable(*payload->exec), payload->libraries, std::move(devices),
+                           payload->context, MemoryConfig(std::move(memory)), profile)
+                .module();
+        return Any();
+      }));
+  auto initialized = [state]() -> Module {
+    std::lock_guard<std::mutex> lock(state->mu);
+    return state->vm;
+  };
+  obj->set_function_source(ModuleObj::FunctionSource{
+      [initialized, payload](const std::string& name) -> std::optional<Function> {
+        if (Module vm = initialized(); vm.defined()) return vm.get()->find_function(name);
+        if (!payload->exec->func_map.count(name)) return std::nullopt;
+        // A function the VM will have: say what is missing rather than "no function".
+        return Function::from_packed(name, [name](const Any*, int32_t) -> Any {
+          throw RuntimeError(fmt::format(
+              "VM function '{}' called before vm_initialization(device_type, device_id, "
+              "allocator_type, ...)",
+              name));
+        });
+      },
+      [initialized]() {
+        Module vm = initialized();
+        return vm.defined() ? vm.function_names() : std::vector<std::string>{};
       }});
   return Module(std::move(obj));
 }
+
+}  // namespace
 
 Module make_executable_module(Executable exec, std::vector<Module> kernel_libraries,
                               const std::string& name, const DeviceContext& context) {
@@ -189,6 +261,13 @@ Module make_executable_module(Executable exec, std::vector<Module> kernel_librar
                       expect_at_least("has_function", n, 1);
                       return Any(ex->func_map.count(a[0].cast<std::string>()) != 0);
                     }));
+  for (const bool profile : {false, true}) {
+    const char* fname = profile ? "vm_profiler_load_executable" : "vm_load_executable";
+    Ref<ExecutablePayload> keep = payload;
+    obj->add_function(fname, Function::from_packed(fname, [keep, profile](const Any*, int32_t) {
+                        return Any(make_uninitialized_vm_module(keep, profile));
+                      }));
+  }
   for (const FuncInfo& info : ex->func_table) {
     if (info.kind != FuncKind::kVMFunc || obj->find_function(info.name)) continue;
     Ref<ExecutablePayload> keep = payload;

@@ -159,7 +159,11 @@ class VirtualMachine {
 // The module kind of VM executables.
 inline constexpr const char* kExecutableModuleKind = "vm.executable";
 // Wraps `exec` as a module of kind kExecutableModuleKind importing `kernel_libraries`. Its
-// functions: "stats", "as_text", "has_function", and each VM function, which runs in a VM on
+// functions: "stats", "as_text", "has_function", "vm_load_executable" and
+// "vm_profiler_load_executable" (each returns a new VM module with no VM yet: its
+// "vm_initialization(device_type, device_id, allocator_type, ...)" makes one, 1 = naive and
+// 2 = pooled, after which it has module()'s functions; SPEC §2.1, §2.8: how RPC clients make
+// a VM on a server), and each VM function, which runs in a VM on
 // the device of its first tensor argument (CPU when none), created on first use. Its artifacts
 // are the bytecode (role "bytecode", `<name>`) and the libraries' own artifacts, so exporting it
 // with "tar" and loading the package gives the same module.
