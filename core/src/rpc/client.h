@@ -25,6 +25,9 @@ class Runtime;
 namespace kiln::rpc {
 
 struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
+  // What the session needs kept until it is closed: the in-process server of local_session().
+  // First, so that it goes last, after the connection has closed.
+  std::shared_ptr<void> keep_alive;
   std::unique_ptr<Connection> conn;
   std::string peer;
   std::string server_key;

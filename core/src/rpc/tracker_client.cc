@@ -121,6 +121,22 @@ class TrackerConnection {
 
 }  // namespace
 
+std::string random_key(const std::string& prefix, const std::set<std::string>& used) {
+  // As the reference's str(random.random()): a fraction in [0, 1), shortest round-trip form.
+  thread_local std::mt19937_64 engine{std::random_device{}()};
+  std::uniform_real_distribution<double> fraction(0.0, 1.0);
+  for (;;) {
+    std::string key = fmt::format("{}:{}", prefix, fraction(engine));
+    if (used.count(key) == 0) return key;
+  }
+}
+
+std::pair<std::string, std::string> split_random_key(const std::string& matchkey) {
+  const size_t colon = matchkey.rfind(':');
+  if (colon == std::string::npos) return {matchkey, ""};
+  return {matchkey.substr(0, colon), matchkey.substr(colon + 1)};
+}
+
 // ---------------------------------------------------------------------------------------------
 // TrackerSession
 
@@ -310,15 +326,15 @@ struct TrackerRegistration::Impl {
   std::optional<Clock::time_point> last_attempt;
   Clock::time_point last_ping;
   bool reported_unreachable = false;
-  std::random_device random;
-  uint64_t counter = 0;
+  std::set<std::string> used_keys;  // every matchkey offered so far: never offered twice
 
   std::string tracker() const { return fmt::format("{}:{}", o.tracker_host, o.tracker_port); }
   Json custom_addr() const { return o.custom_addr ? Json(*o.custom_addr) : Json(nullptr); }
 
   std::string new_matchkey() {
-    const uint64_t r = (static_cast<uint64_t>(random()) << 32) ^ random();
-    return fmt::format("{}:{:016x}{:x}", o.key, r, counter++);
+    std::string key = random_key(o.key, used_keys);
+    used_keys.insert(key);
+    return key;
   }
 
   void expect_success(const Json& reply, const char* what) {

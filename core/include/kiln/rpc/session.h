@@ -98,10 +98,23 @@ RPCSession connect(const std::string& host, int port, const ConnectOptions& opti
 RPCSession connect(const std::string& host, int port, const std::string& key,
                    double session_timeout_s = 0);
 
+// An in-process session, TVM's rpc.LocalSession: the same client API over a server that runs
+// on a loopback port of this process, for tests and code that treat local and remote alike.
+// Its files live in a fresh private temporary directory, removed when the session ends; only
+// this client can use the server (a random token, one session); its remote devices are this
+// process's devices of `runtime` (which must outlive the session). Data still crosses a
+// socket, so timings include the protocol as a remote session's would, less the network.
+RPCSession local_session(Runtime& runtime);
+// API-edge default: local_session(Runtime::global()).
+RPCSession local_session();
+
 // A module loaded on the server.
 class RemoteModule {
  public:
   RemoteModule() = default;
+  // The module a remote function returned (an executable's vm_load_executable(), ...).
+  // TypeError when `value` is not a module of an RPC session.
+  static RemoteModule from_value(const Any& value);
   // The function `name` of the module (or its imports); an RPCError when absent.
   Function get_function(const std::string& name) const;
   Function operator[](const std::string& name) const { return get_function(name); }
@@ -111,6 +124,8 @@ class RemoteModule {
   RemoteTimeEvaluator time_evaluator(const std::string& name, Device device,
                                      TimeEvaluatorOptions options = {}) const;
   uint64_t handle() const;
+  // The session the module lives in.
+  RPCSession session() const;
   bool defined() const { return static_cast<bool>(obj_); }
 
   struct Obj;

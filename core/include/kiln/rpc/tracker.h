@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln {
@@ -24,6 +26,15 @@ class RPCSession;
 inline constexpr int32_t kTrackerMagic = 0x2F271;
 // The largest JSON message either side accepts (TVM's MAX_TRACKER_MSG_BYTES).
 inline constexpr int32_t kMaxTrackerMessageBytes = 1 << 20;
+
+// Match keys (SPEC §4.5): a server offers itself to the tracker as "<key>:<random>" and a
+// client granted it connects with "client:<that>"; the key is the text before the last ':',
+// so keys that contain ':' ("127.0.0.1:5555") work.
+//
+// random_key: "<prefix>:<random>" that is none of `used` (TVM's random_key(prefix, cmap)).
+std::string random_key(const std::string& prefix, const std::set<std::string>& used = {});
+// split_random_key: {key, random}, split at the last ':'; {key, ""} when there is none.
+std::pair<std::string, std::string> split_random_key(const std::string& matchkey);
 
 // The command codes of the tracker protocol.
 enum class TrackerCode : int32_t {
