@@ -465,6 +465,21 @@ const std::string& RemoteModule::entry_name() const {
 
 uint64_t RemoteModule::handle() const { return obj_ ? obj_->handle->handle : 0; }
 
+RPCSession RemoteModule::session() const {
+  if (!obj_) throw RuntimeError("RemoteModule is empty");
+  return RPCSession(obj_->handle->session);
+}
+
+RemoteModule RemoteModule::from_value(const Any& value) {
+  const Ref<RemoteHandle> handle = value.as_object<RemoteHandle>();
+  if (!handle || !handle->is_module) {
+    throw TypeError(fmt::format("expected a remote module, got {}", value.type_name()));
+  }
+  auto obj = std::make_shared<Obj>();
+  obj->handle = handle;
+  return RemoteModule(std::move(obj));
+}
+
 RemoteTimeEvaluator RemoteModule::time_evaluator(const std::string& name, Device device,
                                                  TimeEvaluatorOptions options) const {
   options.validate();
