@@ -1,13 +1,20 @@
-// The VM's dispatch cost: a VM function of kCalls Call instructions to the same packed
-// function, beside kCalls direct calls of that function from C++ in the same run, per call:
-// a no-op (libcalls.so noop) and a function taking 3 register arguments (libcalls.so touch3
-// with three tensors, and add3 with three ints). Also the MLP example (examples/vm/mlp.kvmt)
-// with pooled against naive allocation.
+// The VM's dispatch cost, per Call instruction: a VM function of kCalls Call instructions to the
+// same packed function of libcalls.so (noop; add3 with three int registers; touch3 with three
+// tensor registers), each result dropped.
+//   BM_Kiln_VM*   Kiln's VM, one call of the VM function per iteration (manual time / kCalls)
+//   BM_Floor_VM*  the floor: kCalls direct calls of the same function from C++
+//                 (Function::call_abi with packed arguments), the fastest of 8 placements of
+//                 that loop (bench/fastest_loop.h)
+// TVM's Relax VM runs the same program over the same bodies in bench/tvm/tvm_vm_bench.py
+// (BM_Tvm_VM*). Also the MLP example (examples/vm/mlp.kvmt) with pooled against naive
+// allocation. Run through bench/interleave.py (docs/benchmarks.md, "VM dispatch").
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "fastest_loop.h"
 #include "kiln/kiln.h"
 #include "kiln/vm/exec_builder.h"
 #include "kiln/vm/virtual_machine.h"
@@ -38,21 +45,29 @@ kiln::vm::VirtualMachine dispatch_vm(const std::string& callee, int num_args) {
   return kiln::vm::VirtualMachine(b.get(), {calls()}, {kiln::Device::cpu()});
 }
 
-template <typename Args>
-void run_direct(benchmark::State& state, const char* name, const Args& args) {
+// The floor: kCalls direct calls with packed arguments, ns per call (manual time).
+void run_direct(benchmark::State& state, const char* name, const std::vector<KilnAny>& args) {
   kiln::Function f = calls()[name];
+  const KilnAny* packed = args.data();
+  const auto n = static_cast<int32_t>(args.size());
   for (auto _ : state) {
-    for (int i = 0; i < kCalls; ++i)
-      benchmark::DoNotOptimize(f.call_abi(args.data(), static_cast<int32_t>(args.size())));
+    state.SetIterationTime(
+        kiln_bench::fastest_batch_seconds(
+            [&f, packed, n](int64_t) { benchmark::DoNotOptimize(f.call_abi(packed, n)); }, kCalls) /
+        kCalls);
   }
-  state.SetItemsProcessed(state.iterations() * kCalls);
 }
 
+// One call of the VM function (kCalls Call instructions) per iteration, ns per instruction.
 void run_vm(benchmark::State& state, const char* name, int num_args, const std::vector<Any>& args) {
   kiln::vm::VirtualMachine vm = dispatch_vm(name, num_args);
   kiln::Function run = vm["run"];
-  for (auto _ : state) benchmark::DoNotOptimize(run.call_packed(args));
-  state.SetItemsProcessed(state.iterations() * kCalls);
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(run.call_packed(args));
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    state.SetIterationTime(took.count() / kCalls);
+  }
 }
 
 std::vector<Any> tensors3() {
@@ -60,31 +75,28 @@ std::vector<Any> tensors3() {
   return {Any(t), Any(t), Any(t)};
 }
 
-void BM_Direct_Noop(benchmark::State& state) {
-  std::vector<KilnAny> none(1);
-  kiln::Function f = calls()["noop"];
-  for (auto _ : state) {
-    for (int i = 0; i < kCalls; ++i) benchmark::DoNotOptimize(f.call_abi(none.data(), 0));
-  }
-  state.SetItemsProcessed(state.iterations() * kCalls);
+std::vector<KilnAny> to_abi(const std::vector<Any>& args) {
+  std::vector<KilnAny> abi;
+  for (const Any& a : args) abi.push_back(a.to_abi());
+  return abi;
 }
-void BM_VM_Noop(benchmark::State& state) { run_vm(state, "noop", 0, {Any(0), Any(0), Any(0)}); }
 
-void BM_Direct_Tensorx3(benchmark::State& state) {
+void BM_Floor_VMNoop(benchmark::State& state) { run_direct(state, "noop", {}); }
+void BM_Kiln_VMNoop(benchmark::State& state) { run_vm(state, "noop", 0, {Any(0), Any(0), Any(0)}); }
+
+void BM_Floor_VMTensorx3(benchmark::State& state) {
   const std::vector<Any> args = tensors3();
-  std::vector<KilnAny> abi;
-  for (const Any& a : args) abi.push_back(a.to_abi());
-  run_direct(state, "touch3", abi);
+  run_direct(state, "touch3", to_abi(args));
 }
-void BM_VM_Tensorx3(benchmark::State& state) { run_vm(state, "touch3", 3, tensors3()); }
+void BM_Kiln_VMTensorx3(benchmark::State& state) { run_vm(state, "touch3", 3, tensors3()); }
 
-void BM_Direct_Int64x3(benchmark::State& state) {
+void BM_Floor_VMInt64x3(benchmark::State& state) {
   const std::vector<Any> args = {Any(1), Any(2), Any(3)};
-  std::vector<KilnAny> abi;
-  for (const Any& a : args) abi.push_back(a.to_abi());
-  run_direct(state, "add3", abi);
+  run_direct(state, "add3", to_abi(args));
 }
-void BM_VM_Int64x3(benchmark::State& state) { run_vm(state, "add3", 3, {Any(1), Any(2), Any(3)}); }
+void BM_Kiln_VMInt64x3(benchmark::State& state) {
+  run_vm(state, "add3", 3, {Any(1), Any(2), Any(3)});
+}
 
 // The MLP example (examples/vm/mlp.kvmt: two dense layers, matmul + bias_add + relu, with
 // storage from vm.builtin.alloc_storage) with each allocator, on the inputs of
@@ -103,12 +115,14 @@ void BM_MLP(benchmark::State& state, const char* memory) {
   for (auto _ : state) benchmark::DoNotOptimize(f.call_packed(args));
 }
 
-BENCHMARK(BM_Direct_Noop);
-BENCHMARK(BM_VM_Noop);
-BENCHMARK(BM_Direct_Int64x3);
-BENCHMARK(BM_VM_Int64x3);
-BENCHMARK(BM_Direct_Tensorx3);
-BENCHMARK(BM_VM_Tensorx3);
+// Manual time is per call while an iteration makes kCalls calls (8 x kCalls for a floor): fixed
+// iteration counts (~0.1-0.2 s), since Google Benchmark would size the run by the manual time.
+BENCHMARK(BM_Floor_VMNoop)->UseManualTime()->Iterations(5000);
+BENCHMARK(BM_Kiln_VMNoop)->UseManualTime()->Iterations(20000);
+BENCHMARK(BM_Floor_VMInt64x3)->UseManualTime()->Iterations(5000);
+BENCHMARK(BM_Kiln_VMInt64x3)->UseManualTime()->Iterations(20000);
+BENCHMARK(BM_Floor_VMTensorx3)->UseManualTime()->Iterations(5000);
+BENCHMARK(BM_Kiln_VMTensorx3)->UseManualTime()->Iterations(20000);
 BENCHMARK_CAPTURE(BM_MLP, naive, "naive");
 BENCHMARK_CAPTURE(BM_MLP, pooled, "pooled");
 
