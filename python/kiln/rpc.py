@@ -37,8 +37,11 @@ __all__ = [
     "RemoteModule",
     "RemoteTimeEvaluator",
     "TrackerSession",
+    "LocalSession",
     "connect",
     "connect_tracker",
+    "random_key",
+    "split_random_key",
 ]
 
 
@@ -77,3 +80,27 @@ def connect_tracker(host, port, connect_timeout=10):
     forever, as does ``wait=None``). Also a context manager that closes it.
     """
     return _kiln._rpc_connect_tracker(host, int(port), connect_timeout=connect_timeout)
+
+
+def LocalSession():  # noqa: N802  (TVM's name: rpc.LocalSession() makes a session)
+    """An in-process session (TVM's ``rpc.LocalSession``): the RPCSession API over a server
+    that runs inside this process on a loopback port, with its files in a fresh private
+    temporary directory removed when the session closes. For tests, and for code that treats
+    local and remote devices alike: ``session.cpu(0)``, upload, load_module, remote tensors and
+    time evaluators behave as with a remote server (only this client can use that server: a
+    random token, one session)."""
+    return _kiln._rpc_local_session()
+
+
+def random_key(prefix, cmap=None):
+    """A match key ``"<prefix>:<random fraction>"`` that is not a key of `cmap` (any container
+    of keys; TVM's ``rpc.base.random_key``, SPEC §4.5)."""
+    return _kiln._random_key(prefix, set(cmap) if cmap else set())
+
+
+def split_random_key(key):
+    """`key` split at its last ':' into ``[key, random]``, or ``[key]`` when it has none (TVM's
+    ``split_random_key``: keys that contain ':' of their own, like ``127.0.0.1:5555:0.5``,
+    keep them)."""
+    head, tail = _kiln._split_random_key(key)
+    return [head, tail] if ":" in key else [head]

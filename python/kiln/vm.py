@@ -84,9 +84,10 @@ def _convert(arg):
 
 
 def _as_executable_module(rt_mod):
-    """A kiln.Module for `rt_mod`: a kiln.Module as is; a TVM executable or module (anything
-    with export_library) is exported by TVM into a temporary directory and loaded by Kiln."""
-    if isinstance(rt_mod, Module):
+    """A kiln.Module for `rt_mod`: a kiln.Module (or a kiln.rpc.RemoteModule) as is; a TVM
+    executable or module (anything with export_library) is exported by TVM into a temporary
+    directory and loaded by Kiln."""
+    if isinstance(rt_mod, (Module, _kiln.RemoteModule)):
         return rt_mod
     if hasattr(rt_mod, "export_library"):
         import os
@@ -109,6 +110,89 @@ def _device_list(device):
     raise TypeError("dev is expected to be Device or List[Device]")
 
 
+class _RemoteCore:
+    """What VirtualMachine needs of its core, for a VM on an RPC server: the VM is made there
+    (the executable's vm_load_executable, then vm_initialization) and every call goes to the
+    VM module's functions (SPEC §2.6) on the server. Values a call returns stay there (remote
+    tensors); tuples are rebuilt here from get_output_arity and get_output."""
+
+    def __init__(self, exec_module, devices, memory_cfg, profile):
+        self._remote = _kiln._RemoteVirtualMachine(exec_module, devices, memory_cfg, profile)
+        self.module = self._remote.module
+        self.devices = self._remote.devices
+
+    def convert(self, arg):
+        """SPEC §2.9's conversion, onto the VM's first device: numpy arrays and numbers are
+        uploaded into new remote tensors; remote values pass as they are."""
+        import numpy
+
+        from . import tensor
+
+        if isinstance(arg, numpy.ndarray):
+            return tensor(arg, self.devices[0])
+        if isinstance(arg, (numbers.Number, bool, numpy.bool_)):
+            return tensor(_scalar_tensor(arg), self.devices[0])
+        if isinstance(arg, (tuple, list)):
+            return tuple(self.convert(a) for a in arg)
+        return _convert(arg)
+
+    def get_function(self, name):
+        return self.module.get_function(name)
+
+    def has_function(self, name):
+        try:
+            self.module.get_function(name)
+            return True
+        except _kiln.RPCError:
+            return False
+
+    def invoke_closure(self, closure, args):
+        return self.module["invoke_closure"](closure, *args)
+
+    def param_names(self, func_name):
+        arity = self.module["get_function_arity"](func_name)
+        get_name = self.module["get_function_param_name"]
+        return [get_name(func_name, i) for i in range(arity)]
+
+    def save_function(self, func_name, saved_name, args, include_return):
+        self.module["save_function"](func_name, saved_name, include_return, *args)
+
+    def set_input(self, func_name, args):
+        self.module["set_input"](func_name, *args)
+
+    def invoke_stateful(self, func_name):
+        self.module["invoke_stateful"](func_name)
+
+    def get_output_arity(self, func_name, indices):
+        return self.module["get_output_arity"](func_name, *indices)
+
+    def get_output(self, func_name, indices):
+        return self.module["get_output"](func_name, *indices)
+
+    def get_outputs(self, func_name, indices=()):
+        arity = self.get_output_arity(func_name, list(indices))
+        if arity < 0:
+            return self.get_output(func_name, list(indices))
+        return tuple(self.get_outputs(func_name, (*indices, i)) for i in range(arity))
+
+    def set_instrument(self, instrument):
+        if instrument is None:
+            self.module["set_instrument"](None)
+            return
+        raise TypeError(
+            "set_instrument: an instrument runs in the VM's process, and this VM runs on an RPC "
+            "server (a callable here cannot be called there)"
+        )
+
+    def time_evaluator(self, func_name, dev, **options):
+        return self.module.time_evaluator(func_name, dev, **options)
+
+    def profile(self, func_name, args):
+        from .profiling import Report
+
+        return Report.from_json(self.module["profile"](func_name, *args))
+
+
 def _instrument_trampoline(vm_ref):
     """The callable the core calls for a Python instrument: it reaches the instrument through a
     weak reference to the VirtualMachine object, because a reference held by C++ is invisible
@@ -129,6 +213,11 @@ class VirtualMachine:
 
     rt_mod: an executable module (kiln.load_module of a .kvm / .kvmt file, a package, or a TVM
     Relax library), or a TVM executable (exported and loaded). Anything else: ValueError.
+    A kiln.rpc.RemoteModule (session.load_module of the same files) makes the VM on the RPC
+    server, as the reference does over a session: `device` then names devices of that
+    session, numpy arguments are uploaded to the first one, outputs stay remote tensors, and
+    time_evaluator and profile run on the server; set_instrument takes only None or the name
+    of a factory registered on the server.
 
     device: a kiln.Device or a list of them; the host CPU is appended (to the VM's own copy)
     unless the last device is a CPU. Tensor constants and stateful inputs go to the first one.
@@ -153,7 +242,12 @@ class VirtualMachine:
                 "memory_cfg is expected be string or dictionary, but received "
                 f"{_type_name(memory_cfg)}"
             )
-        self._vm = _kiln._VirtualMachine(module, devices, memory_cfg, bool(profile))
+        if isinstance(module, _kiln.RemoteModule):
+            self._vm = _RemoteCore(module, devices, memory_cfg, bool(profile))
+            self._convert = self._vm.convert
+        else:
+            self._vm = _kiln._VirtualMachine(module, devices, memory_cfg, bool(profile))
+            self._convert = _convert
         self._exec_module = module
         self._instrument = None
 
@@ -208,7 +302,7 @@ class VirtualMachine:
         """Positional `args` and keyword `kwargs` as one converted list (SPEC §2.9): keywords
         fill the parameters they name, positional arguments the remaining slots in order."""
         if not kwargs:
-            return [_convert(a) for a in args]
+            return [self._convert(a) for a in args]
         names = list(self._vm.param_names(func_name))
         if not names:
             raise TypeError(
@@ -236,7 +330,7 @@ class VirtualMachine:
         for i in range(len(slots)):
             if not filled[i]:
                 slots[i] = next(positional)
-        return [_convert(a) for a in slots]
+        return [self._convert(a) for a in slots]
 
     def save_function(self, func_name, saved_name, *args, include_return=True, **kwargs):
         """Saves `func_name` with `args` (and `kwargs` by parameter name) bound, converted to
@@ -347,7 +441,7 @@ class VirtualMachine:
         duration, device, argument shapes), the device totals and the configuration
         (Executor: VM). `args` are converted as for set_input; with no args the inputs
         set_input stored are used. Needs ``profile=True`` (RuntimeError otherwise)."""
-        arguments = [_convert(a) for a in args]
+        arguments = [self._convert(a) for a in args]
         return self._vm.profile(func_name, arguments)
 
     def __repr__(self):

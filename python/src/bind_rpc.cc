@@ -2,6 +2,8 @@
 // TrackerSession and the two ways to open a session. Every call that talks to a server or a
 // tracker runs with the GIL released. The Python layer (kiln/rpc.py) names them as TVM does.
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/set.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -419,6 +421,20 @@ void bind_rpc(nb::module_& m) {
       },
       nb::arg("host"), nb::arg("port"), nb::arg("key") = "", nb::arg("session_timeout") = 0,
       nb::arg("token") = "", nb::arg("connect_timeout") = 10, "Internal: kiln.rpc.connect.");
+
+  m.def(
+      "_rpc_local_session",
+      [] { return without_gil([] { return rpc::local_session(runtime()); }); },
+      "Internal: kiln.rpc.LocalSession.");
+  m.def(
+      "_random_key",
+      [](const std::string& prefix, std::set<std::string> used) {
+        return rpc::random_key(prefix, used);
+      },
+      nb::arg("prefix"), nb::arg("used"), "Internal: kiln.rpc.random_key.");
+  m.def(
+      "_split_random_key", [](const std::string& key) { return rpc::split_random_key(key); },
+      nb::arg("key"), "Internal: kiln.rpc.split_random_key.");
 
   m.def(
       "_rpc_connect_tracker",

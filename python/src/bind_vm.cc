@@ -14,6 +14,7 @@
 #include "bindings.h"
 #include "kiln/error.h"
 #include "kiln/profiling/report.h"
+#include "kiln/rpc/remote_vm.h"
 #include "kiln/vm/virtual_machine.h"
 
 namespace kiln::python {
@@ -253,6 +254,26 @@ void bind_vm(nb::module_& m) {
       .def(
           "stats", [](const VirtualMachine& vm) { return vm.executable().stats(); },
           "The executable's statistics (§2.15).");
+
+  // The core of kiln.vm.VirtualMachine on a remote executable: the VM is made on the server
+  // (vm_load_executable + vm_initialization); kiln/vm.py drives it through its module.
+  nb::class_<rpc::RemoteVirtualMachine>(m, "_RemoteVirtualMachine",
+                                        "Internal: kiln.vm.VirtualMachine on a RemoteModule.")
+      .def(
+          "__init__",
+          [](rpc::RemoteVirtualMachine* self, const rpc::RemoteModule& exec,
+             std::vector<Device> devices, nb::handle memory_cfg, bool profile) {
+            vm::MemoryConfig cfg = memory_config_from(memory_cfg);
+            new (self) rpc::RemoteVirtualMachine(without_gil([&] {
+              return rpc::RemoteVirtualMachine(exec, std::move(devices), std::move(cfg), profile);
+            }));
+          },
+          nb::arg("exec"), nb::arg("devices"), nb::arg("memory_cfg").none() = nb::none(),
+          nb::arg("profile") = false)
+      .def_prop_ro("module", &rpc::RemoteVirtualMachine::module,
+                   "The VM module on the server (SPEC §2.6's function table).")
+      .def_prop_ro("devices", &rpc::RemoteVirtualMachine::devices,
+                   "The VM's devices (of the session), the server's CPU last.");
 }
 
 }  // namespace kiln::python

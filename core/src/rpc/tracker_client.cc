@@ -123,10 +123,18 @@ class TrackerConnection {
 
 std::string random_key(const std::string& prefix, const std::set<std::string>& used) {
   // As the reference's str(random.random()): a fraction in [0, 1), shortest round-trip form.
-  thread_local std::mt19937_64 engine{std::random_device{}()};
+  // One engine behind a lock, not thread_local: libkiln is dlopened (Python) and its
+  // 2.5 KiB state would not fit the static TLS block.
+  static std::mutex mu;
+  static std::mt19937_64 engine{std::random_device{}()};
   std::uniform_real_distribution<double> fraction(0.0, 1.0);
   for (;;) {
-    std::string key = fmt::format("{}:{}", prefix, fraction(engine));
+    double r = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      r = fraction(engine);
+    }
+    std::string key = fmt::format("{}:{}", prefix, r);
     if (used.count(key) == 0) return key;
   }
 }
