@@ -1,30 +1,35 @@
-// The opencl backend beside the raw OpenCL API, on device opencl:0.
+// The opencl backend beside the raw OpenCL API, on device opencl:0. Run through
+// bench/interleave.py (docs/benchmarks.md, "OpenCL launch overhead and event timing"); cases are
+// named BM_<path>_<what> so that --versus pairs each path with BM_Raw_<what>.
 //
-//  - Launch overhead of an empty kernel (examples/kernels/opencl/empty.cl, two arguments: a
-//    buffer and an int, one work-item), enqueued three ways on in-order queues created the same
-//    way (CL_QUEUE_PROFILING_ENABLE):
-//      Raw      clSetKernelArg x 2 + clEnqueueNDRangeKernel on a cl_kernel built directly with
-//               the OpenCL API, on the Kiln stream's queue;
-//      Backend  the backend's launch slot (what the host's kernel functions call), on the same
-//               queue (a Kiln stream is a cl_command_queue);
-//      Function the kernel as a module function, load_module("empty.cl")["empty"](out, n,
-//               grid, block), on the device's default queue.
-//    Queue discipline, the same for all: every launch is enqueued back to back and the queue is
-//    drained (clFinish / synchronize) after every `batch` launches (the benchmark argument:
-//    256, or 1 for a finish after each launch), inside the timed region. An iteration is one
-//    batch; the per_launch counter is seconds per launch. BM_LaunchOverheadRatio interleaves Raw
-//    and Backend (and Function) batches in one loop and reports their ratio as counters.
-//    Raw sets both arguments on every launch; the backend skips clSetKernelArg for values equal
-//    to the ones it set last (docs/backends/opencl.md), as the same buffer and n repeat here.
-//  - The host's cost of a launch alone (BM_GatedLaunchRatio): Raw and Backend launches enqueued
-//    while the stream is held by a marker waiting on a user event, so no kernel runs beside
-//    the enqueuing thread; only the enqueues are timed, the release and drain are not.
+//  - Launch of an empty kernel (examples/kernels/opencl/empty.cl, two arguments: a buffer and
+//    an int, one work-item), BM_<path>_Launch/<batch>: `batch` launches enqueued back to back,
+//    then the queue drained (clFinish / synchronize), inside the timed region; the reported
+//    time is per launch. The paths:
+//      Raw           clEnqueueNDRangeKernel on a cl_kernel built directly with the OpenCL API,
+//                    setting an argument (clSetKernelArg) only when its value differs from the
+//                    one set last, as the backend does (docs/backends/opencl.md): the same
+//                    buffer and n repeat here, so neither sets any after the first launch;
+//      Kiln          the backend's launch slot (what the host's kernel functions call) with
+//                    prepared ABI arguments, on the same queue as Raw (a Kiln stream is a
+//                    cl_command_queue);
+//      KilnDefault   the launch slot on the device's default queue (stream NULL);
+//      KilnFunction  the kernel as a module function, load_module("empty.cl")["empty"](out, n,
+//                    grid, block), which always launches on the default queue.
+//    The default queue is the plugin's own and no API reaches its cl_command_queue, so Raw
+//    cannot run on it; it is made by the same clCreateCommandQueue call, in the same context,
+//    as the stream Raw uses. KilnDefault beside Kiln shows what the queue itself changes.
+//  - The host's cost of a launch alone, BM_<path>_HostCost/<count> (Raw, Kiln): `count`
+//    launches enqueued while the stream is held by a marker waiting on a user event, so no
+//    kernel runs beside the enqueuing thread; only the enqueues are timed (per launch), the
+//    release and the drain are not.
 //  - Vector add of 2^20 float32 timed by kiln::TimeEvaluator (the backend's marker events)
 //    beside the host's wall clock around the same batch of calls plus a synchronize, both in
 //    the same iteration, as counters: what the device spent between the markers, and what the
 //    host waited for, including enqueue cost and the final drain.
 //
-//   POCL_CACHE_DIR=build/pocl-cache build/bin/kiln_bench_opencl
+//   POCL_CACHE_DIR=build/pocl-cache python3 bench/interleave.py
+//     --versus 'raw:^BM_[A-Za-z]+_=>BM_Raw_' --cmd build/bin/kiln_bench_opencl
 #include <CL/cl.h>
 #include <benchmark/benchmark.h>
 
@@ -110,52 +115,81 @@ Setup& setup() {
   return s;
 }
 
-void finish(Setup& s, bool on_stream) { s.backend->synchronize(0, on_stream ? s.stream : nullptr); }
+// The paths of a launch.
+enum class Path { kRaw, kKiln, kKilnDefault, kKilnFunction };
 
-// One launch of the empty kernel through each path.
-inline void raw_launch(Setup& s, cl_mem out, cl_int n) {
+// Raw OpenCL with the backend's bookkeeping: an argument is set only when its value differs
+// from the one last set on the cl_kernel.
+struct RawArgs {
+  cl_mem mem = nullptr;
+  cl_int n = 0;
+  bool set = false;
+};
+
+inline void raw_launch(Setup& s, RawArgs& last, cl_mem mem, cl_int n) {
   const size_t one = 1;
-  if (clSetKernelArg(s.raw_kernel, 0, sizeof(cl_mem), &out) != CL_SUCCESS ||
-      clSetKernelArg(s.raw_kernel, 1, sizeof(cl_int), &n) != CL_SUCCESS ||
-      clEnqueueNDRangeKernel(static_cast<cl_command_queue>(s.stream), s.raw_kernel, 1, nullptr,
-                             &one, &one, 0, nullptr, nullptr) != CL_SUCCESS) [[unlikely]] {
+  bool ok = true;
+  if (!last.set || last.mem != mem) {
+    ok = clSetKernelArg(s.raw_kernel, 0, sizeof(cl_mem), &mem) == CL_SUCCESS;
+    last.mem = mem;
+  }
+  if (!last.set || last.n != n) {
+    ok = ok && clSetKernelArg(s.raw_kernel, 1, sizeof(cl_int), &n) == CL_SUCCESS;
+    last.n = n;
+  }
+  last.set = ok;
+  if (!ok || clEnqueueNDRangeKernel(static_cast<cl_command_queue>(s.stream), s.raw_kernel, 1,
+                                    nullptr, &one, &one, 0, nullptr, nullptr) != CL_SUCCESS)
+      [[unlikely]] {
     throw std::runtime_error("raw launch failed");
   }
 }
 
-inline void backend_launch(Setup& s, const KilnAny* args) {
+// `count` launches of the empty kernel through `path`.
+void launches(Setup& s, Path path, int64_t count) {
+  static RawArgs raw_args;
   static const uint32_t one[3] = {1, 1, 1};
-  s.backend->launch(s.kernel, args, 2, one, one, 0, s.stream);
-}
-
-// Seconds per launch of `batches` batches of `batch` launches through `path` (0 raw,
-// 1 backend, 2 function), each batch followed by a drain of its queue.
-double time_path(Setup& s, int path, int64_t batch, int64_t batches) {
-  const kiln::Any out(s.out), n(int64_t{1}), one(int64_t{1});
+  const kiln::Any out(s.out), n(int64_t{1});
   const KilnAny args[2] = {out.to_abi(), n.to_abi()};
   auto mem = static_cast<cl_mem>(s.out.dl()->data);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t b = 0; b < batches; ++b) {
-    for (int64_t i = 0; i < batch; ++i) {
-      if (path == 0) {
-        raw_launch(s, mem, 1);
-      } else if (path == 1) {
-        backend_launch(s, args);
-      } else {
+  for (int64_t i = 0; i < count; ++i) {
+    switch (path) {
+      case Path::kRaw:
+        raw_launch(s, raw_args, mem, 1);
+        break;
+      case Path::kKiln:
+        s.backend->launch(s.kernel, args, 2, one, one, 0, s.stream);
+        break;
+      case Path::kKilnDefault:
+        s.backend->launch(s.kernel, args, 2, one, one, 0, nullptr);
+        break;
+      case Path::kKilnFunction:
         s.function(s.out, int64_t{1}, int64_t{1}, int64_t{1});
-      }
+        break;
     }
-    finish(s, path != 2);
   }
-  const auto t1 = std::chrono::steady_clock::now();
-  return std::chrono::duration<double>(t1 - t0).count() / static_cast<double>(batch * batches);
 }
 
-// Seconds per launch of `count` launches through `path` (0 raw, 1 backend) enqueued on the
-// stream while it is held by a marker waiting on a user event: the host's cost of a launch
-// alone, with no kernel running beside it. The queue is released and drained afterwards,
-// outside the timed region.
-double time_gated(Setup& s, int path, int64_t count) {
+// Drains the queue `path` launches on.
+void finish(Setup& s, Path path) {
+  const bool on_stream = path == Path::kRaw || path == Path::kKiln;
+  s.backend->synchronize(0, on_stream ? s.stream : nullptr);
+}
+
+// Seconds per launch of `batch` launches through `path` and the drain of their queue.
+double time_batch(Setup& s, Path path, int64_t batch) {
+  const auto t0 = std::chrono::steady_clock::now();
+  launches(s, path, batch);
+  finish(s, path);
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(t1 - t0).count() / static_cast<double>(batch);
+}
+
+// Seconds per launch of `count` launches through `path` (Raw or Kiln, both on the stream)
+// enqueued while the stream is held by a marker waiting on a user event: the host's cost of a
+// launch alone, with no kernel running beside it. The queue is released and drained
+// afterwards, outside the timed region.
+double time_gated(Setup& s, Path path, int64_t count) {
   auto queue = static_cast<cl_command_queue>(s.stream);
   cl_context context = nullptr;
   check(clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof(context), &context, nullptr),
@@ -164,90 +198,38 @@ double time_gated(Setup& s, int path, int64_t count) {
   cl_event gate = clCreateUserEvent(context, &err);
   check(err, "clCreateUserEvent");
   check(clEnqueueMarkerWithWaitList(queue, 1, &gate, nullptr), "clEnqueueMarkerWithWaitList");
-  const kiln::Any out(s.out), n(int64_t{1});
-  const KilnAny args[2] = {out.to_abi(), n.to_abi()};
-  auto mem = static_cast<cl_mem>(s.out.dl()->data);
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < count; ++i) {
-    if (path == 0) {
-      raw_launch(s, mem, 1);
-    } else {
-      backend_launch(s, args);
-    }
-  }
+  launches(s, path, count);
   const auto t1 = std::chrono::steady_clock::now();
   check(clSetUserEventStatus(gate, CL_COMPLETE), "clSetUserEventStatus");
   clReleaseEvent(gate);
-  finish(s, true);
+  finish(s, path);
   return std::chrono::duration<double>(t1 - t0).count() / static_cast<double>(count);
 }
 
-// Raw and Backend gated launches interleaved; counters: microseconds per launch and the ratio.
-void BM_GatedLaunchRatio(benchmark::State& state) {
+template <Path path>
+void BM_Launch(benchmark::State& state) {
+  Setup& s = setup();
+  if (!s.error.empty()) {
+    state.SkipWithError(s.error.c_str());
+    return;
+  }
+  const int64_t batch = state.range(0);
+  for (int i = 0; i < 4; ++i) time_batch(s, path, batch);  // PoCL specialises on first launches
+  // An iteration is one batch and its drain; the time reported is per launch.
+  for (auto _ : state) state.SetIterationTime(time_batch(s, path, batch));
+}
+
+template <Path path>
+void BM_HostCost(benchmark::State& state) {
   Setup& s = setup();
   if (!s.error.empty()) {
     state.SkipWithError(s.error.c_str());
     return;
   }
   const int64_t count = state.range(0);
-  time_gated(s, 0, count);
-  time_gated(s, 1, count);
-  double raw = 0, backend = 0;
-  int64_t rounds = 0;
-  for (auto _ : state) {
-    raw += time_gated(s, 0, count);
-    backend += time_gated(s, 1, count);
-    ++rounds;
-  }
-  state.counters["raw_us"] = raw / static_cast<double>(rounds) * 1e6;
-  state.counters["backend_us"] = backend / static_cast<double>(rounds) * 1e6;
-  state.counters["backend_vs_raw"] = backend / raw;
-}
-
-void launch_case(benchmark::State& state, int path) {
-  Setup& s = setup();
-  if (!s.error.empty()) {
-    state.SkipWithError(s.error.c_str());
-    return;
-  }
-  const int64_t batch = state.range(0);
-  time_path(s, path, batch, 4);  // warm: PoCL specialises the kernel on its first launches
-  // An iteration is one batch and its drain; "per_launch" divides by the launches.
-  for (auto _ : state) {
-    state.SetIterationTime(time_path(s, path, batch, 1) * static_cast<double>(batch));
-  }
-  state.counters["per_launch"] =
-      benchmark::Counter(static_cast<double>(batch), benchmark::Counter::kIsIterationInvariantRate |
-                                                         benchmark::Counter::kInvert);
-}
-
-void BM_RawLaunch(benchmark::State& state) { launch_case(state, 0); }
-void BM_BackendLaunch(benchmark::State& state) { launch_case(state, 1); }
-void BM_FunctionLaunch(benchmark::State& state) { launch_case(state, 2); }
-
-// Raw, Backend and Function batches interleaved in one loop; counters: microseconds per launch
-// of each and the ratios to Raw.
-void BM_LaunchOverheadRatio(benchmark::State& state) {
-  Setup& s = setup();
-  if (!s.error.empty()) {
-    state.SkipWithError(s.error.c_str());
-    return;
-  }
-  const int64_t batch = state.range(0);
-  for (int path = 0; path < 3; ++path) time_path(s, path, batch, 4);
-  double raw = 0, backend = 0, function = 0;
-  int64_t rounds = 0;
-  for (auto _ : state) {
-    raw += time_path(s, 0, batch, 1);
-    backend += time_path(s, 1, batch, 1);
-    function += time_path(s, 2, batch, 1);
-    ++rounds;
-  }
-  state.counters["raw_us"] = raw / static_cast<double>(rounds) * 1e6;
-  state.counters["backend_us"] = backend / static_cast<double>(rounds) * 1e6;
-  state.counters["function_us"] = function / static_cast<double>(rounds) * 1e6;
-  state.counters["backend_vs_raw"] = backend / raw;
-  state.counters["function_vs_raw"] = function / raw;
+  time_gated(s, path, count);
+  for (auto _ : state) state.SetIterationTime(time_gated(s, path, count));
 }
 
 // Vector add of 2^20 float32: the evaluator's device timing beside the host's wall clock
@@ -296,11 +278,27 @@ void BM_VectorAddEventVsWall(benchmark::State& state) {
   state.SetLabel("evaluator timer: " + timer);
 }
 
-BENCHMARK(BM_RawLaunch)->Arg(256)->Arg(1)->UseManualTime();
-BENCHMARK(BM_BackendLaunch)->Arg(256)->Arg(1)->UseManualTime();
-BENCHMARK(BM_FunctionLaunch)->Arg(256)->Arg(1)->UseManualTime();
-BENCHMARK(BM_LaunchOverheadRatio)->Arg(256)->Arg(1)->Iterations(100);
-BENCHMARK(BM_GatedLaunchRatio)->Arg(256)->Iterations(100);
+// Names pair with --versus 'raw:^BM_[A-Za-z]+_=>BM_Raw_' (BM_Kiln_Launch/256 with
+// BM_Raw_Launch/256, ...). The reported time is per launch, an iteration is a whole batch and
+// its drain, so iteration counts are fixed (about 0.2 s a case): from the per-launch time,
+// Google Benchmark would run hundreds of times more iterations than its minimum time asks.
+#define KILN_LAUNCH_CASE(path, name)                                                  \
+  BENCHMARK(BM_Launch<path>)->Name(name)->Arg(256)->Iterations(400)->UseManualTime(); \
+  BENCHMARK(BM_Launch<path>)->Name(name)->Arg(1)->Iterations(8000)->UseManualTime()
+KILN_LAUNCH_CASE(Path::kRaw, "BM_Raw_Launch");
+KILN_LAUNCH_CASE(Path::kKiln, "BM_Kiln_Launch");
+KILN_LAUNCH_CASE(Path::kKilnDefault, "BM_KilnDefault_Launch");
+KILN_LAUNCH_CASE(Path::kKilnFunction, "BM_KilnFunction_Launch");
+BENCHMARK(BM_HostCost<Path::kRaw>)
+    ->Name("BM_Raw_HostCost")
+    ->Arg(256)
+    ->Iterations(300)
+    ->UseManualTime();
+BENCHMARK(BM_HostCost<Path::kKiln>)
+    ->Name("BM_Kiln_HostCost")
+    ->Arg(256)
+    ->Iterations(300)
+    ->UseManualTime();
 BENCHMARK(BM_VectorAddEventVsWall)->Arg(20)->UseManualTime()->Iterations(10);
 
 }  // namespace

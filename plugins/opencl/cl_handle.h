@@ -30,6 +30,8 @@ class ClHandle {
   // The object, still owned by this handle; NULL when empty.
   T get() const { return handle_; }
   explicit operator bool() const { return handle_ != nullptr; }
+  // Gives up ownership: returns the object (the caller's reference now) and leaves this empty.
+  T release() noexcept { return std::exchange(handle_, nullptr); }
   // Releases the object held (if any) and takes over `handle`. Returns the status of the
   // release (CL_SUCCESS when nothing was held), for callers that report it.
   cl_int reset(T handle = nullptr) noexcept {

@@ -1,7 +1,10 @@
 // Kernel launches of the opencl backend: the kernel and stream checks, tensor arguments (with
 // sub-buffers for byte offsets), argument setting (skipping values the cl_kernel already
-// holds) and the enqueue. The launch path allocates nothing on success.
+// holds) and the enqueue. The launch path allocates nothing on success, and a launch that
+// repeats the previous one's kernel, stream and buffers takes one lock (the kernel's) and no
+// registry lookup: the host cost of a launch is what the bare OpenCL calls cost, or close.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -19,21 +22,47 @@ std::string extents_text(const uint32_t v[3]) {
   return std::to_string(v[0]) + "x" + std::to_string(v[1]) + "x" + std::to_string(v[2]);
 }
 
+// The kernel and stream this thread last launched with, as validated while the handles epoch
+// was `epoch`; `state` tells plugin instances apart.
+struct LastLaunch {
+  const void* state = nullptr;
+  void* kernel = nullptr;
+  void* stream = nullptr;
+  uint64_t epoch = 0;
+  cl_command_queue queue = nullptr;
+};
+thread_local LastLaunch last_launch;
+
+// Whether two packed values are equal, as one 8-byte compare (std::array's == calls memcmp).
+bool same_value(const sdk::PackedArgValue& a, const sdk::PackedArgValue& b) {
+  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+}
+
 }  // namespace
 
 Kernel& PluginState::kernel(void* handle, void* stream, cl_command_queue* queue) {
-  // One lock for both checks: this runs on every launch.
+  // No kernel or stream has gone since this thread validated the same pair: both still live.
+  const uint64_t epoch = handles_epoch_.load(std::memory_order_acquire);
+  LastLaunch& last = last_launch;
+  if (last.kernel == handle && last.stream == stream && last.epoch == epoch && last.state == this &&
+      handle != nullptr) {
+    *queue = last.queue;
+    return *static_cast<Kernel*>(handle);
+  }
+  // One lock for both checks.
   {
     std::lock_guard<std::mutex> lock(objects_mu_);
     auto* k = static_cast<Kernel*>(handle);
     if (handle != nullptr && kernels_.count(k) != 0) {
       if (stream == nullptr) {
         *queue = nullptr;  // the caller takes the device's default queue
+        last = {this, handle, stream, epoch, nullptr};
         return *k;
       }
       auto it = streams_.find(static_cast<cl_command_queue>(stream));
       if (it != streams_.end() && it->second.device == k->device->id) {
         *queue = it->first;
+        last = {this, handle, stream, epoch, it->first};
         return *k;
       }
       if (it != streams_.end()) {
@@ -53,7 +82,7 @@ Kernel& PluginState::kernel(void* handle, void* stream, cl_command_queue* queue)
                                          "module unloaded?)");
 }
 
-cl_mem PluginState::tensor_argument(const Kernel& k, const DLTensor& t, size_t index,
+cl_mem PluginState::tensor_argument(Kernel& k, const DLTensor& t, size_t index,
                                     SubBuffers& sub_buffers) {
   // Messages are built only on failure: this runs for every tensor of every launch.
   auto where = [&] { return "kernel '" + k.info->name + "' argument " + std::to_string(index); };
@@ -69,8 +98,12 @@ cl_mem PluginState::tensor_argument(const Kernel& k, const DLTensor& t, size_t i
                      where() + " is a tensor on opencl:" + std::to_string(t.device.device_id) +
                          ", but the kernel was loaded on opencl:" + std::to_string(k.device->id));
   }
-  Buffer b{};
-  {
+  Buffer b{k.device->id, 0};
+  uint64_t bits = 0;
+  std::memcpy(&bits, &t.data, sizeof(t.data));
+  if (k.set_valid[index] != 0 && std::bit_cast<uint64_t>(k.set_values[index]) == bits) {
+    b.size = k.buffer_bytes[index];  // the buffer the cl_kernel holds, live (see Kernel)
+  } else {
     std::lock_guard<std::mutex> lock(buffers_mu_);
     auto it = buffers_.find(static_cast<cl_mem>(t.data));
     if (it == buffers_.end() || it->second.info.device != k.device->id) {
@@ -80,6 +113,7 @@ cl_mem PluginState::tensor_argument(const Kernel& k, const DLTensor& t, size_t i
                            " (freed, or not allocated by this backend)");
     }
     b = it->second.info;
+    k.buffer_bytes[index] = b.size;
   }
   const std::optional<uint64_t> extent = tensor_extent_bytes(t);
   if (!extent || t.byte_offset > b.size || *extent > b.size - t.byte_offset) {
@@ -172,10 +206,25 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
                          " given, but the kernel's metadata has no dynamic_shared_bytes launch "
                          "tag (and no trailing __local parameter to receive it)");
   }
+  // Argument values live in the cl_kernel, and what it holds says which buffers are known live.
+  std::lock_guard<std::mutex> lock(k.mu);
+  const size_t count = k.info->args.size();
+  if (k.set_values.size() != count) {
+    k.set_values.assign(count, {});
+    k.set_valid.assign(count, 0);
+    k.buffer_bytes.assign(count, 0);
+  }
+  const uint64_t epoch = buffer_epoch_.load(std::memory_order_acquire);
+  if (epoch != k.set_epoch) {
+    for (size_t i = 0; i < count; ++i) {
+      if (k.info->args[i] == sdk::ArgKind::kTensor) k.set_valid[i] = 0;
+    }
+    k.set_epoch = epoch;
+  }
   SubBuffers subs;  // released once the launch is enqueued (or has failed)
   struct Context {
     PluginState* self;
-    const Kernel* kernel;
+    Kernel* kernel;
     SubBuffers* subs;
   } ctx{this, &k, &subs};
   sdk::PackedArgs packed;  // on the stack: the launch path allocates nothing
@@ -189,22 +238,9 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
         return bits;
       },
       packed);
-
-  std::lock_guard<std::mutex> lock(k.mu);  // argument values live in the cl_kernel
-  const size_t count = packed.count;
-  if (k.set_values.size() != count) {
-    k.set_values.assign(count, {});
-    k.set_valid.assign(count, 0);
-  }
-  const uint64_t epoch = buffer_epoch_.load(std::memory_order_acquire);
-  if (epoch != k.set_epoch) {
-    for (size_t i = 0; i < count; ++i) {
-      if (k.info->args[i] == sdk::ArgKind::kTensor) k.set_valid[i] = 0;
-    }
-    k.set_epoch = epoch;
-  }
   for (size_t i = 0; i < count; ++i) {
-    if (k.set_valid[i] != 0 && k.set_values[i] == packed.values[i]) continue;  // already set
+    if (k.set_valid[i] != 0 && same_value(k.set_values[i], packed.values[i]))
+      continue;  // already set
     k.set_valid[i] = 0;
     const cl_int err = clSetKernelArg(k.kernel.get(), static_cast<cl_uint>(i), packed.sizes[i],
                                       packed.pointers[i]);

@@ -32,19 +32,28 @@ struct OwnedBuffer {
 
 // The sub-buffers of one launch, released when it goes out of scope (OpenCL keeps a released
 // memory object alive until the commands that use it have finished). Fixed storage, one slot
-// per possible kernel argument: the launch path allocates nothing.
+// per possible kernel argument: the launch path allocates nothing. Only the slots in use are
+// touched, so a launch without sub-buffers pays nothing for the 128 slots.
 class SubBuffers {
  public:
+  SubBuffers() = default;
+  SubBuffers(const SubBuffers&) = delete;
+  SubBuffers& operator=(const SubBuffers&) = delete;
+  ~SubBuffers() {
+    for (size_t i = 0; i < count_; ++i) clReleaseMemObject(list_[i]);
+  }
+
   // Keeps `sub` until this object goes and returns the cl_mem it holds. Throws nothing: there
   // is at most one sub-buffer per tensor argument, and pack_kernel_args refuses more than
   // kMaxKernelArgs arguments.
   cl_mem add(MemHandle sub) {
-    list_[count_] = std::move(sub);
-    return list_[count_++].get();
+    cl_mem mem = sub.release();
+    list_[count_++] = mem;
+    return mem;
   }
 
  private:
-  std::array<MemHandle, sdk::kMaxKernelArgs> list_;
+  std::array<cl_mem, sdk::kMaxKernelArgs> list_;  // [0, count_) owned; the rest never read
   size_t count_ = 0;
 };
 

@@ -32,6 +32,7 @@ PluginState::~PluginState() {
   // registries own it: clearing them in this order releases kernels and modules, timers,
   // streams (finished first), then buffers, before the devices' contexts go.
   for (Kernel* k : kernels_) k->module = nullptr;
+  handles_epoch_.fetch_add(1, std::memory_order_release);  // no launch may skip a lookup now
   kernels_.clear();
   modules_.clear();  // each module owns its kernels
   timers_.clear();

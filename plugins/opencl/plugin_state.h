@@ -115,8 +115,9 @@ class PluginState {
   // another device.
   Kernel& kernel(void* handle, void* stream, cl_command_queue* queue);
   // The cl_mem a tensor argument of `k` passes, making a sub-buffer for a byte_offset (owned
-  // by `sub_buffers`, which the caller keeps until the launch is enqueued).
-  cl_mem tensor_argument(const Kernel& k, const DLTensor& t, size_t index, SubBuffers& sub_buffers);
+  // by `sub_buffers`, which the caller keeps until the launch is enqueued). Called with `k.mu`
+  // held: a buffer `k` already holds as argument `index` is known live and is not looked up.
+  cl_mem tensor_argument(Kernel& k, const DLTensor& t, size_t index, SubBuffers& sub_buffers);
 
   PluginOptions options_;
   std::unique_ptr<ProgramCache> cache_;
@@ -126,7 +127,12 @@ class PluginState {
   std::mutex buffers_mu_;
   std::unordered_map<cl_mem, OwnedBuffer> buffers_;
   std::atomic<uint64_t> buffer_epoch_{1};  // bumped by every free
-  std::mutex objects_mu_;                  // guards the registries below
+  // Bumped whenever a kernel or a stream goes (module_unload, stream_destroy, destruction):
+  // a launch may skip the registry lookups for the kernel and stream its thread validated at
+  // the current value (launch.cc). One counter for every instance, so that a new state at a
+  // destroyed one's address never sees an old value again.
+  static inline std::atomic<uint64_t> handles_epoch_{1};
+  std::mutex objects_mu_;  // guards the registries below
   std::unordered_map<cl_command_queue, Stream> streams_;
   std::unordered_map<Timer*, std::unique_ptr<Timer>> timers_;
   std::unordered_map<Module*, std::unique_ptr<Module>> modules_;

@@ -127,6 +127,7 @@ void PluginState::module_unload(void* handle) noexcept {
   owned = std::move(it->second);
   modules_.erase(it);
   for (auto& [name, k] : owned->kernels()) kernels_.erase(k.get());
+  handles_epoch_.fetch_add(1, std::memory_order_release);  // launches look kernels up again
 }
 
 }  // namespace kiln::opencl

@@ -38,6 +38,10 @@ struct Kernel {
   // are never remembered.
   std::vector<std::array<uint8_t, 8>> set_values;
   std::vector<uint8_t> set_valid;
+  // The size of the buffer behind each argument, written when a tensor argument's buffer is
+  // looked up; read instead of the lookup while set_valid says the cl_kernel holds that buffer
+  // (no buffer was freed since, so it is still the same live buffer).
+  std::vector<size_t> buffer_bytes;
   uint64_t set_epoch = 0;        // PluginState's buffer epoch when the values were recorded
   uint32_t set_local_bytes = 0;  // the __local parameter's size, 0 when not set
 };

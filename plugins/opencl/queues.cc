@@ -66,6 +66,7 @@ void PluginState::stream_destroy(int32_t id, void* stream) {
     if (it == streams_.end()) return;  // destroyed concurrently since queue_for checked it
     queue = std::move(it->second.queue);
     streams_.erase(it);
+    handles_epoch_.fetch_add(1, std::memory_order_release);  // launches look streams up again
   }
 }
 

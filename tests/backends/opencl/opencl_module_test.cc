@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -521,6 +522,86 @@ TEST_F(OpenclModule, ConcurrentLaunchesOfOneKernelKeepTheirArguments) {
         << "thread " << t;
   }
   backend_->module_unload(mod);
+}
+
+// The launch skips clSetKernelArg for values the cl_kernel already holds and the registry
+// lookups for the kernel, stream and buffers it validated last; each of these must still see
+// every change.
+TEST_F(OpenclModule, RepeatedLaunchesSeeEveryChangedArgument) {
+  void* mod = load(vector_add_.source, vector_add_.metadata);
+  void* k = backend_->module_get_kernel(mod, "vector_add");
+  constexpr int64_t n = 300;
+  Tensor a = upload(std::vector<float>(n, 1.0f)), b = upload(std::vector<float>(n, 2.0f));
+  Tensor out1 = upload(std::vector<float>(n, 0.0f)), out2 = upload(std::vector<float>(n, 0.0f));
+  vector_add(k, a, b, out1, 1.0, n);
+  vector_add(k, a, b, out1, 1.0, n);  // all arguments as set
+  backend_->synchronize(0);
+  EXPECT_EQ(download(out1), std::vector<float>(n, 3.0f));
+  vector_add(k, a, b, out1, 3.0, n);  // a scalar changes
+  backend_->synchronize(0);
+  EXPECT_EQ(download(out1), std::vector<float>(n, 7.0f));
+  vector_add(k, b, a, out2, 3.0, n);  // every tensor changes
+  backend_->synchronize(0);
+  EXPECT_EQ(download(out2), std::vector<float>(n, 5.0f));
+  EXPECT_EQ(download(out1), std::vector<float>(n, 7.0f)) << "out1 no longer written";
+  vector_add(k, b, a, out2, 3.0, 10);  // n changes
+  vector_add(k, a, a, out2, 0.0, 10);
+  backend_->synchronize(0);
+  std::vector<float> want(n, 5.0f);
+  std::fill(want.begin(), want.begin() + 10, 1.0f);
+  EXPECT_EQ(download(out2), want);
+  // A buffer freed and another allocated (the driver may hand out the same cl_mem value): the
+  // new one is looked up and set, and the kernel writes into it.
+  const DLTensor stale = *out1.dl();
+  out1 = Tensor();
+  Tensor out3 = upload(std::vector<float>(n, 0.0f));
+  vector_add(k, b, a, out3, 1.0, n);
+  backend_->synchronize(0);
+  EXPECT_EQ(download(out3), std::vector<float>(n, 3.0f));
+  if (stale.data != out3.dl()->data) {
+    // The freed buffer is refused, though the kernel held it a moment ago.
+    const Any ta(a), tb(b), alpha(1.0), len(n);
+    DLTensor dangling = stale;
+    KilnAny args[5] = {ta.to_abi(), tb.to_abi(), ta.to_abi(), alpha.to_abi(), len.to_abi()};
+    args[2].value.v_tensor = &dangling;
+    const uint32_t grid[3] = {2, 1, 1}, block[3] = {256, 1, 1};
+    try {
+      backend_->launch(k, args, 5, grid, block, 0);
+      FAIL() << "expected ValueError";
+    } catch (const ValueError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("is not a live buffer of opencl:0"));
+    }
+  }
+  backend_->module_unload(mod);
+}
+
+TEST_F(OpenclModule, ALaunchOnADestroyedStreamOrAnUnloadedKernelIsRefused) {
+  void* mod = load(vector_add_.source, vector_add_.metadata);
+  void* k = backend_->module_get_kernel(mod, "vector_add");
+  Tensor a = upload({1, 2}), b = upload({3, 4}), out = upload({0, 0});
+  void* stream = backend_->stream_create(0);
+  vector_add(k, a, b, out, 1.0, 2, stream);
+  vector_add(k, a, b, out, 1.0, 2, stream);  // the kernel and stream as validated last
+  backend_->synchronize(0, stream);
+  EXPECT_EQ(download(out), (std::vector<float>{4, 6}));
+  backend_->stream_destroy(0, stream);
+  try {
+    vector_add(k, a, b, out, 1.0, 2, stream);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is not a live stream of the opencl backend"));
+  }
+  vector_add(k, a, b, out, 2.0, 2);
+  vector_add(k, a, b, out, 2.0, 2);
+  backend_->synchronize(0);
+  EXPECT_EQ(download(out), (std::vector<float>{7, 10}));
+  backend_->module_unload(mod);
+  try {
+    vector_add(k, a, b, out, 2.0, 2);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is not a live kernel of the opencl backend"));
+  }
 }
 
 TEST_F(OpenclModule, LaunchesTheTiledMatmulExample) {
