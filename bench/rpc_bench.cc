@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -111,8 +112,17 @@ int raw_peer_port() {
 
 // ---- raw TCP --------------------------------------------------------------------------------
 
+// Receives a message as Kiln's connection does (a first recv of at most 64 KiB, then the rest
+// straight into place). One recv of the whole message is slower on these VMs (1 MiB: ~260 us
+// instead of ~180 us), and a floor is the fastest way raw TCP does the job.
 bool recv_all(int fd, void* buf, size_t n) {
   auto* p = static_cast<char*>(buf);
+  if (n > 0) {
+    const ssize_t got = ::recv(fd, p, std::min<size_t>(n, 65536), 0);
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
   while (n > 0) {
     const ssize_t got = ::recv(fd, p, n, 0);
     if (got <= 0) return false;

@@ -92,6 +92,7 @@ template <typename Body>
 auto RPCSession::Impl::exchange(Code code, Body&& body) {
   Exclusive exclusive(*this);
   check_open_locked();
+  if (wire::may_leave_device_work(code)) device_work.fetch_add(1);
   const char* what = wire::code_name(code);
   try {
     return body(what);

@@ -50,6 +50,10 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
   std::mutex backends_mu;
   std::map<int32_t, Ref<DeviceBackend>> backends;
   std::vector<uint8_t> reply;  // reused for every reply (under mu)
+  // Requests sent that may leave work running on a server device
+  // (wire::may_leave_device_work): a remote device synchronized since the last one skips the
+  // Synchronize round trip that Tensor::copy_to / copy_from end with.
+  std::atomic<uint64_t> device_work{0};
 
   ~Impl();
 

@@ -59,6 +59,28 @@ bool is_known_request(uint32_t code) {
          code <= static_cast<uint32_t>(Code::kTimeEvaluator);
 }
 
+bool may_leave_device_work(Code code) {
+  switch (code) {
+    case Code::kShutdown:
+    case Code::kGetGlobalFunc:
+    case Code::kFreeHandle:
+    case Code::kDeviceCount:
+    case Code::kDeviceAttributes:
+    case Code::kAlloc:
+    case Code::kCopyToRemote:
+    case Code::kCopyFromRemote:
+    case Code::kSynchronize:
+    case Code::kUpload:
+    case Code::kDownload:
+    case Code::kRemove:
+    case Code::kListDir:
+    case Code::kModuleGetFunction:
+      return false;
+    default:
+      return true;  // CallFunc, CopyOnRemote, LoadModule, TimeEvaluator, anything new
+  }
+}
+
 void Reader::need(uint64_t bytes, const char* field) const {
   if (bytes > n_ - off_) {
     fail(field, fmt::format("needs {} bytes, {} left", bytes, n_ - off_));

@@ -81,6 +81,12 @@ enum class Code : uint32_t {
 
 const char* code_name(Code code);
 bool is_known_request(uint32_t code);
+// Whether work a request starts on a server device may still run after its reply (a kernel
+// a call launched, a copy on the device): what a later Synchronize waits for. The others end
+// before their reply (the server synchronizes a device copy before it answers), so the
+// client skips a Synchronize with nothing of that kind since the device's last one. A new
+// request code counts as starting work until listed here.
+bool may_leave_device_work(Code code);
 
 // Value tags of the packed value encoding.
 enum class Tag : uint8_t {

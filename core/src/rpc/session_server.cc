@@ -566,11 +566,12 @@ class SessionServer {
       return send_exception(err.code(), err.what());
     }
     std::lock_guard lock(state_.write_mu);
-    conn_.write_frame_start(Code::kData, {}, nbytes);
     if (host_memory(*e)) {
-      conn_.write_all(static_cast<uint8_t*>(e->base()) + offset, nbytes);
+      // Header and data in one sendmsg: the header does not go out as a segment of its own.
+      conn_.write_frame(Code::kData, {}, static_cast<uint8_t*>(e->base()) + offset, nbytes);
       return;
     }
+    conn_.write_frame_start(Code::kData, {}, nbytes);
     // Once the header is out, a failing device copy can only end the session.
     auto backend = runtime_.backend(e->device().type);
     std::vector<uint8_t>& staging = staging_buffer();
