@@ -123,6 +123,28 @@ TEST(DeviceCode, RefusesTensorsOnAnotherDeviceType) {
   }
 }
 
+TEST(DeviceCode, ALaunchOnAnotherDeviceIsCheckedAfterACachedOne) {
+  // A function keeps the kernel of its last launch; a launch elsewhere must not reuse it.
+  TempDir dir;
+  Module m = load_module(cpu_device_code(dir.path(), kVectorAddMetadata));
+  Function f = m["vector_add"];
+  Vectors v(8);
+  f(v.a, v.b, v.out, 0.5, 1, 8);
+  EXPECT_FLOAT_EQ(v.out_at(3), 3.5f);
+  // The same kernel on tensors of an RPC session's CPU: another device type, refused.
+  rpc::RPCSession session = rpc::local_session();
+  Tensor remote = Tensor::empty({8}, DataType::Float(32), session.cpu());
+  try {
+    f(remote, remote, remote, 0.5, 1, 8);
+    FAIL() << "the cached cpu:0 kernel was used for a remote device";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("so code for 'cpu' devices, but its tensors are on remote"));
+  }
+  // And back on cpu:0, the launch still runs with new values.
+  f(v.a, v.b, v.out, 2.0, 1, 8);
+  EXPECT_FLOAT_EQ(v.out_at(3), 5.0f);
+}
+
 TEST(DeviceCode, SidecarErrorsNameTheFile) {
   TempDir dir;
   const fs::path code = dir.path() / "k.cl";

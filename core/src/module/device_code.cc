@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -40,6 +41,14 @@ sdk::ModuleMetadata parse_metadata(const std::string& json, const std::string& w
 // when the last of them goes.
 class LoadedCode : public Object {
  public:
+  // A kernel loaded on one device. Entries never move and live as long as the blob, so a
+  // kernel function may keep a pointer to the last one it used and skip the lookup.
+  struct Kernel {
+    Device device;
+    DeviceBackend* backend;  // held by the blob's PerDevice
+    void* handle;
+  };
+
   LoadedCode(DeviceCode code, const DeviceContext& context)
       : code_(std::move(code)), context_(context) {}
   ~LoadedCode() override {
@@ -49,8 +58,8 @@ class LoadedCode : public Object {
   const DeviceCode& code() const { return code_; }
   const DeviceContext& context() const { return context_; }
 
-  // The backend serving `device` and kernel `name` loaded on it (loading the code on first use).
-  std::pair<Ref<DeviceBackend>, void*> kernel(Device device, const std::string& name) {
+  // Kernel `name` loaded on `device` (loading the code there on first use).
+  const Kernel& kernel(Device device, const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto key = std::make_pair(device.type, device.id);
     auto it = per_device_.find(key);
@@ -63,17 +72,17 @@ class LoadedCode : public Object {
     PerDevice& loaded = it->second;
     auto k = loaded.kernels.find(name);
     if (k == loaded.kernels.end()) {
-      k = loaded.kernels.emplace(name, loaded.backend->module_get_kernel(loaded.module, name))
-              .first;
+      void* handle = loaded.backend->module_get_kernel(loaded.module, name);
+      k = loaded.kernels.emplace(name, Kernel{device, loaded.backend.get(), handle}).first;
     }
-    return {loaded.backend, k->second};
+    return k->second;
   }
 
  private:
   struct PerDevice {
     Ref<DeviceBackend> backend;
     void* module;
-    std::map<std::string, void*> kernels;
+    std::map<std::string, Kernel> kernels;  // std::map: entries keep their address
   };
   DeviceCode code_;
   const DeviceContext& context_;  // outlives the module (see Runtime)
@@ -81,15 +90,15 @@ class LoadedCode : public Object {
   std::map<std::pair<int32_t, int32_t>, PerDevice> per_device_;
 };
 
-// The device every tensor argument of a call of `kernel` lives on; checks that it is of the
-// blob's target type.
-Device device_of_call(const LoadedCode& blob, const sdk::KernelInfo& kernel, const Any* args,
+// The device every tensor argument of a call of `kernel` lives on, from the arguments' ABI
+// views (no reference counting); throws when they disagree or there is none.
+Device device_of_call(const LoadedCode& blob, const sdk::KernelInfo& kernel, const KilnAny* abi,
                       size_t num_kernel_args) {
   std::optional<Device> device;
   size_t first = 0;
   for (size_t i = 0; i < num_kernel_args; ++i) {
-    if (args[i].type_code() != KILN_TYPE_TENSOR) continue;
-    const Device d = args[i].cast<Tensor>().device();
+    if (abi[i].type_code != KILN_TYPE_TENSOR) continue;
+    const Device d = Device::from_dlpack(abi[i].value.v_tensor->device);
     if (!device) {
       device = d;
       first = i;
@@ -105,13 +114,17 @@ Device device_of_call(const LoadedCode& blob, const sdk::KernelInfo& kernel, con
         fmt::format("kernel '{}' got no tensor argument, so the device to launch it on is unknown",
                     kernel.name));
   }
-  const auto type_name = blob.context().device_types().name_of(device->type);
+  return *device;
+}
+
+// Throws unless `device` is of the blob's target type.
+void check_target(const LoadedCode& blob, const sdk::KernelInfo& kernel, Device device) {
+  const auto type_name = blob.context().device_types().name_of(device.type);
   if (!type_name || *type_name != blob.code().target) {
     throw ValueError(fmt::format(
         "kernel '{}' is {} code for '{}' devices, but its tensors are on {}", kernel.name,
-        blob.code().format, blob.code().target, blob.context().device_str(*device)));
+        blob.code().format, blob.code().target, blob.context().device_str(device)));
   }
-  return *device;
 }
 
 // The launch extent `tag` given as argument `index`.
@@ -137,10 +150,14 @@ uint32_t launch_extent(const sdk::KernelInfo& kernel, LaunchTag tag, const Any& 
 // The function that launches `kernel` of `blob`: the kernel's arguments, then its extents.
 Function kernel_function(Ref<LoadedCode> blob, sdk::KernelInfo kernel) {
   std::string name = kernel.name;
+  // The kernel entry of the last launch: a launch on the same device (the usual case) finds
+  // its backend and handle without the blob's lock, map lookups or the target check, which
+  // that entry already passed. Shared by copies of the function.
+  auto last = std::make_shared<std::atomic<const LoadedCode::Kernel*>>(nullptr);
   return Function::from_packed(
       std::move(name),
-      [blob = std::move(blob), kernel = std::move(kernel)](const Any* args,
-                                                           int32_t num_args) -> Any {
+      [blob = std::move(blob), kernel = std::move(kernel), last](const Any* args,
+                                                                 int32_t num_args) -> Any {
         const size_t n_args = kernel.args.size();
         const size_t n_launch = kernel.launch.size();
         if (num_args < 0 || static_cast<size_t>(num_args) != n_args + n_launch) {
@@ -154,7 +171,16 @@ Function kernel_function(Ref<LoadedCode> blob, sdk::KernelInfo kernel) {
               kernel.name, n_args, n_launch, tags.empty() ? "none" : tags, n_args + n_launch,
               num_args));
         }
-        const Device device = device_of_call(*blob, kernel, args, n_args);
+        constexpr size_t kInline = 16;
+        KilnAny inline_args[kInline];
+        std::vector<KilnAny> heap_args;
+        KilnAny* abi = inline_args;
+        if (n_args > kInline) {
+          heap_args.resize(n_args);
+          abi = heap_args.data();
+        }
+        for (size_t i = 0; i < n_args; ++i) abi[i] = args[i].to_abi();
+        const Device device = device_of_call(*blob, kernel, abi, n_args);
         uint32_t grid[3] = {1, 1, 1};
         uint32_t block[3] = {1, 1, 1};
         uint32_t dynamic_shared = 0;
@@ -185,17 +211,14 @@ Function kernel_function(Ref<LoadedCode> blob, sdk::KernelInfo kernel) {
               break;
           }
         }
-        auto [backend, handle] = blob->kernel(device, kernel.name);
-        constexpr size_t kInline = 16;
-        KilnAny inline_args[kInline];
-        std::vector<KilnAny> heap_args;
-        KilnAny* abi = inline_args;
-        if (n_args > kInline) {
-          heap_args.resize(n_args);
-          abi = heap_args.data();
+        const LoadedCode::Kernel* k = last->load(std::memory_order_acquire);
+        if (k == nullptr || k->device != device) {
+          check_target(*blob, kernel, device);
+          k = &blob->kernel(device, kernel.name);
+          last->store(k, std::memory_order_release);
         }
-        for (size_t i = 0; i < n_args; ++i) abi[i] = args[i].to_abi();
-        backend->launch(handle, abi, static_cast<int32_t>(n_args), grid, block, dynamic_shared);
+        k->backend->launch(k->handle, abi, static_cast<int32_t>(n_args), grid, block,
+                           dynamic_shared);
         return Any();
       });
 }
