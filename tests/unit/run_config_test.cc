@@ -34,6 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // A temporary folder with a stand-in module file ("mod.so") for run configs to point at.
@@ -280,6 +281,34 @@ TEST_F(RunConfigTest, UnknownKeysSuggestTheClosest) {
   expect_error(text, "rand}", "inputs[0].init",
                "unknown init 'rand' (did you mean 'random'?); expected one of zeros, ones, "
                "random, arange");
+}
+
+TEST_F(RunConfigTest, TabsInTheIndentationAreNamed) {
+  // yaml-cpp calls these "illegal block entry", "illegal map value", "illegal tab when looking
+  // for indentation": the message names the tab, at its own line and column.
+  const std::string tabs = "tabs are not allowed for indentation in YAML; use spaces";
+  expect_error("module: mod.so\ninputs:\n\t- {shape: [4]}\n", "|\t-", "", tabs);
+  expect_error("module: mod.so\nevaluator:\n\tnumber: 3\n", "|\tnumber", "", tabs);
+  expect_error("module: mod.so\nevaluator:\n  number: 3\n \trepeat: 2\n", " |\trepeat", "", tabs);
+  // A tab where YAML allows one (inside a flow mapping) is no error; other syntax errors keep
+  // yaml-cpp's message.
+  EXPECT_EQ(parse("module: mod.so\nevaluator: {number: 3,\n\trepeat: 2}\n").evaluator.repeat, 2);
+  EXPECT_THAT(parse_error("module: mod.so\ninputs: [1, 2\n").what(), Not(HasSubstr("tab")));
+}
+
+TEST_F(RunConfigTest, ErrorAtPointsAtTopLevelKeys) {
+  // For what the caller finds after parsing: a device the backend lacks, a function the module
+  // lacks, an exporter no plugin has.
+  const std::string text = "module: mod.so\ndevice: cpu:3\nfunction: rleu\n";
+  const RunSpec spec = parse(text);
+  EXPECT_EQ(std::string(error_at(spec, "device", "no such device").what()),
+            where(text, "cpu:3") + ": device: no such device");
+  EXPECT_EQ(std::string(error_at(spec, "function", "no such function").what()),
+            where(text, "rleu") + ": function: no such function");
+  // A key the file does not have (a default): the file and the key, no position.
+  const ConfigError e = error_at(spec, "export", "unknown exporter");
+  EXPECT_EQ(std::string(e.what()), (dir() / "run.yaml").string() + ": export: unknown exporter");
+  EXPECT_EQ(e.line(), 0);
 }
 
 TEST_F(RunConfigTest, FPreprocNamesARegisteredGlobalFunction) {

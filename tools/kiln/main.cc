@@ -5,9 +5,11 @@
 #include <exception>
 #include <string>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "kiln/config_error.h"
 #include "kiln/error.h"
+#include "kiln/temp_dir.h"
 #include "kiln/version.h"
 
 int main(int argc, char** argv) {
@@ -43,7 +45,8 @@ int main(int argc, char** argv) {
   // Two plain flags: CLI11 2.1 gives an optional<bool> flag a value even when it is absent.
   bool progress_on = false, progress_off = false;
   run->add_flag("--progress", progress_on,
-                "Show progress while measuring (default: when stderr is a terminal)");
+                "Show progress while measuring: a redrawn line on a terminal, plain lines "
+                "elsewhere (default: $KILN_PROGRESS, else only when stderr is a terminal)");
   run->add_flag("--no-progress", progress_off, "Never show progress")->excludes("--progress");
 
   ProfileOptions profile_options;
@@ -59,7 +62,7 @@ int main(int argc, char** argv) {
   profile
       ->add_option("--calls", profile_options.calls,
                    "Calls to profile (default: the config's, else 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least_one());
   profile->add_flag("--json", profile_options.json, "Print the report as JSON instead of a table");
 
   VmOptions vm_options;
@@ -106,12 +109,12 @@ int main(int argc, char** argv) {
   server
       ->add_option("--session-timeout", server_options.session_timeout,
                    "Longest session in seconds; 0 = what the client asks (default: 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(not_negative());
   server
       ->add_option("--max-sessions", server_options.max_sessions,
                    "Sessions served at once; more are refused as busy")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least_one());
   server->add_option("--max-session-memory", server_options.max_session_memory,
                      "Bytes of memory one session may hold, whoever allocated it (allocations and "
                      "tensors that calls return); 0 = no limit (default: 0)");
@@ -119,17 +122,17 @@ int main(int argc, char** argv) {
       ->add_option("--handshake-timeout", server_options.handshake_timeout,
                    "Seconds a client has for the whole handshake")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(greater_than_zero());
   server
       ->add_option("--idle-timeout", server_options.idle_timeout,
                    "Seconds a session's client may stay silent between requests; 0 = unlimited")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(not_negative());
   server
       ->add_option("--write-timeout", server_options.write_timeout,
                    "Seconds a client may leave reply data unread; 0 = unlimited")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(not_negative());
   server
       ->add_option(
           "--max-handles", server_options.max_handles,
@@ -174,21 +177,21 @@ int main(int argc, char** argv) {
       ->add_option("--handshake-timeout", tracker_options.handshake_timeout,
                    "Seconds a connection has to send the magic and its first message")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(greater_than_zero());
   tracker
       ->add_option("--max-connections", tracker_options.max_connections, "Connections open at once")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least_one());
   tracker
       ->add_option("--max-connections-per-address", tracker_options.max_connections_per_address,
                    "Connections open at once from one peer address")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least_one());
   tracker
       ->add_option("--max-held-bytes", tracker_options.max_held_bytes,
                    "Bytes of free servers and waiting requests held for all peers")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least_one());
   QueryOptions query_options;
   auto* query = app.add_subcommand(
       "query", "Print a tracker's servers and queues (like TVM's query_rpc_tracker)");
@@ -202,8 +205,22 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // CLI11 says "A subcommand is required" for `kiln rn`: name the word and the commands.
+    if (e.get_exit_code() != 0) {
+      if (auto message =
+              unknown_command_message(app, std::vector<std::string>(argv + 1, argv + argc))) {
+        std::fprintf(stderr, "kiln: error: %s\n", message->c_str());
+        return kExitUsage;
+      }
+    }
     const int code = app.exit(e);
     return code == 0 ? kExitOk : kExitUsage;
+  }
+  if (run->parsed() || profile->parsed()) {
+    // Directories of earlier runs killed before they could clean up, then this run's own
+    // removed even on ^C or SIGTERM.
+    kiln::remove_stale_temporary_directories();
+    kiln::install_temporary_directory_signal_cleanup();
   }
   try {
     if (plugins->parsed()) return run_plugins(options);

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <optional>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "kiln/config_error.h"
 #include "kiln/kiln.h"
@@ -50,6 +51,7 @@ profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& 
   // A VM program gets a VM of its own, whose kernel calls become rows nested in each call.
   std::optional<vm::VirtualMachine> machine;
   if (vm::executable_of(module) != nullptr) machine.emplace(module, std::vector<Device>{device});
+  if (!machine && !spec.function.empty()) check_function(module, function, spec);
   Function f = machine ? machine->get_function(function) : module.get_function(function);
 
   std::vector<Any> args;
@@ -109,6 +111,7 @@ int run_profile(const ProfileOptions& options, const GlobalOptions& global) {
       runtime.parse_device(*options.device);
       spec.device = *options.device;
     }
+    checked_device(runtime, spec, options.device.has_value());
   } catch (const Error& e) {
     throw UsageError(e.what());
   }

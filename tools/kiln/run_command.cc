@@ -1,16 +1,17 @@
 // `kiln run RUN.yaml`: run a module's function on a device through local_run, print its
 // outputs and timing, check them against expected values.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "kiln/kiln.h"
 #include "kiln/run_config.h"
+#include "progress.h"
 
 namespace kiln::tool {
 int run_run(const RunOptions& options, const GlobalOptions& global) {
@@ -19,12 +20,16 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
   // is a runtime error (exit 3).
   run::RunSpec spec;
   std::vector<Any> inputs;
+  Device device;
   try {
     spec = run::parse_run_config(options.config, runtime.device_types());
     if (options.device) {
       runtime.parse_device(*options.device);
       spec.device = *options.device;
     }
+    // Refused here, not replaced by device 0: the run uses and reports the device named.
+    device = checked_device(runtime, spec, options.device.has_value());
+    check_exporter(runtime, spec);
     inputs = run::make_inputs(spec);
   } catch (const Error& e) {
     throw UsageError(e.what());
@@ -37,26 +42,23 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
                     "`function:`",
                     spec.file.string(), spec.module.string()));
   }
+  // Before the export, and naming the module the config gives rather than the exported copy.
+  if (!spec.function.empty()) check_function(module, function, spec);
 
-  const bool progress = options.progress.value_or(isatty(STDERR_FILENO) != 0) && !options.json;
+  Progress progress(Progress::choose(options.progress, options.json, stderr), function, stderr);
   testing::RunHooks hooks;
   hooks.function = function;
   hooks.evaluator = spec.extra;
+  hooks.device_index = device.id;
   std::vector<std::pair<std::string, double>> steps;
   hooks.on_step = [&](const std::string& step, double seconds) {
     steps.emplace_back(step, seconds);
-    if (progress) std::fprintf(stderr, "\r\033[K");
+    progress.step_done();
   };
-  if (progress) {
-    hooks.on_repeat = [&](int32_t done, int32_t total) {
-      if (total > 0) {
-        std::fprintf(stderr, "\r\033[K[kiln] timing %s: repeat %d/%d", function.c_str(), done,
-                     total);
-      } else {
-        std::fprintf(stderr, "\r\033[K[kiln] timing %s: repeat %d (until the noise target)",
-                     function.c_str(), done);
-      }
-      std::fflush(stderr);
+  if (progress.enabled()) {
+    const double timeout_s = spec.extra.noise.timeout_s;
+    hooks.on_repeat = [&progress, timeout_s](int32_t done, int32_t total) {
+      progress.repeat(done, total, timeout_s);
     };
   }
   testing::RunResult result;
@@ -77,17 +79,15 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
     }
     where = fmt::format("remote, key '{}' via tracker {}:{}", *rpc.tracker_key, *rpc.tracker_host,
                         *rpc.tracker_port);
-    if (progress) {
-      std::fprintf(stderr, "[kiln] requesting a '%s' server from %s:%d\n", rpc.tracker_key->c_str(),
-                   rpc.tracker_host->c_str(), *rpc.tracker_port);
-    }
+    progress.note(fmt::format("requesting a '{}' server from {}:{}", *rpc.tracker_key,
+                              *rpc.tracker_host, *rpc.tracker_port));
     result = testing::rpc_run(runtime, module, spec.device, inputs, spec.evaluator, rpc,
                               spec.exporter, std::nullopt, hooks);
   } else {
     result = testing::local_run(runtime, module, spec.device, inputs, spec.evaluator, spec.exporter,
                                 std::nullopt, hooks);
   }
-  if (progress) std::fprintf(stderr, "\r\033[K");
+  progress.finish();
   run::CheckResult check = run::check_outputs(spec, result.outputs);
   const BenchmarkResult& timing = result.profile;
   std::optional<profiling::Report> profile;
@@ -98,7 +98,7 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
     out["config"] = spec.file.string();
     out["module"] = spec.module.string();
     out["function"] = function;
-    out["device"] = runtime.device_str(runtime.parse_device(spec.device));
+    out["device"] = runtime.device_str(device);
     out["where"] = where;
     out["timer"] = timing.timer;
     out["exporter"] = spec.exporter;
@@ -129,8 +129,8 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
   } else {
     std::cout << fmt::format(
         "module:   {}\nfunction: {}\ndevice:   {} ({}, timer: {})\nexport:   {}\n",
-        spec.module.string(), function, runtime.device_str(runtime.parse_device(spec.device)),
-        where, timing.timer, spec.exporter);
+        spec.module.string(), function, runtime.device_str(device), where, timing.timer,
+        spec.exporter);
     std::cout << "outputs:\n";
     for (size_t i = 0; i < result.outputs.size(); ++i) {
       const Any& v = result.outputs[i];

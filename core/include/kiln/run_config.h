@@ -9,11 +9,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/any.h"
+#include "kiln/config_error.h"
 #include "kiln/dtype.h"
 #include "kiln/evaluator.h"
 #include "kiln/tensor.h"
@@ -118,13 +120,21 @@ struct RunSpec {
   std::vector<OutputSpec> outputs;
   std::optional<ProfileSpec> profile;  // the `profile:` section, when present
   std::optional<RemoteSpec> remote;    // the `remote:` section, when present
+  // 1-based (line, column) of each top-level key's value in `file`, for errors found after
+  // parsing (a device the backend lacks, a function the module lacks): see error_at().
+  std::map<std::string, std::pair<int, int>> positions;
 };
+
+// A ConfigError about the top-level `key` of `spec`, at its value's position in spec.file
+// (without line and column when the key is absent, e.g. a default or a command-line override).
+ConfigError error_at(const RunSpec& spec, const std::string& key, const std::string& message);
 
 // Reads and validates the run configuration at `path`. Relative paths in it (module, npy,
 // expected, save) are resolved against the folder of `path`, after expanding
 // ${KILN_EXAMPLES} (see examples_dir()). Throws kiln::NotFoundError when `path` does not
 // exist or cannot be read, and kiln::ConfigError, reading `<file>:<line>:<column>: <key>:
-// <message>`, for everything else: YAML syntax, unknown keys (with a did-you-mean), wrong value
+// <message>`, for everything else: YAML syntax (a tab in the indentation is named as such),
+// unknown keys (with a did-you-mean), wrong value
 // types, a missing module / npy / expected file, an .npy whose shape or dtype differs from the
 // ones given, bad device names, dtypes or init names, negative dimensions, out-of-range
 // evaluator values, tolerances < 0, unknown output names or indices out of range. Device names

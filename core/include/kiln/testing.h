@@ -61,6 +61,9 @@ struct RunHooks {
   // Evaluator options beyond EvaluatorConfig (noise rule, raw samples); number, repeat,
   // min_repeat_ms and f_preproc still come from the EvaluatorConfig.
   std::optional<TimeEvaluatorOptions> evaluator;
+  // The device index to run on; unset: 0, as the reference (`kiln run` passes the one its
+  // config names, after checking that the backend has it).
+  std::optional<int32_t> device_index;
 };
 
 // Exports `mod` into a fresh temporary directory, loads it back, copies `args` to

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <system_error>
@@ -517,8 +518,46 @@ RemoteSpec parse_remote(MapReader& reader, const fs::path& base_dir) {
   return r;
 }
 
+namespace {
+
+// yaml-cpp reports a tab in the indentation as whatever it makes of the line ("illegal block
+// entry", "illegal map value", ...). When the failing line (or the one above: some errors are
+// reported at the start of the next) is indented with a tab, the error names the tab instead.
+ConfigError name_indentation_tab(const ConfigError& e, const fs::path& path) {
+  if (e.line() <= 0) return e;
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::string> lines;
+  for (std::string line; static_cast<int>(lines.size()) < e.line() && std::getline(in, line);) {
+    lines.push_back(std::move(line));
+  }
+  for (int n = std::min<int>(e.line(), static_cast<int>(lines.size()));
+       n >= std::max(1, e.line() - 1); --n) {
+    const std::string& text = lines[n - 1];
+    const size_t indent_end = std::min(text.find_first_not_of(" \t"), text.size());
+    const size_t tab = text.find('\t');
+    if (tab < indent_end) {
+      return ConfigError(e.file(), n, static_cast<int>(tab) + 1, "",
+                         "tabs are not allowed for indentation in YAML; use spaces");
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+ConfigError error_at(const RunSpec& spec, const std::string& key, const std::string& message) {
+  const auto it = spec.positions.find(key);
+  const auto [line, column] = it == spec.positions.end() ? std::pair{0, 0} : it->second;
+  return ConfigError(spec.file.string(), line, column, key, message);
+}
+
 RunSpec parse_run_config(const fs::path& path, const DeviceTypeNames& device_types) {
-  const YAML::Node root = config::load_yaml_file(path);
+  YAML::Node root;
+  try {
+    root = config::load_yaml_file(path);
+  } catch (const ConfigError& e) {
+    throw name_indentation_tab(e, path);
+  }
   const std::string file = path.string();
   if (root.IsNull()) {
     throw ConfigError(file, 0, 0, "", "the run configuration is empty; it needs at least 'module'");
@@ -530,6 +569,12 @@ RunSpec parse_run_config(const fs::path& path, const DeviceTypeNames& device_typ
 
   RunSpec spec;
   spec.file = path;
+  for (const std::string& key : kTopKeys) {
+    if (top.contains(key)) {
+      const YAML::Mark mark = top.required_node(key).Mark();
+      if (mark.line >= 0) spec.positions[key] = {mark.line + 1, mark.column + 1};
+    }
+  }
   const std::string module_text = top.required<std::string>("module");
   spec.module = resolve_path(top, "module", module_text, base_dir);
   require_file(top, "module", spec.module, module_text, "module file");

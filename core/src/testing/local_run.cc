@@ -78,7 +78,7 @@ RunResult local_run(Runtime& runtime, const Module& mod, const std::string& devi
   const EvaluatorConfig config = EvaluatorConfig::normalized(evaluator_config);
   const ExportPlan plan = normalize_export_func(export_func, output_format, runtime);
   Device device = runtime.parse_device(device_type);
-  device.id = 0;  // as in the reference: the device's index is not used
+  device.id = hooks.device_index.value_or(0);  // the reference ignores the index: 0
   detail::check_run_args(args);
   const TimeEvaluatorOptions options = detail::run_evaluator_options(config, hooks);
 

@@ -36,7 +36,7 @@ RunResult rpc_run(Runtime& runtime, const Module& mod, const std::string& device
 
   // 3-4.
   rpc::RPCSession session = step(hooks, "connect", [&] { return rpc.connect_server(runtime); });
-  const Device device = session.device(local_device.type, 0);
+  const Device device = session.device(local_device.type, hooks.device_index.value_or(0));
 
   // 5. Outside the cleanup: a failed export has left nothing remote.
   step(hooks, "export", [&] {
