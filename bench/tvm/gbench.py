@@ -37,7 +37,8 @@ def parse(argv, script, extra=None):
 
 
 def run(cases, opts, script):
-    """Runs `cases` ({name: f(min_time) -> (iterations, ns per iteration)}) as opts say; prints a
+    """Runs `cases` ({name: f(min_time) -> (iterations, ns per iteration[, fields])}) as opts
+    say; `fields` (a dict, e.g. cpu_time or bytes_per_second) go into the run's JSON. Prints a
     line per run and writes Google Benchmark's JSON to --benchmark_out."""
     names = [n for n in cases if re.search(opts["filter"], n)]
     runs = [(n, r) for n in names for r in range(opts["repetitions"])]
@@ -45,11 +46,12 @@ def run(cases, opts, script):
         random.shuffle(runs)
     results = []
     for name, rep in runs:
-        iterations, ns = cases[name](opts["min_time"])
+        iterations, ns, *fields = cases[name](opts["min_time"])
         results.append({"name": name, "family_index": names.index(name), "run_name": name,
                         "run_type": "iteration", "repetitions": opts["repetitions"],
                         "repetition_index": rep, "threads": 1, "iterations": iterations,
-                        "real_time": ns, "cpu_time": ns, "time_unit": "ns"})
+                        "real_time": ns, "cpu_time": ns, "time_unit": "ns",
+                        **(fields[0] if fields else {})})
         print(f"{name:40s} {ns:14.4g} ns {iterations:8d}", flush=True)
     doc = {"context": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "executable": script,
                        "library_build_type": "release"},

@@ -18,13 +18,13 @@ untimed (which touches every page either side), then runs as many iterations as 
 Not part of the build or CI (Kiln never needs TVM). Needs apache-tvm (tested with 0.27.0.post1):
   python3 bench/interleave.py --pin 0 --cmd "build/.venv-py/bin/python bench/tvm/tvm_rpc_bench.py --server_cpu=1"
 """
-import json
 import os
-import random
 import re
 import subprocess
 import sys
 import time
+
+import gbench
 
 SIZES_MIB = (1, 4, 16, 64, 256)
 
@@ -70,7 +70,8 @@ def timed(body, min_time):
             body()
         seconds = time.perf_counter() - start
         if seconds >= min_time or iters >= 1_000_000_000:
-            return iters, seconds, time.process_time() - cpu_start
+            cpu_ns = (time.process_time() - cpu_start) / iters * 1e9
+            return iters, seconds / iters * 1e9, {"cpu_time": cpu_ns}
         multiplier = min_time * 1.4 / max(seconds, 1e-9)
         if seconds / min_time <= 0.1:
             multiplier = min(multiplier, 10.0)
@@ -88,7 +89,7 @@ def make_cases(port):
         nop()
         result = timed(nop, min_time)
         del nop, session
-        return result + (0,)
+        return result
 
     def transfer(mib, upload):
         def run(min_time):
@@ -98,9 +99,10 @@ def make_cases(port):
             host = tvm.runtime.tensor(np.full(n, 1.5, dtype="float32"))
             host.copyto(remote)
             body = (lambda: host.copyto(remote)) if upload else (lambda: remote.copyto(host))
-            result = timed(body, min_time)
+            iterations, ns, fields = timed(body, min_time)
             del body, remote, host, session
-            return result + (mib << 20,)
+            fields["bytes_per_second"] = (mib << 20) * 1e9 / ns
+            return iterations, ns, fields
 
         return run
 
@@ -112,59 +114,16 @@ def make_cases(port):
 
 
 def main(argv):
-    opts = {"filter": ".", "min_time": 0.5, "repetitions": 1, "interleave": False, "out": None,
-            "cpu": None}
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key == "--serve":
-            return serve()
-        if key == "--benchmark_filter":
-            opts["filter"] = value
-        elif key == "--benchmark_min_time":
-            opts["min_time"] = float(value.rstrip("s"))
-        elif key == "--benchmark_repetitions":
-            opts["repetitions"] = int(value)
-        elif key == "--benchmark_enable_random_interleaving":
-            opts["interleave"] = value in ("true", "1", "")
-        elif key == "--benchmark_out":
-            opts["out"] = value
-        elif key == "--benchmark_out_format":
-            if value != "json":
-                raise SystemExit("tvm_rpc_bench.py: only --benchmark_out_format=json")
-        elif key == "--server_cpu":
-            opts["cpu"] = int(value)
-        else:
-            raise SystemExit(f"tvm_rpc_bench.py: unknown argument {arg!r}")
-
-    server, port = start_server(opts["cpu"])
+    if "--serve" in argv:
+        return serve()
+    opts, extra = gbench.parse(argv, "tvm_rpc_bench.py", {"--server_cpu": None})
+    cpu = extra["--server_cpu"]
+    server, port = start_server(int(cpu) if cpu is not None else None)
     try:
-        cases = make_cases(port)
-        names = [n for n in cases if re.search(opts["filter"], n)]
-        runs = [(n, r) for n in names for r in range(opts["repetitions"])]
-        if opts["interleave"]:
-            random.shuffle(runs)
-        results = []
-        for name, rep in runs:
-            iters, seconds, cpu_seconds, nbytes = cases[name](opts["min_time"])
-            per_iter_ns = seconds / iters * 1e9
-            run = {"name": name, "family_index": names.index(name), "run_name": name,
-                   "run_type": "iteration", "repetitions": opts["repetitions"],
-                   "repetition_index": rep, "threads": 1, "iterations": iters,
-                   "real_time": per_iter_ns, "cpu_time": cpu_seconds / iters * 1e9,
-                   "time_unit": "ns"}
-            if nbytes:
-                run["bytes_per_second"] = nbytes * iters / seconds
-            results.append(run)
-            print(f"{name:40s} {per_iter_ns:14.0f} ns {iters:8d}", flush=True)
+        gbench.run(make_cases(port), opts, __file__)
     finally:
         server.stdin.close()
         server.wait()
-    doc = {"context": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "executable": __file__,
-                       "library_build_type": "release"},
-           "benchmarks": results}
-    if opts["out"]:
-        with open(opts["out"], "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
     return 0
 
 
