@@ -1,0 +1,31 @@
+// The Mann-Whitney U-test (Wilcoxon rank-sum), two-sided, as `kiln compare` uses it to tell a
+// change in timings from noise (docs/cli.md "kiln compare"). It agrees with
+// scipy.stats.mannwhitneyu(x, y, alternative="two-sided", method="auto") for the cases that
+// method covers: the exact distribution of U when both samples are shorter than 8 and there are
+// no ties, otherwise the normal approximation with the tie correction and a continuity
+// correction of 0.5.
+#ifndef KILN_MANN_WHITNEY_H_
+#define KILN_MANN_WHITNEY_H_
+
+#include <cstddef>
+#include <vector>
+
+namespace kiln::stats {
+
+struct UTestResult {
+  double u = 0;        // U of the first sample: pairs (x, y) with x > y, plus half the ties
+  double p_value = 1;  // two-sided
+  bool exact = false;  // from the exact distribution (else the normal approximation)
+};
+
+// The two-sided U-test of `x` against `y`. An empty sample gives p = 1 (no evidence).
+UTestResult mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y);
+
+// The smallest two-sided p-value samples of these sizes can reach (all of one sample below all of
+// the other, no ties): with 3 and 3 repeats it is 0.1, so no difference is ever significant at
+// 0.05. 1 when either is empty.
+double min_p_value(size_t nx, size_t ny);
+
+}  // namespace kiln::stats
+
+#endif  // KILN_MANN_WHITNEY_H_
