@@ -206,6 +206,31 @@ TEST(PluginLoader, TwoPluginsClaimingOneDeviceTypeAreRefusedUntilThePluginSetCho
   EXPECT_EQ(chosen->find_backend(111)->plugin_name(), "stub_dup_b");
 }
 
+TEST(PluginLoader, DeviceTypeCodesOutsideTheVendorRangeOrTakenAreRefusedNamingBoth) {
+  auto rt = isolated_runtime({stub_dir("stub_ok"), stub_dir("stub_code_130")});
+  const auto& remote_range = status_of(*rt, "stub_code_130");
+  EXPECT_EQ(remote_range.state, PluginStatus::State::kFailed);
+  EXPECT_THAT(remote_range.reason,
+              HasSubstr("plugin 'stub_code_130' declares device type code 130 ('stub_code_130'), "
+                        "outside the codes a plugin may serve"));
+  EXPECT_THAT(remote_range.reason, HasSubstr("vendor codes 64 to 127"));
+  EXPECT_FALSE(rt->find_backend(130));
+  EXPECT_EQ(status_of(*rt, "stub_ok").state, PluginStatus::State::kLoaded);
+
+  // Two plugins with one code under different names: the second is refused, naming both.
+  auto clash = isolated_runtime({stub_dir("stub_ok"), stub_dir("stub_code_clash")});
+  const PluginStatus& a = status_of(*clash, "stub_ok");
+  const PluginStatus& b = status_of(*clash, "stub_code_clash");
+  const PluginStatus& refused = a.state == PluginStatus::State::kFailed ? a : b;
+  const PluginStatus& loaded = a.state == PluginStatus::State::kFailed ? b : a;
+  EXPECT_EQ(loaded.state, PluginStatus::State::kLoaded);
+  EXPECT_EQ(refused.state, PluginStatus::State::kFailed);
+  EXPECT_THAT(refused.reason, HasSubstr("plugin '" + refused.name +
+                                        "' declares device type code "
+                                        "100"));
+  EXPECT_THAT(refused.reason, HasSubstr("which plugin '" + loaded.name + "' already serves"));
+}
+
 TEST(PluginLoader, ManifestWhoseLibraryIsMissing) {
   TempDir dir;
   std::ofstream(dir.path() / "ghost.yaml") << "name: ghost\nversion: 1.0.0\nkind: device\n"

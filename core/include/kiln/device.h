@@ -21,6 +21,9 @@ static_assert(sizeof(DLDeviceType) == sizeof(int32_t), "DLDeviceType is stored a
 // Device types at or above this carry an RPC session: type = server type + (session index +
 // 1) * kRemoteDeviceMask (SPEC.md §4.3). Local device types stay below it.
 inline constexpr int32_t kRemoteDeviceMask = 128;
+// Device type codes of vendor backends without a DLPack code: kFirstVendorDeviceType up to
+// kRemoteDeviceMask - 1 (docs/plugin-abi.md §10.1); the host refuses a plugin outside them.
+inline constexpr int32_t kFirstVendorDeviceType = 64;
 
 // A device: a DLPack device type code and an index among that backend's devices.
 struct Device {

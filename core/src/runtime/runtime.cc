@@ -52,14 +52,28 @@ std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
   for (size_t i = 0; i < plugin->devices.size(); ++i) {
     const int32_t code = plugin->devices[i]->dl_device_type;
     const std::string& name = plugin->device_names[i];
+    // Codes from 128 up are RPC sessions' views of remote devices (type + (index + 1) * 128):
+    // a backend there would be taken for one, and its devices named "remote0:...".
+    if (code < 0 || code >= kRemoteDeviceMask) {
+      return fmt::format(
+          "plugin '{}' declares device type code {} ('{}'), outside the codes a plugin may "
+          "serve: DLPack's (below {}) and vendor codes {} to {}; codes from {} up name the "
+          "devices of RPC sessions (docs/plugin-abi.md §10.1)",
+          plugin->name, code, name, kFirstVendorDeviceType, kFirstVendorDeviceType,
+          kRemoteDeviceMask - 1, kRemoteDeviceMask);
+    }
     try {
       names.add(name, code);
     } catch (const ValueError& e) {
       return e.what();
     }
     if (auto it = backends.find(code); it != backends.end()) {
-      return fmt::format("device type code {} ('{}') is already served by plugin '{}'", code, name,
-                         it->second->plugin_name());
+      return fmt::format(
+          "plugin '{}' declares device type code {} ('{}'), which plugin '{}' already serves "
+          "(as '{}'); every vendor needs a code of its own in {} to {} (docs/plugin-abi.md "
+          "§10.1, \"Reserving a device type code\")",
+          plugin->name, code, name, it->second->plugin_name(), it->second->name(),
+          kFirstVendorDeviceType, kRemoteDeviceMask - 1);
     }
   }
   device_types = std::move(names);
