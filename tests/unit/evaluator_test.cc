@@ -296,7 +296,7 @@ TEST(BenchmarkResult, GoogleBenchmarkJsonRoundTrip) {
   auto doc = nlohmann::json::parse(text);
   ASSERT_TRUE(doc.contains("context"));
   const auto& b = doc["benchmarks"];
-  ASSERT_EQ(b.size(), 6u) << "3 repeats + mean, median, stddev";
+  ASSERT_EQ(b.size(), 7u) << "3 repeats + mean, median, stddev, cv";
   EXPECT_EQ(b[0]["run_type"], "iteration");
   EXPECT_EQ(b[0]["time_unit"], "ns");
   EXPECT_DOUBLE_EQ(b[2]["real_time"].get<double>(), 4000);

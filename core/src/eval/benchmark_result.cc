@@ -2,9 +2,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -12,6 +16,7 @@
 
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
+#include "kiln/statistics.h"
 
 namespace kiln {
 namespace {
@@ -31,6 +36,131 @@ std::string centered(const std::string& text, size_t width) {
   if (text.size() >= width) return text;
   const size_t left = (width - text.size()) / 2;
   return std::string(left, ' ') + text + std::string(width - text.size() - left, ' ');
+}
+
+// The first line of a small sysfs / procfs file, or "" when it cannot be read.
+std::string read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// sysfs cache sizes: "32K", "1024K", "16M".
+int64_t cache_size_bytes(const std::string& text) {
+  if (text.empty()) return 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  switch (text.back()) {
+    case 'K':
+      return v * 1024;
+    case 'M':
+      return v * 1024 * 1024;
+    case 'G':
+      return v * 1024 * 1024 * 1024;
+    default:
+      return v;
+  }
+}
+
+// CPUs in a sysfs shared_cpu_map ("00000003", "ffffffff,ffffffff").
+int64_t cpus_in_map(const std::string& map) {
+  int64_t n = 0;
+  for (char c : map) {
+    if (std::isxdigit(static_cast<unsigned char>(c))) {
+      n += __builtin_popcount(static_cast<unsigned>(std::stoi(std::string(1, c), nullptr, 16)));
+    }
+  }
+  return n;
+}
+
+// Google Benchmark's "context", filled as its own sysinfo.cc fills it on Linux: caches from
+// sysfs cpu0, the clock from cpufreq's maximum (else /proc/cpuinfo), scaling enabled when a
+// governor other than "performance" is set, the load average from getloadavg.
+nlohmann::json machine_context() {
+  using nlohmann::json;
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char date[64];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", &local);
+  std::string iso_date = date;
+  // ISO 8601 offset with a colon, as Google Benchmark writes it: +0000 -> +00:00.
+  if (iso_date.size() >= 5) iso_date.insert(iso_date.size() - 2, ":");
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const int64_t num_cpus = static_cast<int64_t>(std::thread::hardware_concurrency());
+
+  json caches = json::array();
+  const std::string cache_dir = "/sys/devices/system/cpu/cpu0/cache/";
+  for (int i = 0;; ++i) {
+    const std::string dir = cache_dir + "index" + std::to_string(i) + "/";
+    const std::string type = read_line(dir + "type");
+    if (type.empty()) break;
+    if (type == "Data" || type == "Instruction" || type == "Unified") {
+      int64_t level = 0;
+      try {
+        level = std::stoll(read_line(dir + "level"));
+      } catch (const std::exception&) {
+      }
+      caches.push_back({{"type", type},
+                        {"level", level},
+                        {"size", cache_size_bytes(read_line(dir + "size"))},
+                        {"num_sharing", cpus_in_map(read_line(dir + "shared_cpu_map"))}});
+    }
+  }
+
+  double mhz = 0;
+  try {
+    const std::string khz = read_line("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
+    if (!khz.empty()) mhz = std::stod(khz) / 1000;
+  } catch (const std::exception&) {
+  }
+  if (mhz == 0) {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);) {
+      if (line.rfind("cpu MHz", 0) == 0 && line.find(':') != std::string::npos) {
+        try {
+          mhz = std::stod(line.substr(line.find(':') + 1));
+        } catch (const std::exception&) {
+        }
+        break;
+      }
+    }
+  }
+
+  bool scaling = false;
+  for (int64_t cpu = 0; cpu < num_cpus; ++cpu) {
+    const std::string governor = read_line("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+                                           "/cpufreq/scaling_governor");
+    if (!governor.empty() && governor != "performance") scaling = true;
+  }
+
+  json load = json::array();
+  double avg[3];
+  if (getloadavg(avg, 3) == 3) load = {avg[0], avg[1], avg[2]};
+
+  return {
+      {"date", iso_date},
+      {"host_name", host},
+      {"executable", ec ? std::string("kiln") : exe.string()},
+      {"num_cpus", num_cpus},
+      {"mhz_per_cpu", static_cast<int64_t>(std::llround(mhz))},
+      {"cpu_scaling_enabled", scaling},
+      {"caches", caches},
+      {"load_avg", load},
+#ifdef NDEBUG
+      {"library_build_type", "release"},
+#else
+      {"library_build_type", "debug"},
+#endif
+  };
 }
 
 }  // namespace
@@ -82,28 +212,16 @@ std::string BenchmarkResult::repr() const {
 
 std::string BenchmarkResult::to_json() const {
   using nlohmann::json;
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
-  const std::time_t now = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
   const std::string run_name = name.empty() ? "function" : name;
   const auto repetitions = static_cast<int64_t>(results_.size());
   json out;
-  out["context"] = {
-      {"date", date},
-      {"host_name", host},
-      {"executable", "kiln"},
-      {"num_cpus", static_cast<int64_t>(std::thread::hardware_concurrency())},
-      {"mhz_per_cpu", 0},
-      {"cpu_scaling_enabled", false},
-      {"caches", json::array()},
-      {"load_avg", json::array()},
-      {"library_build_type", "release"},
-      {"kiln_timer", timer},
-      {"kiln_device", device.str()},
-      {"kiln_time_source", "real_time and cpu_time both hold the measured time per call"},
-  };
+  out["context"] = machine_context();
+  out["context"]["kiln_timer"] = timer;
+  out["context"]["kiln_device"] = device.str();
+  out["context"]["kiln_time_source"] =
+      "real_time and cpu_time both hold the measured time per call";
+  // Google Benchmark gives its aggregates the iterations of one repetition.
+  const int64_t iterations = numbers.empty() ? 1 : numbers.back();
   json benchmarks = json::array();
   for (int64_t i = 0; i < repetitions; ++i) {
     const double ns = results_[i] * 1e9;
@@ -121,7 +239,11 @@ std::string BenchmarkResult::to_json() const {
                           {"time_unit", "ns"}});
   }
   if (repetitions > 0) {
-    auto aggregate = [&](const char* which, double seconds) {
+    // As Google Benchmark's ComputeStats: mean, median, sample (n - 1) stddev, and cv as a
+    // fraction with aggregate_unit "percentage" (its JSON writes that value unscaled).
+    const stats::Summary s = stats::summarize(results_);
+    auto aggregate = [&](const char* which, double value, bool is_time) {
+      const double v = is_time ? value * 1e9 : value;
       benchmarks.push_back({{"name", run_name + "_" + which},
                             {"family_index", 0},
                             {"per_family_instance_index", 0},
@@ -130,15 +252,16 @@ std::string BenchmarkResult::to_json() const {
                             {"repetitions", repetitions},
                             {"threads", 1},
                             {"aggregate_name", which},
-                            {"aggregate_unit", "time"},
-                            {"iterations", repetitions},
-                            {"real_time", seconds * 1e9},
-                            {"cpu_time", seconds * 1e9},
+                            {"aggregate_unit", is_time ? "time" : "percentage"},
+                            {"iterations", iterations},
+                            {"real_time", v},
+                            {"cpu_time", v},
                             {"time_unit", "ns"}});
     };
-    aggregate("mean", mean_);
-    aggregate("median", median_);
-    aggregate("stddev", std_);
+    aggregate("mean", s.mean, true);
+    aggregate("median", s.median, true);
+    aggregate("stddev", s.stddev, true);
+    aggregate("cv", s.cv, false);
   }
   out["benchmarks"] = benchmarks;
   return out.dump(2);
@@ -152,25 +275,34 @@ BenchmarkResult BenchmarkResult::from_json(const std::string& text) {
   } catch (const json::exception& e) {
     throw ValueError(fmt::format("not a benchmark JSON document: {}", e.what()));
   }
+  // `kiln run --json` nests the Google Benchmark document under "benchmark".
+  if (doc.is_object() && !doc.contains("benchmarks") && doc.contains("benchmark")) {
+    doc = doc["benchmark"];
+  }
   if (!doc.is_object() || !doc.contains("benchmarks") || !doc["benchmarks"].is_array()) {
     throw ValueError("not a benchmark JSON document: no \"benchmarks\" array");
   }
   std::vector<double> results;
   std::vector<int64_t> numbers;
   std::string name;
+  bool named = false;
   for (const auto& b : doc["benchmarks"]) {
     if (!b.is_object() || b.value("run_type", "") != "iteration") continue;
+    // One result: the first benchmark's repetitions (a Google Benchmark file may hold more).
+    const std::string run_name = b.value("run_name", b.value("name", ""));
+    if (named && run_name != name) continue;
+    name = run_name;
+    named = true;
     if (!b.contains("real_time") || !b["real_time"].is_number()) {
       throw ValueError("benchmark JSON: an iteration entry has no numeric real_time");
     }
     const std::string unit = b.value("time_unit", "ns");
-    const double scale = unit == "ns" ? 1e-9 : unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : 1.0;
     if (unit != "ns" && unit != "us" && unit != "ms" && unit != "s") {
       throw ValueError(fmt::format("benchmark JSON: unknown time_unit '{}'", unit));
     }
+    const double scale = unit == "ns" ? 1e-9 : unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : 1.0;
     results.push_back(b["real_time"].get<double>() * scale);
     numbers.push_back(b.value("iterations", int64_t{1}));
-    name = b.value("run_name", b.value("name", ""));
   }
   BenchmarkResult r(std::move(results));
   r.numbers = std::move(numbers);
