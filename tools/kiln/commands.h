@@ -44,6 +44,8 @@ struct RunOptions {
   std::optional<std::string> device;  // overrides the config's device
   bool json = false;
   std::optional<bool> progress;  // default: when stderr is a terminal
+  // Also write Google Benchmark's JSON document (top-level "benchmarks") here; "-": stdout.
+  std::optional<std::filesystem::path> benchmark_out;
 };
 
 // `kiln run RUN.yaml`: runs the config through local_run on a Runtime made from `global`;
@@ -133,6 +135,21 @@ struct QueryOptions {
 // `kiln query`: prints the tracker's text summary (or its SUMMARY JSON); exit 3 when the
 // tracker cannot be reached, 2 for a malformed HOST:PORT.
 int run_query(const QueryOptions& options);
+
+// Options of `kiln compare` (docs/cli.md).
+struct CompareOptions {
+  std::filesystem::path baseline;
+  std::filesystem::path contender;
+  std::string threshold = "5%";   // a change within this is "no change"
+  std::string metric = "median";  // median, mean or min of the per-repeat times
+  double alpha = 0.05;            // significance level of the U-test
+  bool json = false;
+};
+
+// `kiln compare A.json B.json`: per benchmark the change from A to B, a Mann-Whitney U-test
+// p-value and a verdict; exit 1 when a benchmark is slower beyond the threshold and
+// significantly so, 2 for unreadable or malformed input.
+int run_compare(const CompareOptions& options);
 
 // `kiln plugins`: every plugin considered, its version, ABI, state and reason.
 int run_plugins(const GlobalOptions& options);

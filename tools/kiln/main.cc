@@ -48,6 +48,33 @@ int main(int argc, char** argv) {
                 "Show progress while measuring: a redrawn line on a terminal, plain lines "
                 "elsewhere (default: $KILN_PROGRESS, else only when stderr is a terminal)");
   run->add_flag("--no-progress", progress_off, "Never show progress")->excludes("--progress");
+  run->add_option("--benchmark-out", run_options.benchmark_out,
+                  "Also write the timing as Google Benchmark JSON to this file, readable by its "
+                  "compare.py and by kiln compare (default: not written; - for stdout)");
+
+  CompareOptions compare_options;
+  auto* compare = app.add_subcommand(
+      "compare",
+      "Compare two timing JSON files (kiln run --json or --benchmark-out, Google Benchmark): "
+      "change, U-test p-value and verdict per benchmark; exit 1 on a significant regression");
+  compare->add_option("baseline", compare_options.baseline, "The baseline JSON (A)")->required();
+  compare->add_option("contender", compare_options.contender, "The JSON to judge (B)")->required();
+  compare
+      ->add_option("--threshold", compare_options.threshold,
+                   "Changes within this percentage are no change; a slower one beyond it that "
+                   "is significant fails (e.g. 5%, 2.5)")
+      ->capture_default_str();
+  compare
+      ->add_option("--metric", compare_options.metric,
+                   "Statistic of the per-repeat times compared: median, mean or min")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"median", "mean", "min"}));
+  compare
+      ->add_option("--alpha", compare_options.alpha,
+                   "Significance level of the two-sided Mann-Whitney U-test")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  compare->add_flag("--json", compare_options.json, "Print JSON instead of a table");
 
   ProfileOptions profile_options;
   auto* profile =
@@ -227,6 +254,7 @@ int main(int argc, char** argv) {
     if (server->parsed()) return run_rpc_server(server_options, options);
     if (tracker->parsed()) return run_tracker(tracker_options);
     if (query->parsed()) return run_query(query_options);
+    if (compare->parsed()) return run_compare(compare_options);
     if (devices->parsed()) return run_devices(options);
     if (profile->parsed()) return run_profile(profile_options, options);
     if (vm->parsed()) {
