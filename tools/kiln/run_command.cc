@@ -10,7 +10,9 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "kiln/kiln.h"
+#include "kiln/noise_verdict.h"
 #include "kiln/run_config.h"
+#include "kiln/timing_table.h"
 #include "output_file.h"
 #include "progress.h"
 
@@ -108,6 +110,8 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
   progress.finish();
   run::CheckResult check = run::check_outputs(spec, result.outputs);
   const BenchmarkResult& timing = result.profile;
+  // This machine's load says nothing about a remote server's measurement.
+  const NoiseVerdict verdict = noise_verdict(timing, spec.remote ? std::nullopt : host_load());
   std::optional<profiling::Report> profile;
   if (spec.profile) profile = profile_run(spec, *spec.profile, runtime);
 
@@ -163,12 +167,18 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
           "  {:<8} {}\n", spec.inputs[i].name,
           v.type_code() == KILN_TYPE_TENSOR ? run::summarize(v.cast<Tensor>()) : v.str());
     }
+    // A noise rule's run says where the RSE got to, beside its target.
+    const std::string noise_stop =
+        fmt::format(", stopped: {} at RSE {} (target {})", timing.stop_reason,
+                    verdict.summary.n >= 2 ? format_percent(verdict.summary.rse) : "-",
+                    format_percent(spec.extra.noise.target_rse));
     std::cout << fmt::format("timing ({} repeat{} of {} call{}{}):\n", timing.results().size(),
                              timing.results().size() == 1 ? "" : "s",
                              timing.numbers.empty() ? 0 : timing.numbers.back(),
                              timing.numbers.empty() || timing.numbers.back() == 1 ? "" : "s",
-                             timing.stop_reason.empty() ? "" : ", stopped: " + timing.stop_reason);
-    std::cout << timing.to_string() << "\n";
+                             timing.stop_reason.empty() ? "" : noise_stop);
+    std::cout << timing_table(timing) << "\n";
+    if (verdict.noisy) std::cout << verdict.line() << "\n";
     std::cout << "steps:";
     for (const auto& [step, seconds] : steps) {
       std::cout << fmt::format(" {} {:.1f} ms", step, seconds * 1e3);

@@ -52,6 +52,14 @@ class BenchmarkResult {
   std::string stop_reason;
   std::string name;  // the function measured, for reports
   Device device;
+  // The clocks over the measurement: from the first timed batch to the end of the last repeat
+  // (batches, f_preproc, cache flushes and progress callbacks; not the warm-up call nor the
+  // cooldown sleeps). Wall-clock seconds, CPU seconds of the thread that measured, and CPU
+  // seconds of the whole process. All 0 when not recorded (a result read from JSON or sent by
+  // an RPC server). The noise verdict compares them (kiln/noise_verdict.h).
+  double wall_time_s = 0;
+  double thread_cpu_time_s = 0;
+  double process_cpu_time_s = 0;
 
   // The reference's printed form: "Execution time summary:" and a table in milliseconds.
   std::string to_string() const;

@@ -1,11 +1,11 @@
 // The measurement loop of SPEC.md §1.3, plus the opt-in noise-based stopping rule.
 #include <fmt/format.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <thread>
 
 #include "eval/timer.h"
@@ -13,6 +13,7 @@
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
 #include "kiln/module.h"
+#include "kiln/statistics.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -27,16 +28,42 @@ constexpr int64_t kMaxNumber = int64_t{1} << 40;
   throw ValueError(fmt::format("time_evaluator: {} {}", parameter, why));
 }
 
-// Relative standard error of the mean of `v` (sample std / sqrt(n) / mean).
-double relative_standard_error(const std::vector<double>& v) {
-  const double n = static_cast<double>(v.size());
-  if (v.size() < 2) return std::numeric_limits<double>::infinity();
-  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / n;
-  if (mean <= 0) return std::numeric_limits<double>::infinity();
-  double sq = 0;
-  for (double x : v) sq += (x - mean) * (x - mean);
-  return std::sqrt(sq / (n - 1)) / std::sqrt(n) / mean;
+// The relative standard error the noise rule compares with its target (kiln::stats' RSE);
+// infinite while it means nothing (fewer than 2 repeats, a mean of 0).
+double noise_rse(const std::vector<double>& v) {
+  const stats::Summary s = stats::summarize(v);
+  if (s.n < 2 || s.mean <= 0) return std::numeric_limits<double>::infinity();
+  return s.rse;
 }
+
+// Wall-clock, thread CPU and process CPU seconds: the contention check's clocks (read outside
+// the timed batches only).
+struct Clocks {
+  double wall = 0, thread_cpu = 0, process_cpu = 0;
+
+  static double cpu_seconds(clockid_t id) {
+    timespec t{};
+    if (clock_gettime(id, &t) != 0) return 0;
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+  }
+  static Clocks now() {
+    Clocks c;
+    c.wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    c.thread_cpu = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    c.process_cpu = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+    return c;
+  }
+  Clocks operator-(const Clocks& o) const {
+    return {wall - o.wall, thread_cpu - o.thread_cpu, process_cpu - o.process_cpu};
+  }
+  Clocks& operator+=(const Clocks& o) {
+    wall += o.wall;
+    thread_cpu += o.thread_cpu;
+    process_cpu += o.process_cpu;
+    return *this;
+  }
+};
 
 }  // namespace
 
@@ -125,6 +152,9 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
   const auto started = std::chrono::steady_clock::now();
   const NoiseStoppingRule& noise = options.noise;
   const int32_t total = noise.enabled ? -1 : options.repeat;
+  // Cooldown sleeps are deliberate time off the CPU: kept out of the contention check's span.
+  Clocks cooldowns;
+  const Clocks measure_start = Clocks::now();
 
   for (int32_t i = 0;; ++i) {
     if (!noise.enabled && i >= options.repeat) break;
@@ -156,7 +186,9 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
     results.push_back(duration_ms / 1e3 / static_cast<double>(number));
     numbers.push_back(number);
     if (options.cooldown_interval_ms > 0 && i % options.repeats_to_cooldown == 0) {
+      const Clocks before = Clocks::now();
       std::this_thread::sleep_for(std::chrono::milliseconds(options.cooldown_interval_ms));
+      cooldowns += Clocks::now() - before;
     }
     if (options.on_repeat) options.on_repeat(i + 1, total);
 
@@ -164,7 +196,7 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       const int32_t done = i + 1;
-      const double rse = relative_standard_error(results);
+      const double rse = noise_rse(results);
       rse_history.push_back(rse);
       if (done >= noise.min_repeats && elapsed >= noise.min_time_s && rse < noise.target_rse) {
         stop_reason = "target";
@@ -185,7 +217,12 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
     }
   }
 
+  const Clocks spent = Clocks::now() - measure_start - cooldowns;
+
   BenchmarkResult result(std::move(results));
+  result.wall_time_s = spent.wall;
+  result.thread_cpu_time_s = spent.thread_cpu;
+  result.process_cpu_time_s = spent.process_cpu;
   result.numbers = std::move(numbers);
   result.raw_samples = std::move(raw);
   result.timer = timer.kind();
