@@ -1,0 +1,176 @@
+"""`kiln compare` and `kiln run --benchmark-out` end to end (issue 21 items 3 and 4).
+
+    compare_test.py verdicts KILN
+        Synthetic Google Benchmark files: exit codes, verdicts and the messages for bad input.
+    compare_test.py compare_py KILN EXAMPLES [PYTHON...]
+        Two `kiln run --benchmark-out` files of the relu example read as is by compare.py from
+        Debian's libbenchmark-tools (/usr/share/benchmark/compare.py, or $KILN_GBENCH_COMPARE),
+        run with the first PYTHON that has scipy (compare.py imports it). Exits 77 (skipped, with
+        the reason) where either is missing.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+
+
+def gbench(benchmarks, unit="ns"):
+    """A Google Benchmark document: {name: [per-repeat times]}."""
+    out = []
+    for name, times in benchmarks.items():
+        for i, t in enumerate(times):
+            out.append({"name": name, "run_name": name, "run_type": "iteration",
+                        "repetitions": len(times), "repetition_index": i, "threads": 1,
+                        "iterations": 10, "real_time": t, "cpu_time": t, "time_unit": unit})
+    return {"context": {"date": "2026-11-24T12:00:00+00:00"}, "benchmarks": out}
+
+
+def write(folder, name, doc):
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+def compare(kiln, *args):
+    p = subprocess.run([kiln, "compare", *args], capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
+def expect(kiln, code, needles, *args):
+    got, text = compare(kiln, *args)
+    ok = got == code and all(n in text for n in needles)
+    if not ok:
+        print(f"FAIL: kiln compare {' '.join(args)}: exit {got} (expected {code}), "
+              f"expected {needles} in:\n{text}")
+    return ok
+
+
+def verdicts(kiln):
+    base = [100.0, 102, 99, 101, 100.5, 98.5, 101.5, 99.5]
+    slower = [t * 1.2 for t in base]
+    faster = [t * 0.8 for t in base]
+    ok = True
+    with tempfile.TemporaryDirectory() as d:
+        a = write(d, "a.json", gbench({"k/1024/float32/cpu:0": base, "gone": base}))
+        same = write(d, "same.json", gbench({"k/1024/float32/cpu:0": base[::-1]}))
+        slow = write(d, "slow.json", gbench({"k/1024/float32/cpu:0": slower, "new": base}))
+        fast = write(d, "fast.json", gbench({"k/1024/float32/cpu:0": faster}))
+        # The same times in microseconds: units are converted.
+        slow_us = write(d, "slow_us.json",
+                        gbench({"k/1024/float32/cpu:0": [t / 1e3 for t in slower]}, "us"))
+        few_a = write(d, "few_a.json", gbench({"k": [100.0, 101, 99]}))
+        few_b = write(d, "few_b.json", gbench({"k": [150.0, 151, 149]}))
+        # `kiln run --json` nests the document under "benchmark".
+        run_json = write(d, "run.json", {"function": "k", "benchmark": gbench(
+            {"k/1024/float32/cpu:0": slower})})
+        aggregates_only = write(d, "agg.json", {"benchmarks": [
+            {"name": "k/1024/float32/cpu:0_median", "run_name": "k/1024/float32/cpu:0",
+             "run_type": "aggregate", "aggregate_name": "median", "real_time": 150,
+             "cpu_time": 150, "time_unit": "ns"}]})
+        ok &= expect(kiln, 0, ["no change, not significant", "only in A: gone",
+                               "no significant regression"], a, same)
+        ok &= expect(kiln, 1, ["+20.0%", "slower, significant", "only in B: new",
+                               "1 significant regression: k/1024/float32/cpu:0"], a, slow)
+        ok &= expect(kiln, 1, ["slower, significant"], a, slow_us)
+        ok &= expect(kiln, 1, ["slower, significant"], a, run_json)
+        ok &= expect(kiln, 0, ["-20.0%", "faster, significant"], a, fast)
+        # A 20% regression within a 25% threshold is no change.
+        ok &= expect(kiln, 0, ["no change, significant"], a, slow, "--threshold", "25%")
+        ok &= expect(kiln, 1, ["slower, significant"], a, slow, "--metric", "min")
+        ok &= expect(kiln, 0, ["slower, not significant",
+                               "3 and 3 repeats cannot reach p < 0.05"], few_a, few_b)
+        ok &= expect(kiln, 0, ["slower, untested", "no per-repeat times"], a, aggregates_only)
+        got, text = compare(kiln, "--json", a, slow)
+        doc = json.loads(text) if got == 1 else {}
+        row = doc.get("benchmarks", [{}])[0]
+        # scipy.stats.mannwhitneyu: exact for 8 and 8 without ties, U = 0 -> 2 / C(16, 8).
+        if not (abs(row.get("p_value", 1) - 2 / 12870) < 1e-15 and row.get("p_exact")
+                and doc.get("regressions") == ["k/1024/float32/cpu:0"]):
+            print(f"FAIL: --json: {text}")
+            ok = False
+        # Bad input: exit 2 naming the file and what is wrong.
+        missing = os.path.join(d, "missing.json")
+        ok &= expect(kiln, 2, [f"{missing}: cannot read"], missing, a)
+        ok &= expect(kiln, 2, [f"{write(d, 'bad.json', '{nope')}: not JSON"], a,
+                     os.path.join(d, "bad.json"))
+        nob = write(d, "nob.json", {"context": {}})
+        ok &= expect(kiln, 2, [f"{nob}: no \"benchmarks\" array"], nob, a)
+        empty = write(d, "empty.json", {"benchmarks": []})
+        ok &= expect(kiln, 2, [f"{empty}: holds no benchmark results"], a, empty)
+        unit = write(d, "unit.json", gbench({"k": [1.0]}, "fortnights"))
+        ok &= expect(kiln, 2, [f"{unit}: benchmarks[0]: unknown time_unit 'fortnights'"], a, unit)
+        ok &= expect(kiln, 2, ["no benchmark is in both files", "has k"], a, few_b)
+        ok &= expect(kiln, 2, ["--threshold: expected a percentage"], a, same,
+                     "--threshold", "lots")
+        ok &= expect(kiln, 2, ["--metric"], a, same, "--metric", "p90")
+    return ok
+
+
+def python_with_scipy(candidates):
+    for py in candidates:
+        if py and subprocess.run([py, "-c", "import scipy, numpy"],
+                                 capture_output=True).returncode == 0:
+            return py
+    return None
+
+
+def compare_py(kiln, examples, pythons):
+    script = os.environ.get("KILN_GBENCH_COMPARE", "/usr/share/benchmark/compare.py")
+    if not os.path.exists(script):
+        print(f"skipped: no {script} (apt package libbenchmark-tools; tools/install-deps.sh)")
+        return SKIP
+    py = python_with_scipy(pythons + [sys.executable])
+    if not py:
+        print(f"skipped: compare.py needs scipy; none of {pythons + [sys.executable]} has it")
+        return SKIP
+    config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs",
+                          "runs", "relu.yaml")
+    env = dict(os.environ, KILN_EXAMPLES=os.path.abspath(examples))
+    with tempfile.TemporaryDirectory() as d:
+        outs = []
+        for i in range(2):
+            out = os.path.join(d, f"run{i}.json")
+            subprocess.run([kiln, "run", "--no-progress", "--benchmark-out", out, config],
+                           check=True, env=env, stdout=subprocess.DEVNULL, timeout=120)
+            outs.append(out)
+        doc = json.load(open(outs[0]))
+        names = {b["name"] for b in doc["benchmarks"]}
+        want = {"relu/1048576/float32/cpu:0" + s for s in ["", "_mean", "_median", "_stddev",
+                                                          "_cv"]}
+        cv = [b for b in doc["benchmarks"] if b.get("aggregate_name") == "cv"]
+        context = doc["context"]
+        if (names != want or cv[0]["aggregate_unit"] != "percentage" or not context["caches"]
+                or len(context["load_avg"]) != 3 or context["num_cpus"] < 1):
+            print(f"FAIL: unexpected document: {json.dumps(doc, indent=1)}")
+            return 1
+        p = subprocess.run([py, script, "benchmarks", outs[0], outs[1]], capture_output=True,
+                           text=True, timeout=120)
+        print(p.stdout + p.stderr)
+        # compare.py reads both as they are: a row per benchmark and aggregate, and the U-test.
+        for needle in ["relu/1048576/float32/cpu:0_pvalue", "relu/1048576/float32/cpu:0_cv",
+                       "relu/1048576/float32/cpu:0_median", "OVERALL_GEOMEAN"]:
+            if p.returncode != 0 or needle not in p.stdout:
+                print(f"FAIL: compare.py exit {p.returncode}, no '{needle}'")
+                return 1
+        # And kiln compare reads the same files.
+        code, text = compare(kiln, outs[0], outs[1])
+        if code not in (0, 1) or "relu/1048576/float32/cpu:0" not in text:
+            print(f"FAIL: kiln compare: exit {code}:\n{text}")
+            return 1
+    return 0
+
+
+def main():
+    if sys.argv[1] == "verdicts":
+        ok = verdicts(sys.argv[2])
+        print("ok" if ok else "failed")
+        return 0 if ok else 1
+    return compare_py(sys.argv[2], sys.argv[3], sys.argv[4:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
