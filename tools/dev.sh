@@ -45,13 +45,13 @@ build() {  # build <dir> <cmake args...>
 # the interop fixtures are compiled with (unless KILN_SKIP_TVM=1); prints its python.
 python_venv() {
   local venv=$PWD/build/.venv-tvm
-  local packages=(nanobind scikit-build-core pytest numpy)
+  local packages=(nanobind scikit-build-core pytest numpy scipy)  # scipy: compare.py's test
   if [ "${KILN_SKIP_TVM:-0}" = "1" ]; then
     venv=$PWD/build/.venv-py
   else
     packages+=(apache-tvm==0.27.0.post1)
   fi
-  if ! "$venv/bin/python" -c "import nanobind, pytest, numpy" >/dev/null 2>&1 ||
+  if ! "$venv/bin/python" -c "import nanobind, pytest, numpy, scipy" >/dev/null 2>&1 ||
     { [ "${KILN_SKIP_TVM:-0}" != "1" ] && ! "$venv/bin/python" -c "import tvm" >/dev/null 2>&1; }; then
     python3 -m venv "$venv" >&2
     "$venv/bin/pip" install -q "${packages[@]}" >&2

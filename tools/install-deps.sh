@@ -7,6 +7,11 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git clang-format clang-tidy
   libgtest-dev libgmock-dev libbenchmark-dev
+  # Google Benchmark's compare.py (/usr/share/benchmark/compare.py), which the tests run on
+  # `kiln run --benchmark-out` files. It imports scipy; Debian's python3-scipy cannot be
+  # installed beside libboost1.81-dev (pythran pulls libboost1.74-dev), so tools/dev.sh puts
+  # scipy in the tests' virtual environment instead.
+  libbenchmark-tools
   libboost1.81-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libtbb-dev
   nlohmann-json3-dev libcli11-dev libarchive-dev libdlpack-dev
   python3-numpy python3-venv python3-dev libpapi-dev
