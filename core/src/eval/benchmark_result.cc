@@ -81,8 +81,8 @@ int64_t cpus_in_map(const std::string& map) {
 // Google Benchmark's "context", filled as its own sysinfo.cc fills it on Linux: caches from
 // sysfs cpu0, the clock from cpufreq's maximum (else /proc/cpuinfo), scaling enabled when a
 // governor other than "performance" is set, the load average from getloadavg.
-nlohmann::json machine_context() {
-  using nlohmann::json;
+nlohmann::ordered_json machine_context() {
+  using json = nlohmann::ordered_json;
   char host[256] = "";
   gethostname(host, sizeof(host) - 1);
   const std::time_t now = std::time(nullptr);
@@ -211,7 +211,8 @@ std::string BenchmarkResult::repr() const {
 }
 
 std::string BenchmarkResult::to_json() const {
-  using nlohmann::json;
+  // In Google Benchmark's order: context first, keys as its JSON reporter writes them.
+  using json = nlohmann::ordered_json;
   const std::string run_name = name.empty() ? "function" : name;
   const auto repetitions = static_cast<int64_t>(results_.size());
   json out;
