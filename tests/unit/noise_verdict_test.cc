@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +78,27 @@ TEST(NoiseVerdict, LoadAboveCores) {
   EXPECT_TRUE(noise_verdict(result_of(steady), HostLoad{1.2, 2}, half).noisy);
 }
 
+TEST(NoiseVerdict, CpuPressureDuringTheMeasurement) {
+  const std::vector<double> steady{1.0, 1.0, 1.0};
+  BenchmarkResult pressed = result_of(steady, 2.0, 2.0);
+  pressed.cpu_pressure_s = 0.7;  // 35% of the 2 s measurement
+  EXPECT_EQ(noise_verdict(pressed, kQuiet).line(), "noisy: CPU pressure 35% of the measurement");
+  EXPECT_EQ(noise_verdict(pressed, HostLoad{3.3, 2}).line(),
+            "noisy: load 3.3 on 2 cores; CPU pressure 35% of the measurement");
+  ASSERT_TRUE(noise_verdict(pressed, kQuiet).cpu_pressure.has_value());
+  EXPECT_NEAR(*noise_verdict(pressed, kQuiet).cpu_pressure, 0.35, 1e-12);
+  // A high load average with no pressure over the measurement: a burst that ended before it
+  // (the load average lags by a minute). Quiet.
+  BenchmarkResult calm = result_of(steady, 2.0, 2.0);
+  calm.cpu_pressure_s = 0.01;
+  EXPECT_FALSE(noise_verdict(calm, HostLoad{3.3, 2}).noisy);
+  // Exactly at the default 10%: not above it.
+  calm.cpu_pressure_s = 0.2;
+  EXPECT_FALSE(noise_verdict(calm, kQuiet).noisy);
+  // Not recorded (-1): the load average alone decides, as without PSI.
+  EXPECT_FALSE(noise_verdict(result_of(steady, 2.0, 2.0), kQuiet).cpu_pressure.has_value());
+}
+
 TEST(NoiseVerdict, OffCpuDuringTheMeasurement) {
   // The measuring thread ran 0.4 s of a 1 s measurement: off the CPU 60% of it.
   const NoiseVerdict v = noise_verdict(result_of({1.0, 1.0, 1.0}, 1.0, 0.4), kQuiet);
@@ -97,9 +119,13 @@ TEST(NoiseVerdict, OffCpuDuringTheMeasurement) {
 }
 
 TEST(NoiseVerdict, EveryReasonInOrder) {
-  const NoiseVerdict v = noise_verdict(result_of({0.87, 1.0, 1.13}, 2.0, 0.8), HostLoad{3.26, 2});
-  EXPECT_EQ(v.line(), "noisy: CV 13%; load 3.3 on 2 cores; off-CPU 60% of the measurement");
-  EXPECT_EQ(v.reasons.size(), 3u);
+  BenchmarkResult r = result_of({0.87, 1.0, 1.13}, 2.0, 0.8);
+  r.cpu_pressure_s = 1.0;
+  const NoiseVerdict v = noise_verdict(r, HostLoad{3.26, 2});
+  EXPECT_EQ(v.line(),
+            "noisy: CV 13%; load 3.3 on 2 cores; CPU pressure 50% of the measurement; off-CPU 60% "
+            "of the measurement");
+  EXPECT_EQ(v.reasons.size(), 4u);
 }
 
 TEST(NoiseVerdict, EmptyResultIsQuiet) {
@@ -183,6 +209,12 @@ TEST(TimeEvaluatorClocks, BusyAndSleepingFunctions) {
   EXPECT_LT(busy.wall_time_s, 0.06 + 0.03 * 5);  // cooldowns excluded (generous on a busy host)
   EXPECT_GT(busy.thread_cpu_time_s, 0);
   EXPECT_GE(busy.process_cpu_time_s, busy.thread_cpu_time_s * 0.99);
+  if (std::ifstream("/proc/pressure/cpu").good()) {  // Linux with PSI
+    EXPECT_GE(busy.cpu_pressure_s, 0);
+    EXPECT_LE(busy.cpu_pressure_s, busy.wall_time_s * 1.01);
+  } else {
+    EXPECT_EQ(busy.cpu_pressure_s, -1);
+  }
 
   Function nap = Function::from_typed(
       "sleep_2ms", [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); });

@@ -60,6 +60,10 @@ class BenchmarkResult {
   double wall_time_s = 0;
   double thread_cpu_time_s = 0;
   double process_cpu_time_s = 0;
+  // Seconds of the same span in which some runnable thread on this machine waited for a CPU
+  // (Linux's pressure stall information, /proc/pressure/cpu "some"); -1 when not recorded (no
+  // PSI, or read from JSON or an RPC server).
+  double cpu_pressure_s = -1;
 
   // The reference's printed form: "Execution time summary:" and a table in milliseconds.
   std::string to_string() const;

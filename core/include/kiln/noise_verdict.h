@@ -23,7 +23,12 @@ struct NoiseThresholds {
   // ... judged only with at least this many repeats (fewer say little about the spread).
   int32_t min_repeats_for_cv = 3;
   // The 1-minute load average above (online cores x this): runnable threads were waiting.
+  // Where the measurement recorded the CPU pressure, a high load counts only when the pressure
+  // over the measurement passed max_cpu_pressure too (the load average lags by a minute).
   double max_load_per_core = 1.0;
+  // The fraction of the measurement in which some runnable thread of the machine waited for a
+  // CPU (BenchmarkResult::cpu_pressure_s / wall_time_s) above this.
+  double max_cpu_pressure = 0.10;
   // The measuring thread off the CPU for more than this fraction of the measurement's wall
   // time (1 - thread CPU time / wall time); judged on CPU devices only, where the measuring
   // thread runs the function itself (an accelerator's thread may rightly sleep in a wait).
@@ -45,9 +50,11 @@ struct NoiseVerdict {
   // 1 - thread CPU / wall over the measurement, when judged (a CPU device with clocks
   // recorded), else nullopt. Negative values (CPU time above wall time) read as 0.
   std::optional<double> off_cpu;
+  // cpu_pressure_s / wall_time_s, when the measurement recorded it, else nullopt.
+  std::optional<double> cpu_pressure;
   bool noisy = false;
   // What passed its threshold, in words: "CV 13%", "load 3.3 on 2 cores",
-  // "off-CPU 60% of the measurement".
+  // "CPU pressure 35% of the measurement", "off-CPU 60% of the measurement".
   std::vector<std::string> reasons;
 
   // "noisy: CV 13%; load 3.3 on 2 cores", or "" when nothing passed its threshold.

@@ -38,9 +38,19 @@ NoiseVerdict noise_verdict(const BenchmarkResult& result, const std::optional<Ho
   if (static_cast<int64_t>(s.n) >= thresholds.min_repeats_for_cv && s.cv > thresholds.max_cv) {
     v.reasons.push_back("CV " + format_percent(s.cv));
   }
-  if (load && load->cores > 0 && load->load1 > load->cores * thresholds.max_load_per_core) {
+  if (result.cpu_pressure_s >= 0 && result.wall_time_s > 0) {
+    v.cpu_pressure = std::min(1.0, result.cpu_pressure_s / result.wall_time_s);
+  }
+  const bool pressed = v.cpu_pressure && *v.cpu_pressure > thresholds.max_cpu_pressure;
+  // The load average lags by a minute: where the pressure over the measurement itself is
+  // known, a high load with no pressure is a burst that ended before it.
+  if (load && load->cores > 0 && load->load1 > load->cores * thresholds.max_load_per_core &&
+      (!v.cpu_pressure || pressed)) {
     v.reasons.push_back(fmt::format("load {:.1f} on {} core{}", load->load1, load->cores,
                                     load->cores == 1 ? "" : "s"));
+  }
+  if (pressed) {
+    v.reasons.push_back("CPU pressure " + format_percent(*v.cpu_pressure) + " of the measurement");
   }
   // Only where the measuring thread runs the function: on an accelerator it may rightly sleep
   // while it waits for the device.

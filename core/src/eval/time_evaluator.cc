@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <thread>
 
@@ -36,10 +37,21 @@ double noise_rse(const std::vector<double>& v) {
   return s.rse;
 }
 
-// Wall-clock, thread CPU and process CPU seconds: the contention check's clocks (read outside
-// the timed batches only).
+// Seconds in which some runnable thread of this machine waited for a CPU since boot (the "some"
+// total of /proc/pressure/cpu, in microseconds there), or -1 without PSI.
+double cpu_pressure_seconds() {
+  std::FILE* f = std::fopen("/proc/pressure/cpu", "r");
+  if (f == nullptr) return -1;
+  unsigned long long us = 0;
+  const int got = std::fscanf(f, "some avg10=%*f avg60=%*f avg300=%*f total=%llu", &us);
+  std::fclose(f);
+  return got == 1 ? static_cast<double>(us) * 1e-6 : -1;
+}
+
+// Wall-clock, thread CPU and process CPU seconds and the machine's CPU pressure: the noise
+// verdict's clocks (read outside the timed batches only).
 struct Clocks {
-  double wall = 0, thread_cpu = 0, process_cpu = 0;
+  double wall = 0, thread_cpu = 0, process_cpu = 0, pressure = 0;
 
   static double cpu_seconds(clockid_t id) {
     timespec t{};
@@ -52,15 +64,19 @@ struct Clocks {
         std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     c.thread_cpu = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
     c.process_cpu = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+    c.pressure = cpu_pressure_seconds();
     return c;
   }
+  // A pressure of -1 (no PSI) stays -1.
   Clocks operator-(const Clocks& o) const {
-    return {wall - o.wall, thread_cpu - o.thread_cpu, process_cpu - o.process_cpu};
+    return {wall - o.wall, thread_cpu - o.thread_cpu, process_cpu - o.process_cpu,
+            pressure < 0 || o.pressure < 0 ? -1 : pressure - o.pressure};
   }
   Clocks& operator+=(const Clocks& o) {
     wall += o.wall;
     thread_cpu += o.thread_cpu;
     process_cpu += o.process_cpu;
+    pressure = pressure < 0 || o.pressure < 0 ? -1 : pressure + o.pressure;
     return *this;
   }
 };
@@ -223,6 +239,7 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
   result.wall_time_s = spent.wall;
   result.thread_cpu_time_s = spent.thread_cpu;
   result.process_cpu_time_s = spent.process_cpu;
+  result.cpu_pressure_s = spent.pressure < 0 ? -1 : std::max(0.0, spent.pressure);
   result.numbers = std::move(numbers);
   result.raw_samples = std::move(raw);
   result.timer = timer.kind();
