@@ -149,6 +149,21 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
                      {"median_s", timing.median()},   {"min_s", timing.min()},
                      {"max_s", timing.max()},         {"std_s", timing.std()},
                      {"numbers", timing.numbers},     {"stop_reason", timing.stop_reason}};
+    // The table's statistics and the noise verdict (docs/evaluator.md), for scripts.
+    const stats::Summary& sum = verdict.summary;
+    out["timing"]["stddev_sample_s"] = sum.stddev;
+    out["timing"]["cv"] = sum.cv;
+    out["timing"]["rse"] = sum.rse;
+    out["timing"]["p50_s"] = sum.p50;
+    out["timing"]["p90_s"] = sum.p90;
+    out["timing"]["p99_s"] = sum.p99;
+    nlohmann::json noise = {
+        {"noisy", verdict.noisy}, {"reasons", verdict.reasons}, {"line", verdict.line()}};
+    if (verdict.load)
+      noise["load"] = {{"load1", verdict.load->load1}, {"cores", verdict.load->cores}};
+    if (verdict.off_cpu) noise["off_cpu"] = *verdict.off_cpu;
+    if (verdict.cpu_pressure) noise["cpu_pressure"] = *verdict.cpu_pressure;
+    out["noise"] = std::move(noise);
     out["benchmark"] = nlohmann::json::parse(benchmark_json);
     out["steps_s"] = nlohmann::json::object();
     for (const auto& [step, seconds] : steps) out["steps_s"][step] = seconds;
