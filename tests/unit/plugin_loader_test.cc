@@ -282,10 +282,14 @@ TEST(PluginLoader, FirstManifestOfANameWinsAndTheRestAreShadowed) {
 TEST(PluginLoader, PluginSetSelectsDisablesAndReportsMissingEntries) {
   TempDir dir;
   const fs::path set = dir.path() / "plugins.yaml";
-  std::ofstream(set) << "plugins:\n  - stub_ok\n  - name: stub_null_optional\n    enabled: false\n"
+  // The folders come from the set's own search_paths: plugins in folders the caller adds join
+  // unlisted (PluginsInAddedFoldersJoinAPluginSetThatDoesNotListThem).
+  std::ofstream(set) << "search_paths:\n  - " << stub_dir("stub_ok").string() << "\n  - "
+                     << stub_dir("stub_null_optional").string() << "\n  - "
+                     << stub_dir("stub_init_fail").string() << "\n"
+                     << "plugins:\n  - stub_ok\n  - name: stub_null_optional\n    enabled: false\n"
                         "  - not_installed\n";
-  auto rt = isolated_runtime(
-      {stub_dir("stub_ok"), stub_dir("stub_null_optional"), stub_dir("stub_init_fail")}, set);
+  auto rt = isolated_runtime({}, set);
   EXPECT_EQ(status_of(*rt, "stub_ok").state, PluginStatus::State::kLoaded);
   EXPECT_EQ(status_of(*rt, "stub_null_optional").state, PluginStatus::State::kDisabled);
   EXPECT_THAT(status_of(*rt, "stub_null_optional").reason, HasSubstr("disabled in plugin set"));
@@ -293,7 +297,7 @@ TEST(PluginLoader, PluginSetSelectsDisablesAndReportsMissingEntries) {
   EXPECT_THAT(status_of(*rt, "stub_init_fail").reason, HasSubstr("not listed in plugin set"));
   EXPECT_EQ(status_of(*rt, "not_installed").state, PluginStatus::State::kFailed);
   EXPECT_THAT(status_of(*rt, "not_installed").reason,
-              HasSubstr("plugins.yaml:5 but no manifest of that name was found"));
+              HasSubstr("plugins.yaml:9 but no manifest of that name was found"));
 }
 
 TEST(PluginLoader, EnvironmentSelectsAndDisablesWithGlobs) {
@@ -341,6 +345,24 @@ TEST(PluginLoader, MalformedPluginSetIsAConfigError) {
     EXPECT_THAT(e.what(), HasSubstr("plugins.yaml:3:5"));
     EXPECT_THAT(e.what(), HasSubstr("did you mean 'options'"));
   }
+}
+
+TEST(PluginLoader, PluginsInAddedFoldersJoinAPluginSetThatDoesNotListThem) {
+  TempDir dir;
+  const fs::path set = dir.path() / "plugins.yaml";
+  // The set's own folder holds stub_ok (listed) and stub_null_optional (not listed); the
+  // caller adds stub_zero_timer's folder (not listed: joins) and stub_init_fail's (disabled by
+  // the set: stays out).
+  std::ofstream(set) << "search_paths:\n  - " << stub_dir("stub_ok").string() << "\n  - "
+                     << stub_dir("stub_null_optional").string() << "\n"
+                     << "plugins:\n  - stub_ok\n  - name: stub_init_fail\n    enabled: false\n";
+  auto rt = isolated_runtime({stub_dir("stub_zero_timer"), stub_dir("stub_init_fail")}, set);
+  EXPECT_EQ(status_of(*rt, "stub_ok").state, PluginStatus::State::kLoaded);
+  EXPECT_EQ(status_of(*rt, "stub_zero_timer").state, PluginStatus::State::kLoaded);
+  EXPECT_EQ(status_of(*rt, "stub_null_optional").state, PluginStatus::State::kDisabled);
+  EXPECT_THAT(status_of(*rt, "stub_null_optional").reason, HasSubstr("not listed in plugin set"));
+  EXPECT_EQ(status_of(*rt, "stub_init_fail").state, PluginStatus::State::kDisabled);
+  EXPECT_THAT(status_of(*rt, "stub_init_fail").reason, HasSubstr("disabled in plugin set"));
 }
 
 }  // namespace

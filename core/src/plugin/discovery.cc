@@ -99,18 +99,28 @@ Discovery discover(const RuntimeOptions& options) {
   if (env) {
     for (const auto& p : split(env_or_empty("KILN_PLUGIN_PATH"), ':')) dirs.emplace_back(p);
   }
+  // Folders the user added (RuntimeOptions::search_paths, --plugin-path, $KILN_PLUGIN_PATH):
+  // their plugins join the active set even when the plugin set's `plugins:` list does not name
+  // them, so "the default set plus my folder" needs no edit of the plugin set.
+  const size_t first_added = plugin_set.search_paths.size();
+  size_t end_added = dirs.size();
   if (options.search_install_prefix) dirs.push_back(install_prefix() / KILN_PLUGIN_SUBDIR);
-  std::set<fs::path> seen_dirs;
-  for (const auto& d : dirs) {
+  auto canonical_of = [](const fs::path& d) {
     std::error_code ec;
     fs::path canonical = fs::weakly_canonical(d, ec);
-    if (ec) canonical = d;
+    return ec ? d : canonical;
+  };
+  std::set<fs::path> seen_dirs, added_dirs;
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    fs::path canonical = canonical_of(dirs[i]);
+    if (i >= first_added && i < end_added) added_dirs.insert(canonical);
     if (seen_dirs.insert(canonical).second) search_dirs.push_back(canonical);
   }
 
   // 3. Manifests, in directory order then file-name order. The first manifest of a name wins.
   std::vector<PluginManifest> manifests;
   std::map<std::string, size_t> status_of_name;
+  std::set<std::string> from_added_dir;  // names of manifests found in an added folder
   for (const auto& dir : search_dirs) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) {
@@ -144,6 +154,7 @@ Discovery discover(const RuntimeOptions& options) {
           continue;
         }
         status_of_name[m.name] = statuses.size();
+        if (added_dirs.count(dir)) from_added_dir.insert(m.name);
         manifests.push_back(std::move(m));
       } catch (const std::exception& e) {
         status.state = PluginStatus::State::kFailed;
@@ -204,12 +215,14 @@ Discovery discover(const RuntimeOptions& options) {
       }
     } else if (plugin_set.has_plugin_list) {
       auto it = set_entry.find(m.name);
-      if (it == set_entry.end()) {
+      if (it == set_entry.end() && !from_added_dir.count(m.name)) {
         refuse(PluginStatus::State::kDisabled,
-               fmt::format("not listed in plugin set {}", plugin_set_path->string()));
+               fmt::format("not listed in plugin set {} (plugins found in --plugin-path or "
+                           "KILN_PLUGIN_PATH folders join without being listed)",
+                           plugin_set_path->string()));
         continue;
       }
-      if (!it->second->enabled) {
+      if (it != set_entry.end() && !it->second->enabled) {
         refuse(PluginStatus::State::kDisabled,
                fmt::format("disabled in plugin set {}:{}", plugin_set_path->string(),
                            it->second->line));
