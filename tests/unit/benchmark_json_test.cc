@@ -72,9 +72,10 @@ TEST(BenchmarkJson, FromJsonReadsRunJsonAndOneBenchmark) {
   // A Google Benchmark file with two benchmarks: the first one's repetitions only.
   nlohmann::json two = nlohmann::json::parse(r.to_json());
   for (auto& b : two["benchmarks"]) b["run_name"] = "other";
-  for (const auto& b : nlohmann::json::parse(r.to_json())["benchmarks"]) {
-    two["benchmarks"].push_back(b);
-  }
+  // (The parsed document is a named value: a range-for over a member of a temporary would
+  // read it after it is freed.)
+  const nlohmann::json one = nlohmann::json::parse(r.to_json());
+  for (const auto& b : one["benchmarks"]) two["benchmarks"].push_back(b);
   back = BenchmarkResult::from_json(two.dump());
   EXPECT_EQ(back.name, "other");
   EXPECT_EQ(back.results().size(), 2u);
