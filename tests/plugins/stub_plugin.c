@@ -12,6 +12,7 @@
  *   STUB_NULL_OPTIONAL   every optional slot is NULL (no timer, streams or modules)
  *   STUB_WRONG_NAME      answers a name that differs from the manifest's
  *   STUB_ZERO_TIMER      has timer slots whose every reading is 0 ns
+ *   STUB_COLLECTOR       also provide a metric collector of this name (string literal)
  *   STUB_TABLE_SIZE      the device table's struct_size (default sizeof): a shorter table as
  *                        an older minor's plugin answers it; the bytes from there up to
  *                        sizeof(KilnDeviceBackend) + 64 are 0xA5 (non-NULL junk), so a host
@@ -160,7 +161,30 @@ static union {
   unsigned char bytes[sizeof(KilnDeviceBackend) + 64];
 } g_backend_storage;
 #define g_backend g_backend_storage.table
-static KilnComponent g_component;
+static KilnComponent g_components[2];
+#define g_component g_components[0]
+
+#ifdef STUB_COLLECTOR
+/* A collector that reports nothing: enough to claim its name. */
+static KilnError* stub_collector_init(void* self, const DLDevice* devices, int32_t num_devices,
+                                      void** state) {
+  (void)self, (void)devices, (void)num_devices;
+  *state = NULL;
+  return NULL;
+}
+static KilnError* stub_collector_start(void* self, void* state, DLDevice device, void** handle) {
+  (void)self, (void)state, (void)device;
+  *handle = NULL;
+  return NULL;
+}
+static KilnError* stub_collector_stop(void* self, void* state, void* handle, KilnMetricSink sink,
+                                      void* sink_ctx) {
+  (void)self, (void)state, (void)handle, (void)sink, (void)sink_ctx;
+  return NULL;
+}
+static void stub_collector_teardown(void* self, void* state) { (void)self, (void)state; }
+static KilnMetricCollector g_collector;
+#endif
 static int g_shutdown_calls;
 
 static void stub_shutdown(void* state) {
@@ -217,7 +241,7 @@ KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo
          sizeof(g_backend_storage.bytes) - STUB_TABLE_SIZE);
 #endif
 
-  memset(&g_component, 0, sizeof(g_component));
+  memset(g_components, 0, sizeof(g_components));
   g_component.struct_size = sizeof(g_component);
   g_component.kind = KILN_COMPONENT_DEVICE;
   g_component.name = STUB_DEVICE_NAME;
@@ -232,7 +256,19 @@ KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo
 #endif
   out->version = "0.0.1";
   out->num_components = 1;
-  out->components = &g_component;
+#ifdef STUB_COLLECTOR
+  g_collector.struct_size = sizeof(g_collector);
+  g_collector.init = stub_collector_init;
+  g_collector.start = stub_collector_start;
+  g_collector.stop = stub_collector_stop;
+  g_collector.teardown = stub_collector_teardown;
+  g_components[1].struct_size = sizeof(g_components[1]);
+  g_components[1].kind = KILN_COMPONENT_COLLECTOR;
+  g_components[1].name = STUB_COLLECTOR;
+  g_components[1].table = &g_collector;
+  out->num_components = 2;
+#endif
+  out->components = g_components;
   out->plugin_state = NULL;
   out->shutdown = stub_shutdown;
   return NULL;

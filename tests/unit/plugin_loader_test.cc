@@ -365,5 +365,35 @@ TEST(PluginLoader, PluginsInAddedFoldersJoinAPluginSetThatDoesNotListThem) {
   EXPECT_THAT(status_of(*rt, "stub_init_fail").reason, HasSubstr("disabled in plugin set"));
 }
 
+TEST(PluginLoader, TwoPluginsProvidingOneCollectorAreRefusedUntilThePluginSetChooses) {
+  auto rt = isolated_runtime({stub_dir("stub_coll_a"), stub_dir("stub_coll_b")});
+  for (const char* name : {"stub_coll_a", "stub_coll_b"}) {
+    const auto& s = status_of(*rt, name);
+    EXPECT_EQ(s.state, PluginStatus::State::kFailed) << name;
+    EXPECT_THAT(s.reason,
+                HasSubstr("collector 'dupcoll' is also claimed by stub_coll_a, stub_coll_b"));
+    EXPECT_THAT(s.reason, HasSubstr("under collectors: in the plugin set"));
+  }
+  EXPECT_TRUE(rt->collector_names().empty());
+  try {
+    rt->collector("dupcoll");
+    FAIL() << "expected a NotFoundError";
+  } catch (const NotFoundError& e) {
+    // The error names the plugins that would provide it and why they are not active.
+    EXPECT_THAT(e.what(), HasSubstr("plugin 'stub_coll_a' would provide it but is failed: "
+                                    "collector 'dupcoll' is also claimed"));
+  }
+
+  TempDir dir;
+  const fs::path set = dir.path() / "plugins.yaml";
+  std::ofstream(set) << "collectors:\n  dupcoll: stub_coll_b\n";
+  auto chosen = isolated_runtime({stub_dir("stub_coll_a"), stub_dir("stub_coll_b")}, set);
+  EXPECT_EQ(status_of(*chosen, "stub_coll_a").state, PluginStatus::State::kLoaded);
+  EXPECT_EQ(status_of(*chosen, "stub_coll_b").state, PluginStatus::State::kLoaded);
+  EXPECT_THAT(chosen->collector_names(), ::testing::ElementsAre("dupcoll"));
+  // stub_coll_a keeps its own device type.
+  EXPECT_TRUE(chosen->find_backend(114));
+}
+
 }  // namespace
 }  // namespace kiln

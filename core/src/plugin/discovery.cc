@@ -197,7 +197,22 @@ Discovery discover(const RuntimeOptions& options) {
     }
   }
 
-  // Device types claimed by several selected plugins, unless the plugin set chooses.
+  // Names claimed by several selected plugins are refused until the plugin set chooses (DESIGN
+  // §3 rule 11: no clash is settled by search order). One entry per kind of component.
+  struct ClaimKind {
+    const char* what;  // in messages: "device type 'x'"
+    const char* key;   // the plugin-set key that chooses
+    const char* tag;   // PlannedLoad's refused tags: "device:x"
+    std::vector<std::string> PluginManifest::*names;
+    const std::map<std::string, std::string>* chosen;
+  };
+  const ClaimKind kinds[] = {
+      {"device type", "device_types", "device", &PluginManifest::devices, &plugin_set.device_types},
+      {"loader", "loaders", "loader", &PluginManifest::loaders, &plugin_set.loaders},
+      {"exporter", "exporters", "exporter", &PluginManifest::exporters, &plugin_set.exporters},
+      {"collector", "collectors", "collector", &PluginManifest::collectors, &plugin_set.collectors},
+  };
+  // tag ("device:x") -> claimants, in search order
   std::map<std::string, std::vector<std::string>> claims;
   std::vector<const PluginManifest*> to_load;
   for (const auto& m : manifests) {
@@ -257,39 +272,37 @@ Discovery discover(const RuntimeOptions& options) {
              fmt::format("library {} named by the manifest does not exist", m.library.string()));
       continue;
     }
-    for (const auto& d : m.devices) claims[d].push_back(m.name);
-    to_load.push_back(&m);
-  }
-  std::set<std::string> conflicted;  // (plugin name + '/' + device type) refused
-  for (const auto& [type, claimants] : claims) {
-    if (claimants.size() < 2) continue;
-    auto chosen = plugin_set.device_types.find(type);
-    for (const auto& name : claimants) {
-      if (chosen != plugin_set.device_types.end() && chosen->second == name) continue;
-      conflicted.insert(name + "/" + type);
+    for (const ClaimKind& k : kinds) {
+      for (const auto& n : m.*k.names) claims[fmt::format("{}:{}", k.tag, n)].push_back(m.name);
     }
+    to_load.push_back(&m);
   }
 
   // 5. Load, in search order.
   for (const PluginManifest* m : to_load) {
     PluginStatus& status = statuses[status_of_name[m->name]];
-    std::set<std::string> refused;
+    std::set<std::string> refused;  // tags another plugin was chosen for: loaded without them
     std::vector<std::string> conflicts;
-    for (const auto& d : m->devices) {
-      if (!conflicted.count(m->name + "/" + d)) continue;
-      auto chosen = plugin_set.device_types.find(d);
-      if (chosen != plugin_set.device_types.end()) {
-        refused.insert(d);  // another plugin was chosen: load without this device type
-        continue;
+    std::set<std::string> keys;  // plugin-set keys that would settle `conflicts`
+    for (const ClaimKind& k : kinds) {
+      for (const auto& n : m->*k.names) {
+        const std::string tag = fmt::format("{}:{}", k.tag, n);
+        const std::vector<std::string>& claimants = claims[tag];
+        if (claimants.size() < 2) continue;
+        auto chosen = k.chosen->find(n);
+        if (chosen != k.chosen->end()) {
+          if (chosen->second != m->name) refused.insert(tag);
+          continue;
+        }
+        conflicts.push_back(
+            fmt::format("{} '{}' is also claimed by {}", k.what, n, fmt::join(claimants, ", ")));
+        keys.insert(fmt::format("{}:", k.key));
       }
-      conflicts.push_back(
-          fmt::format("device type '{}' is also claimed by {}", d, fmt::join(claims[d], ", ")));
     }
     if (!conflicts.empty()) {
       status.state = PluginStatus::State::kFailed;
-      status.reason =
-          fmt::format("{}; name the plugin that serves it under device_types: in the plugin set",
-                      fmt::join(conflicts, "; "));
+      status.reason = fmt::format("{}; name the plugin that serves it under {} in the plugin set",
+                                  fmt::join(conflicts, "; "), fmt::join(keys, " and "));
       continue;
     }
     auto it = set_entry.find(m->name);

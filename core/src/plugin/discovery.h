@@ -21,8 +21,9 @@ struct PlannedLoad {
   PluginManifest manifest;
   size_t status;             // its entry in Discovery::statuses
   std::string options_json;  // its plugin set entry's options, "{}" when none
-  // Device types it declares that the plugin set gives to another plugin: loaded without them.
-  std::set<std::string> refused_device_types;
+  // Components it declares that the plugin set gives to another plugin, as "device:<type>",
+  // "loader:<format>", "exporter:<name>", "collector:<name>": loaded without them.
+  std::set<std::string> refused;
 };
 
 struct Discovery {

@@ -41,7 +41,10 @@ struct LoadFailure {
 Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) {
   const PluginManifest& m = planned.manifest;
   const std::string& options_json = planned.options_json;
-  const std::set<std::string>& refused_device_types = planned.refused_device_types;
+  const std::set<std::string>& refused = planned.refused;
+  auto is_refused = [&](const char* tag, const std::string& name) {
+    return refused.count(fmt::format("{}:{}", tag, name)) > 0;
+  };
   Ref<LoadedPlugin> loaded;
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -122,7 +125,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
                             m.manifest_path.string()));
             continue;
           }
-          if (refused_device_types.count(name)) continue;
+          if (is_refused("device", name)) continue;
           auto table = copy_table<KilnDeviceBackend>(c.table);
           for (auto [slot, ptr] : std::initializer_list<std::pair<const char*, const void*>>{
                    {"device_count", reinterpret_cast<const void*>(table->device_count)},
@@ -142,6 +145,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
           break;
         }
         case KILN_COMPONENT_LOADER: {
+          if (is_refused("loader", name)) break;  // the plugin set chose another plugin
           too_small("KilnLoader", sizeof(KilnLoader));
           auto table = copy_table<KilnLoader>(c.table);
           if (table->load_file == nullptr) {
@@ -152,6 +156,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
           break;
         }
         case KILN_COMPONENT_EXPORTER: {
+          if (is_refused("exporter", name)) break;  // the plugin set chose another plugin
           too_small("KilnExporter", sizeof(KilnExporter));
           auto table = copy_table<KilnExporter>(c.table);
           if (table->export_module == nullptr) {
@@ -163,6 +168,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
           break;
         }
         case KILN_COMPONENT_COLLECTOR: {
+          if (is_refused("collector", name)) break;  // the plugin set chose another plugin
           too_small("KilnMetricCollector", sizeof(KilnMetricCollector));
           auto table = copy_table<KilnMetricCollector>(c.table);
           if (!table->init || !table->start || !table->stop || !table->teardown) {
@@ -178,7 +184,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
       }
     }
     for (const auto& d : m.devices) {
-      if (refused_device_types.count(d)) continue;
+      if (is_refused("device", d)) continue;
       if (std::find(plugin->device_names.begin(), plugin->device_names.end(), d) ==
           plugin->device_names.end()) {
         throw LoadFailure{

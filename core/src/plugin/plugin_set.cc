@@ -93,7 +93,8 @@ PluginSet parse_plugin_set(const std::filesystem::path& path) {
   if (root.IsNull()) return set;  // an empty file (or only comments)
 
   config::MapReader reader(root, file, "");
-  reader.allow_keys({"search_paths", "plugins", "device_types"});
+  reader.allow_keys(
+      {"search_paths", "plugins", "device_types", "loaders", "exporters", "collectors"});
   reader.reject_unknown_keys();
 
   const std::filesystem::path folder = set.path.parent_path();
@@ -131,23 +132,28 @@ PluginSet parse_plugin_set(const std::filesystem::path& path) {
     }
   }
 
-  set.device_types = reader.optional<std::map<std::string, std::string>>("device_types", {});
-  if (std::optional<config::MapReader> device_types = reader.optional_map("device_types")) {
-    // In file order, so that the first mistake in the file is the one reported.
-    const YAML::Node& mapping = device_types->yaml();
-    for (auto it = mapping.begin(); it != mapping.end(); ++it) {
-      const std::string device_type = it->first.Scalar();
-      const std::string& plugin_name = set.device_types.at(device_type);
-      if (device_type.empty()) {
-        throw device_types->error(device_type, "device types must not be empty");
-      }
-      if (!is_valid_plugin_name(plugin_name)) {
-        throw device_types->error(
-            device_type,
-            "expected a plugin name matching [a-z0-9_][a-z0-9_.-]*, got '" + plugin_name + "'");
+  // Choices among plugins claiming one name: key -> plugin name, checked in file order so that
+  // the first mistake in the file is the one reported.
+  auto read_choices = [&](const char* key, const char* what) {
+    auto choices = reader.optional<std::map<std::string, std::string>>(key, {});
+    if (std::optional<config::MapReader> map = reader.optional_map(key)) {
+      const YAML::Node& mapping = map->yaml();
+      for (auto it = mapping.begin(); it != mapping.end(); ++it) {
+        const std::string name = it->first.Scalar();
+        const std::string& plugin_name = choices.at(name);
+        if (name.empty()) throw map->error(name, std::string(what) + " must not be empty");
+        if (!is_valid_plugin_name(plugin_name)) {
+          throw map->error(name, "expected a plugin name matching [a-z0-9_][a-z0-9_.-]*, got '" +
+                                     plugin_name + "'");
+        }
       }
     }
-  }
+    return choices;
+  };
+  set.device_types = read_choices("device_types", "device types");
+  set.loaders = read_choices("loaders", "module formats");
+  set.exporters = read_choices("exporters", "exporter names");
+  set.collectors = read_choices("collectors", "collector names");
   return set;
 }
 

@@ -26,14 +26,17 @@ struct PluginSet {
   bool has_plugin_list = false;                     // whether `plugins:` was given (non-null)
   std::vector<PluginSetEntry> plugins;              // in the file's order
   std::map<std::string, std::string> device_types;  // device type -> plugin name
+  std::map<std::string, std::string> loaders;       // module format -> plugin name
+  std::map<std::string, std::string> exporters;     // exporter name -> plugin name
+  std::map<std::string, std::string> collectors;    // collector name -> plugin name
 };
 
 // Reads the plugin set at `path`. Keys (all optional): search_paths (list of folders, relative
 // ones resolved against the file's folder), plugins (list of names or {name, options,
-// enabled} mappings; a name appears once), device_types (mapping of device type to plugin
-// name). An empty file is an empty set. Throws kiln::NotFoundError when the file cannot be
-// read, kiln::ConfigError (with file, line, column and key) for bad YAML, unknown keys, wrong
-// types or invalid values.
+// enabled} mappings; a name appears once), device_types, loaders, exporters, collectors (mappings
+// of a device type / format / name to the plugin that serves it when several claim it). An empty
+// file is an empty set. Throws kiln::NotFoundError when the file cannot be read, kiln::ConfigError
+// (with file, line, column and key) for bad YAML, unknown keys, wrong types or invalid values.
 PluginSet parse_plugin_set(const std::filesystem::path& path);
 
 // Whether `pattern` is a valid `plugins:` name: a plugin name ([a-z0-9_][a-z0-9_.-]*) in which

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include "kiln/error.h"
 #include "kiln/logging.h"
@@ -42,10 +43,25 @@ struct Runtime::Impl {
   std::map<int32_t, RemoteBackendLookup> remote_sessions;  // by session index
   int32_t next_remote_index = 0;
 
+  // "; plugin 'x' would provide it but is disabled: <reason>" for each plugin not loaded whose
+  // manifest provides `tag` ("device:cuda", "collector:papi"): what to append to a NotFoundError.
+  std::string not_active_hint(const std::string& tag) const;
+
   // Adds `plugin`'s device backends, names and components; the reason when they conflict with
   // what is already there (then nothing is added).
   std::optional<std::string> add(const Ref<LoadedPlugin>& plugin);
 };
+
+std::string Runtime::Impl::not_active_hint(const std::string& tag) const {
+  std::string hint;
+  for (const auto& s : statuses) {
+    if (s.state == PluginStatus::State::kLoaded) continue;
+    if (std::find(s.provides.begin(), s.provides.end(), tag) == s.provides.end()) continue;
+    hint += fmt::format("; plugin '{}' would provide it but is {}: {}", s.name, to_string(s.state),
+                        s.reason);
+  }
+  return hint;
+}
 
 std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
   DeviceTypeNames names = device_types;
@@ -76,23 +92,31 @@ std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
           kFirstVendorDeviceType, kRemoteDeviceMask - 1);
     }
   }
+  // Discovery refuses clashes the manifests declare; these are ones only the loaded plugin
+  // showed. Refused too, rather than settled by load order (DESIGN §3 rule 11).
+  for (const auto& [kind, key, names_of, in] :
+       {std::tuple{"loader", "loaders", &plugin->loader_names, &loaders},
+        std::tuple{"exporter", "exporters", &plugin->exporter_names, &exporters},
+        std::tuple{"collector", "collectors", &plugin->collector_names, &collectors}}) {
+    for (const std::string& n : *names_of) {
+      if (auto it = in->find(n); it != in->end()) {
+        return fmt::format(
+            "plugin '{}' provides {} '{}', which plugin '{}' already provides (undeclared in a "
+            "manifest); declare it under provides: and choose under {}: in the plugin set",
+            plugin->name, kind, n, it->second.plugin->name, key);
+      }
+    }
+  }
   device_types = std::move(names);
   for (size_t i = 0; i < plugin->devices.size(); ++i) {
     const KilnDeviceBackend* table = plugin->devices[i].get();
     backends[table->dl_device_type] =
         make_object<DeviceBackend>(table, plugin->device_names[i], plugin->name, plugin);
   }
-  // The first plugin to provide a name keeps it; `accepted(i)` runs for each one this plugin
-  // gets.
+  // `accepted(i)` runs for each component added.
   auto add_all = [&](const std::vector<std::string>& names_of, const auto& tables,
                      std::map<std::string, Component>& into, auto&& accepted) {
     for (size_t i = 0; i < names_of.size(); ++i) {
-      if (auto it = into.find(names_of[i]); it != into.end()) {
-        log(LogLevel::kWarn, plugin->name,
-            fmt::format("'{}' is already provided by plugin '{}'; keeping that one", names_of[i],
-                        it->second.plugin->name));
-        continue;
-      }
       into[names_of[i]] = Component{tables[i].get(), plugin};
       accepted(i);
     }
@@ -162,15 +186,7 @@ Ref<DeviceBackend> Runtime::backend(int32_t device_type) const {
   auto name = impl_->device_types.name_of(device_type);
   std::vector<std::string> loaded;
   for (const auto& [code, b] : impl_->backends) loaded.push_back(b->name());
-  std::string hint;
-  for (const auto& s : impl_->statuses) {
-    for (const auto& p : s.provides) {
-      if (name && p == "device:" + *name && s.state != PluginStatus::State::kLoaded) {
-        hint = fmt::format("; plugin '{}' would provide it but is {}: {}", s.name,
-                           to_string(s.state), s.reason);
-      }
-    }
-  }
+  const std::string hint = name ? impl_->not_active_hint("device:" + *name) : std::string();
   throw NotFoundError(
       fmt::format("no backend serves device type '{}' (loaded backends: {}){}",
                   name ? *name : std::to_string(device_type),
@@ -222,8 +238,9 @@ std::vector<std::string> Runtime::collector_names() const { return keys(impl_->c
 std::pair<const KilnExporter*, Ref<Object>> Runtime::exporter(const std::string& name) const {
   auto it = impl_->exporters.find(name);
   if (it == impl_->exporters.end()) {
-    throw NotFoundError(
-        fmt::format("no exporter '{}'; available: {}", name, fmt::join(exporter_names(), ", ")));
+    throw NotFoundError(fmt::format("no exporter '{}'; available: {}{}", name,
+                                    fmt::join(exporter_names(), ", "),
+                                    impl_->not_active_hint("exporter:" + name)));
   }
   return {static_cast<const KilnExporter*>(it->second.table), it->second.plugin};
 }
@@ -234,8 +251,9 @@ std::pair<const KilnMetricCollector*, Ref<Object>> Runtime::collector(
   if (it == impl_->collectors.end()) {
     const auto names = collector_names();
     throw NotFoundError(
-        fmt::format("no metric collector '{}'; available: {}", name,
-                    names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+        fmt::format("no metric collector '{}'; available: {}{}", name,
+                    names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")),
+                    impl_->not_active_hint("collector:" + name)));
   }
   return {static_cast<const KilnMetricCollector*>(it->second.table), it->second.plugin};
 }
