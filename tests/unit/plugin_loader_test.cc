@@ -395,5 +395,22 @@ TEST(PluginLoader, TwoPluginsProvidingOneCollectorAreRefusedUntilThePluginSetCho
   EXPECT_TRUE(chosen->find_backend(114));
 }
 
+TEST(PluginLoader, NotFoundErrorsNameThePluginThatWouldProvideItAndWhyItIsNotActive) {
+  TempDir dir;
+  const fs::path set = dir.path() / "plugins.yaml";
+  std::ofstream(set) << "plugins:\n  - stub_ok\n  - name: stub_zero_timer\n    enabled: false\n";
+  auto rt = isolated_runtime({stub_dir("stub_ok"), stub_dir("stub_zero_timer")}, set);
+  EXPECT_THAT(rt->not_active_hint("device:stub_zero_timer"),
+              HasSubstr("; plugin 'stub_zero_timer' would provide it but is disabled: disabled in "
+                        "plugin set"));
+  EXPECT_EQ(rt->not_active_hint("device:stub_ok"), "");  // loaded
+  EXPECT_EQ(rt->not_active_hint("device:nosuch"), "");
+  // A failed plugin names its failure.
+  auto failed = isolated_runtime({stub_dir("stub_init_fail")});
+  EXPECT_THAT(failed->not_active_hint("device:stub_init_fail"),
+              HasSubstr("plugin 'stub_init_fail' would provide it but is failed: negotiation "
+                        "refused"));
+}
+
 }  // namespace
 }  // namespace kiln

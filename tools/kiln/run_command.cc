@@ -44,7 +44,7 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
   try {
     spec = run::parse_run_config(options.config, runtime.device_types());
     if (options.device) {
-      runtime.parse_device(*options.device);
+      parse_device_option(runtime, *options.device);
       spec.device = *options.device;
     }
     // Refused here, not replaced by device 0: the run uses and reports the device named.

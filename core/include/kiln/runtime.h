@@ -93,6 +93,10 @@ class Runtime : public DeviceContext {
   std::vector<std::string> exporter_names() const;
   std::pair<const KilnMetricCollector*, Ref<Object>> collector(const std::string& name) const;
   std::vector<std::string> collector_names() const;
+  // "; plugin 'x' would provide it but is disabled: <reason>" for each plugin not loaded whose
+  // manifest declares `provides` ("device:cuda", "loader:so", "exporter:x", "collector:papi");
+  // empty when none. Appended to not-found errors so they say how to get the component.
+  std::string not_active_hint(const std::string& provides) const;
 
   // RPC client sessions register here so that their remote devices (kiln/device.h
   // kRemoteDeviceMask) resolve through this runtime. `backend_of` maps a server device type to

@@ -245,6 +245,10 @@ std::pair<const KilnExporter*, Ref<Object>> Runtime::exporter(const std::string&
   return {static_cast<const KilnExporter*>(it->second.table), it->second.plugin};
 }
 
+std::string Runtime::not_active_hint(const std::string& provides) const {
+  return impl_->not_active_hint(provides);
+}
+
 std::pair<const KilnMetricCollector*, Ref<Object>> Runtime::collector(
     const std::string& name) const {
   auto it = impl_->collectors.find(name);
