@@ -405,6 +405,21 @@ TEST(PluginLoader, NotFoundErrorsNameThePluginThatWouldProvideItAndWhyItIsNotAct
                         "plugin set"));
   EXPECT_EQ(rt->not_active_hint("device:stub_ok"), "");  // loaded
   EXPECT_EQ(rt->not_active_hint("device:nosuch"), "");
+  // A module whose format only a disabled plugin loads.
+  TempDir modules;
+  const fs::path module = modules.path() / "kernels.nosuchfmt";
+  std::ofstream(module) << "x";
+  std::ofstream(modules.path() / "fmt_plugin.yaml")
+      << "name: fmt_plugin\nversion: 1.0.0\nkind: loader\nlibrary: libfmt_plugin.so\n"
+         "abi: \"1.0\"\nprovides:\n  loaders: [nosuchfmt]\n";
+  auto no_loader = isolated_runtime({modules.path()});
+  try {
+    no_loader->load_module(module);
+    FAIL() << "expected a NotFoundError";
+  } catch (const NotFoundError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no loader for '.nosuchfmt' files"));
+    EXPECT_THAT(e.what(), HasSubstr("plugin 'fmt_plugin' would provide it but is failed: library"));
+  }
   // A failed plugin names its failure.
   auto failed = isolated_runtime({stub_dir("stub_init_fail")});
   EXPECT_THAT(failed->not_active_hint("device:stub_init_fail"),

@@ -216,7 +216,20 @@ std::vector<BackendInfo> Runtime::backends() const {
 }
 
 Module Runtime::load_module(const fs::path& path, const ModuleLoadOptions& options) const {
-  return impl_->module_loaders.load(path, *this, options);
+  try {
+    return impl_->module_loaders.load(path, *this, options);
+  } catch (const NotFoundError& e) {
+    // No loader for the file's format: name the plugins that would load it and why they are
+    // not active. Other not-found errors (a missing file) pass unchanged.
+    const std::string format = path.extension().string().substr(path.has_extension() ? 1 : 0);
+    const auto formats = loader_formats();
+    if (format.empty() || std::find(formats.begin(), formats.end(), format) != formats.end()) {
+      throw;
+    }
+    const std::string hint = impl_->not_active_hint("loader:" + format);
+    if (hint.empty()) throw;
+    throw NotFoundError(e.what() + hint);
+  }
 }
 
 const ModuleLoaderRegistry& Runtime::module_loaders() const { return impl_->module_loaders; }
