@@ -12,6 +12,7 @@
 #include "kiln/kiln.h"
 #include "kiln/noise_verdict.h"
 #include "kiln/run_config.h"
+#include "kiln/throughput.h"
 #include "kiln/timing_table.h"
 #include "output_file.h"
 #include "progress.h"
@@ -30,6 +31,18 @@ std::string benchmark_name(const std::string& function, const std::vector<Any>& 
     return fmt::format("{}/{}/{}/{}", function, t.numel(), t.dtype().str(), device);
   }
   return fmt::format("{}/{}", function, device);
+}
+
+// The peak memory bandwidth the backend reports for `device`, if any (kiln/throughput.h).
+std::optional<double> device_peak_bandwidth(const Runtime& runtime, const Device& device) {
+  for (const BackendInfo& backend : runtime.backends()) {
+    for (const DeviceInfo& d : backend.devices) {
+      if (d.device.type == device.type && d.device.id == device.id) {
+        return peak_memory_bandwidth(d.attributes);
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -112,6 +125,12 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
   const BenchmarkResult& timing = result.profile;
   // This machine's load says nothing about a remote server's measurement.
   const NoiseVerdict verdict = noise_verdict(timing, spec.remote ? std::nullopt : host_load());
+  // From the median; a remote server's device attributes are not known here: no peak.
+  const Throughput throughput =
+      compute_throughput(spec.throughput, argument_bytes(inputs), timing.median(),
+                         spec.remote ? std::nullopt : device_peak_bandwidth(runtime, device));
+  // Nothing to say for a function of scalars without given bytes or flops.
+  const bool show_throughput = throughput.bytes > 0 || throughput.flops.has_value();
   std::optional<profiling::Report> profile;
   if (spec.profile) profile = profile_run(spec, *spec.profile, runtime);
 
@@ -164,6 +183,22 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
     if (verdict.off_cpu) noise["off_cpu"] = *verdict.off_cpu;
     if (verdict.cpu_pressure) noise["cpu_pressure"] = *verdict.cpu_pressure;
     out["noise"] = std::move(noise);
+    if (show_throughput) {
+      nlohmann::json tp = {{"bytes", throughput.bytes},
+                           {"bytes_derived", throughput.bytes_derived},
+                           {"seconds", throughput.seconds},
+                           {"gb_per_s", throughput.gb_per_s},
+                           {"line", throughput.line()}};
+      if (throughput.flops) {
+        tp["flops"] = *throughput.flops;
+        tp["gflop_per_s"] = *throughput.gflop_per_s;
+      }
+      if (throughput.fraction_of_peak) {
+        tp["peak_bytes_per_s"] = *throughput.peak_bytes_per_s;
+        tp["fraction_of_peak"] = *throughput.fraction_of_peak;
+      }
+      out["throughput"] = std::move(tp);
+    }
     out["benchmark"] = nlohmann::json::parse(benchmark_json);
     out["steps_s"] = nlohmann::json::object();
     for (const auto& [step, seconds] : steps) out["steps_s"][step] = seconds;
@@ -194,6 +229,7 @@ int run_run(const RunOptions& options, const GlobalOptions& global) {
                              timing.stop_reason.empty() ? "" : noise_stop);
     std::cout << timing_table(timing) << "\n";
     if (verdict.noisy) std::cout << verdict.line() << "\n";
+    if (show_throughput) std::cout << throughput.line() << "\n";
     std::cout << "steps:";
     for (const auto& [step, seconds] : steps) {
       std::cout << fmt::format(" {} {:.1f} ms", step, seconds * 1e3);

@@ -19,6 +19,7 @@
 #include "kiln/dtype.h"
 #include "kiln/evaluator.h"
 #include "kiln/tensor.h"
+#include "kiln/throughput.h"
 
 namespace kiln::run {
 
@@ -120,6 +121,9 @@ struct RunSpec {
   std::vector<OutputSpec> outputs;
   std::optional<ProfileSpec> profile;  // the `profile:` section, when present
   std::optional<RemoteSpec> remote;    // the `remote:` section, when present
+  // The `throughput:` section: bytes (a number, or `auto`, the default: the arguments' total
+  // size) and flops per call (unset: no GFLOP/s).
+  ThroughputSpec throughput;
   // 1-based (line, column) of each top-level key's value in `file`, for errors found after
   // parsing (a device the backend lacks, a function the module lacks): see error_at().
   std::map<std::string, std::pair<int, int>> positions;

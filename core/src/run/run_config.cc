@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -30,7 +31,7 @@ using config::MapReader;
 constexpr std::string_view kExamplesVariable = "${KILN_EXAMPLES}";
 
 const std::vector<std::string> kTopKeys = {"module", "function", "device",  "export", "evaluator",
-                                           "inputs", "outputs",  "profile", "remote"};
+                                           "inputs", "outputs",  "profile", "remote", "throughput"};
 const std::vector<std::string> kEvaluatorKeys = {"number",
                                                  "repeat",
                                                  "min_repeat_ms",
@@ -162,6 +163,36 @@ void parse_noise(MapReader& reader, NoiseStoppingRule* noise) {
   }
   noise->plateau_window = at_least<int32_t>(reader, "plateau_window", noise->plateau_window, 2);
   noise->plateau_tolerance = non_negative(reader, "plateau_tolerance", noise->plateau_tolerance);
+}
+
+// A count per call (bytes, flops): a finite number >= 0.
+double count_per_call(MapReader& reader, const std::string& key, const std::string& what) {
+  double value = 0;
+  try {
+    value = reader.required<double>(key);
+  } catch (const ConfigError&) {
+    throw reader.error(
+        key, fmt::format("expected {}, got {}", what, config::describe_node(*reader.node(key))));
+  }
+  if (!(value >= 0) || !std::isfinite(value)) {
+    throw reader.error(key, fmt::format("must be a finite number >= 0, got {}", value));
+  }
+  return value;
+}
+
+ThroughputSpec parse_throughput(MapReader& reader) {
+  reader.allow_keys({"bytes", "flops"});
+  reader.reject_unknown_keys();
+  ThroughputSpec t;
+  if (std::optional<YAML::Node> bytes = reader.node("bytes"); bytes && !bytes->IsNull()) {
+    if (!(bytes->IsScalar() && bytes->Scalar() == "auto")) {
+      t.bytes = count_per_call(reader, "bytes", "a number of bytes per call or 'auto'");
+    }
+  }
+  if (std::optional<YAML::Node> flops = reader.node("flops"); flops && !flops->IsNull()) {
+    t.flops = count_per_call(reader, "flops", "a number of floating-point operations per call");
+  }
+  return t;
 }
 
 void parse_evaluator(MapReader& reader, RunSpec* spec) {
@@ -680,6 +711,9 @@ RunSpec parse_run_config(const fs::path& path, const DeviceTypeNames& device_typ
     } else if (std::optional<MapReader> remote = top.optional_map("remote")) {
       spec.remote = parse_remote(*remote, base_dir);
     }
+  }
+  if (std::optional<MapReader> throughput = top.optional_map("throughput")) {
+    spec.throughput = parse_throughput(*throughput);
   }
   return spec;
 }
