@@ -148,10 +148,11 @@ void check_exporter(const Runtime& runtime, const run::RunSpec& spec) {
   }
   throw run::error_at(
       spec, "export",
-      fmt::format("unknown exporter '{}'{}; {}", spec.exporter, did_you_mean(spec.exporter, names),
-                  names.empty()
-                      ? "no exporter is loaded (see `kiln plugins`)"
-                      : fmt::format("the loaded exporters are: {}", fmt::join(names, ", "))));
+      fmt::format(
+          "unknown exporter '{}'{}; {}{}", spec.exporter, did_you_mean(spec.exporter, names),
+          names.empty() ? "no exporter is loaded (see `kiln plugins`)"
+                        : fmt::format("the loaded exporters are: {}", fmt::join(names, ", ")),
+          runtime.not_active_hint("exporter:" + spec.exporter)));
 }
 
 }  // namespace kiln::tool

@@ -31,7 +31,9 @@ struct RuntimeOptions {
   // it exists, else none. An empty path means none. Without a plugin set every discovered
   // plugin loads.
   std::optional<std::filesystem::path> plugin_set;
-  // Searched after the plugin set's search_paths and before $KILN_PLUGIN_PATH.
+  // Searched after the plugin set's search_paths and before $KILN_PLUGIN_PATH. Plugins found
+  // here or in $KILN_PLUGIN_PATH join the active set even when the plugin set's `plugins:`
+  // list does not name them (docs/plugin-abi.md §3.4).
   std::vector<std::filesystem::path> search_paths;
   // Read KILN_PLUGIN_SET, KILN_PLUGIN_PATH, KILN_PLUGINS and KILN_PLUGINS_DISABLE.
   bool read_environment = true;
