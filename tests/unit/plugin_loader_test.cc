@@ -427,5 +427,19 @@ TEST(PluginLoader, NotFoundErrorsNameThePluginThatWouldProvideItAndWhyItIsNotAct
                         "refused"));
 }
 
+TEST(PluginLoader, PluginSetChoicesForLoadersExportersAndCollectorsAreChecked) {
+  TempDir dir;
+  const fs::path set = dir.path() / "plugins.yaml";
+  std::ofstream(set) << "loaders:\n  so: cpu\nexporters:\n  x: vendor_x\ncollectors:\n"
+                        "  papi: Not A Plugin\n";
+  try {
+    isolated_runtime({}, set);
+    FAIL() << "expected a ConfigError";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("plugins.yaml:6"));
+    EXPECT_THAT(e.what(), HasSubstr("expected a plugin name"));
+  }
+}
+
 }  // namespace
 }  // namespace kiln
