@@ -105,7 +105,9 @@ TEST(RpcSoak, ManySessionsLeaveMemoryDescriptorsAndFilesWhereTheyWere) {
   int64_t plateau_kib = 0;
   for (int i = 0; i < warm_up; ++i) {
     one_session(server.port, i);
-    if (i % 50 == 49)
+    // Sampled often: under load a sample every 50 sessions missed the top of the range
+    // (19 MiB seen, 23 MiB reached later with no leak: flat over 3,000 sessions alone).
+    if (i % 10 == 9)
       plateau_kib = std::max(plateau_kib, usage(server.process->pid(), work).rss_kib);
   }
   settle();
