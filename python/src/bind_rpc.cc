@@ -428,7 +428,7 @@ void bind_rpc(nb::module_& m) {
       "Internal: kiln.rpc.LocalSession.");
   m.def(
       "_random_key",
-      [](const std::string& prefix, std::set<std::string> used) {
+      [](const std::string& prefix, const std::set<std::string>& used) {
         return rpc::random_key(prefix, used);
       },
       nb::arg("prefix"), nb::arg("used"), "Internal: kiln.rpc.random_key.");

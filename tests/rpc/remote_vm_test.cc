@@ -33,7 +33,7 @@ ServerOptions loopback() {
 
 // The MLP example's inputs (x [64, 256], w1 [256, 128], b1 [128], w2 [128, 64], b2 [64]).
 std::vector<std::vector<float>> mlp_inputs() {
-  const std::vector<size_t> sizes = {64 * 256, 256 * 128, 128, 128 * 64, 64};
+  const std::vector<size_t> sizes = {64u * 256, 256u * 128, 128, 128u * 64, 64};
   std::vector<std::vector<float>> inputs;
   for (size_t i = 0; i < sizes.size(); ++i) {
     std::vector<float> v(sizes[i]);
@@ -59,7 +59,7 @@ std::vector<Any> tensors_on(Device device) {
 
 std::vector<float> host_values(const Any& tensor) {
   const Tensor t = tensor.cast<Tensor>();
-  std::vector<float> v(64 * 64);
+  std::vector<float> v(size_t{64} * 64);
   t.copy_to(v.data(), v.size() * sizeof(float));
   return v;
 }
@@ -125,13 +125,13 @@ TEST(RemoteVM, ErrorsNameWhatIsWrong) {
   RemoteModule exec = upload_mlp(s);
   EXPECT_THROW(RemoteVirtualMachine(exec, {}), ValueError);
   try {
-    RemoteVirtualMachine(exec, {Device::cpu()});
+    RemoteVirtualMachine vm(exec, {Device::cpu()});
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("is not a device of the executable's RPC session"));
   }
   try {
-    RemoteVirtualMachine(exec, {s.cpu(3)});
+    RemoteVirtualMachine vm(exec, {s.cpu(3)});
     FAIL();
   } catch (const RPCError& e) {
     EXPECT_THAT(e.what(), HasSubstr("device cpu:3 does not exist"));

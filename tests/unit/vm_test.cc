@@ -535,7 +535,7 @@ TEST(VM, ExecutableMakesVMsThroughItsModuleFunctions) {  // §2.1 vm_load_execut
 
 TEST(VM, RefusesADeviceIndexTheBackendDoesNotHave) {  // §2.8, at construction, not mid-run
   try {
-    VirtualMachine(storage_program(), {}, {Device::cpu(0), Device::cpu(1)});
+    VirtualMachine vm(storage_program(), {}, {Device::cpu(0), Device::cpu(1)});
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("VirtualMachine: device cpu:1 does not exist: there is one "

@@ -24,7 +24,7 @@ std::vector<Any> name_and_index(const std::string& func, const std::vector<int64
 }  // namespace
 
 RemoteVirtualMachine::RemoteVirtualMachine(const RemoteModule& exec, std::vector<Device> devices,
-                                           vm::MemoryConfig memory_cfg, bool profile)
+                                           const vm::MemoryConfig& memory_cfg, bool profile)
     : devices_(std::move(devices)) {
   if (devices_.empty()) throw ValueError("RemoteVirtualMachine: the device list is empty");
   const RPCSession session = exec.session();

@@ -263,9 +263,8 @@ Module make_executable_module(Executable exec, std::vector<Module> kernel_librar
                     }));
   for (const bool profile : {false, true}) {
     const char* fname = profile ? "vm_profiler_load_executable" : "vm_load_executable";
-    Ref<ExecutablePayload> keep = payload;
-    obj->add_function(fname, Function::from_packed(fname, [keep, profile](const Any*, int32_t) {
-                        return Any(make_uninitialized_vm_module(keep, profile));
+    obj->add_function(fname, Function::from_packed(fname, [payload, profile](const Any*, int32_t) {
+                        return Any(make_uninitialized_vm_module(payload, profile));
                       }));
   }
   for (const FuncInfo& info : ex->func_table) {

@@ -37,7 +37,7 @@ class RemoteVirtualMachine {
   // server's error (RPCError) for a device it does not have or an executable function it
   // cannot resolve.
   RemoteVirtualMachine(const RemoteModule& exec, std::vector<Device> devices,
-                       vm::MemoryConfig memory_cfg = {}, bool profile = false);
+                       const vm::MemoryConfig& memory_cfg = {}, bool profile = false);
 
   // The VM module's function `name` on the server: a VM function, a saved function, or one of
   // the fixed names of SPEC §2.6. RPCError when there is none.
