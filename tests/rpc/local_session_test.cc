@@ -1,4 +1,4 @@
-// rpc::local_session() (TVM's rpc.LocalSession) and the match-key helpers random_key and
+// rpc::local_session(runtime) (TVM's rpc.LocalSession) and the match-key helpers random_key and
 // split_random_key (SPEC §4.4, §4.5; issue 19 item 5).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 TEST(LocalSession, OffersTheClientApiInProcess) {
-  RPCSession s = local_session();
+  RPCSession s = local_session(Runtime::global());
   // Files: the same API as a remote session, in a private directory.
   s.upload_bytes("hello", "dir/a.txt");
   EXPECT_EQ(s.download("dir/a.txt"), "hello");
@@ -46,8 +46,8 @@ TEST(LocalSession, OffersTheClientApiInProcess) {
 }
 
 TEST(LocalSession, SessionsAreIndependentAndCloseCleanly) {
-  RPCSession a = local_session();
-  RPCSession b = local_session();
+  RPCSession a = local_session(Runtime::global());
+  RPCSession b = local_session(Runtime::global());
   EXPECT_NE(a.index(), b.index());
   a.upload_bytes("x", "only_in_a");
   EXPECT_TRUE(b.listdir().empty());

@@ -132,7 +132,7 @@ TEST(DeviceCode, ALaunchOnAnotherDeviceIsCheckedAfterACachedOne) {
   f(v.a, v.b, v.out, 0.5, 1, 8);
   EXPECT_FLOAT_EQ(v.out_at(3), 3.5f);
   // The same kernel on tensors of an RPC session's CPU: another device type, refused.
-  rpc::RPCSession session = rpc::local_session();
+  rpc::RPCSession session = rpc::local_session(Runtime::global());
   Tensor remote = Tensor::empty({8}, DataType::Float(32), session.cpu());
   try {
     f(remote, remote, remote, 0.5, 1, 8);

@@ -31,6 +31,4 @@ RPCSession local_session(Runtime& runtime) {
   return session;
 }
 
-RPCSession local_session() { return local_session(Runtime::global()); }
-
 }  // namespace kiln::rpc

@@ -105,8 +105,6 @@ RPCSession connect(const std::string& host, int port, const std::string& key,
 // process's devices of `runtime` (which must outlive the session). Data still crosses a
 // socket, so timings include the protocol as a remote session's would, less the network.
 RPCSession local_session(Runtime& runtime);
-// API-edge default: local_session(Runtime::global()).
-RPCSession local_session();
 
 // A module loaded on the server.
 class RemoteModule {
