@@ -1,0 +1,232 @@
+// kiln-conformance: runs the device conformance suite (docs/conformance.md) against the device
+// plugins in any plugin folder, with the vendor's own module, and writes a report a vendor can
+// attach to a release. Exit codes: 0 pass, 1 a test failed, 2 bad usage or configuration,
+// 3 an unexpected error.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kiln/config_error.h"
+#include "kiln/kiln.h"
+#include "kiln/sdk/support/atomic_file.hpp"
+#include "kiln/version.h"
+#include "report.h"
+#include "suite.h"
+
+namespace {
+
+constexpr int kExitPass = 0;
+constexpr int kExitFail = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitError = 3;
+
+struct Options {
+  std::vector<std::filesystem::path> plugin_paths;
+  std::optional<std::filesystem::path> plugin_set;
+  std::vector<std::string> devices;
+  std::vector<std::string> modules;
+  std::string report;
+  std::string report_json;
+  bool require_device = false;
+};
+
+// A usage error: printed with the program name, exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string quote(const std::string& arg) {
+  if (!arg.empty() && arg.find_first_of(" \t'\"\\$`;&|<>()*?") == std::string::npos) return arg;
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Every device type a considered plugin serves or would serve, in search order: loaded backends
+// and the `device:` entries of plugins that failed or are disabled (so that a broken vendor
+// plugin shows up as a failure instead of disappearing).
+std::vector<std::string> all_device_types(const kiln::Runtime& runtime) {
+  std::vector<std::string> out;
+  auto add = [&out](const std::string& type) {
+    if (std::find(out.begin(), out.end(), type) == out.end()) out.push_back(type);
+  };
+  for (const kiln::BackendInfo& b : runtime.backends()) add(b.type_name);
+  for (const kiln::PluginStatus& s : runtime.plugins()) {
+    for (const std::string& p : s.provides) {
+      if (p.rfind("device:", 0) == 0) add(p.substr(7));
+    }
+  }
+  return out;
+}
+
+void check_usage(const kiln::Runtime& runtime, const Options& options,
+                 const std::vector<kiln::conformance::ModuleSpec>& modules,
+                 const std::vector<std::string>& types) {
+  const std::vector<std::string> known = all_device_types(runtime);
+  const std::string known_text = known.empty()
+                                     ? "none: no device plugin was found in the search paths"
+                                     : fmt::format("{}", fmt::join(known, ", "));
+  for (const std::string& type : options.devices) {
+    if (std::find(known.begin(), known.end(), type) == known.end()) {
+      throw UsageError(fmt::format(
+          "--device {}: no plugin found serves device type '{}' (device types found: {}); add "
+          "its folder with --plugin-path",
+          type, type, known_text));
+    }
+  }
+  std::set<std::string> seen;
+  for (const auto& m : modules) {
+    if (!seen.insert(m.device_type).second) {
+      throw UsageError(
+          fmt::format("--module: more than one module given for device type '{}'", m.device_type));
+    }
+    if (std::find(types.begin(), types.end(), m.device_type) == types.end()) {
+      throw UsageError(fmt::format(
+          "--module {}:...: device type '{}' is not under test ({})", m.device_type, m.device_type,
+          types.empty() ? "none" : fmt::format("{}", fmt::join(types, ", "))));
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(m.path, ec)) {
+      throw UsageError(
+          fmt::format("--module {}:{}:...: no such file '{}'", m.device_type, m.path, m.path));
+    }
+  }
+}
+
+int run(int argc, char** argv) {
+  // GoogleTest's own flags (--gtest_filter, --gtest_repeat, ...) go to GoogleTest; the rest are
+  // this tool's. Split first: GoogleTest would take --help for its own.
+  std::vector<char*> gtest_argv = {argv[0]};
+  std::vector<std::string> own_args;
+  std::string command_line = quote(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    command_line += " " + quote(argv[i]);
+    if (std::string(argv[i]).rfind("--gtest_", 0) == 0) {
+      gtest_argv.push_back(argv[i]);
+    } else {
+      own_args.emplace_back(argv[i]);
+    }
+  }
+
+  CLI::App app{
+      "kiln-conformance: run the device conformance suite against device plugins and write a "
+      "report to attach to a release (docs/conformance.md).\nExit codes: 0 pass, 1 a test "
+      "failed, 2 usage or configuration error, 3 unexpected error.",
+      "kiln-conformance"};
+  app.set_version_flag("--version", std::string("kiln-conformance ") + kiln::version() +
+                                        " (plugin ABI " + kiln::abi_version() + ")");
+  app.footer(
+      "GoogleTest flags pass through (--gtest_filter=PATTERN, --gtest_list_tests, "
+      "--gtest_repeat=N, --gtest_output=xml:FILE, ...); tests are named "
+      "DeviceConformance/<type>.<Test>.");
+  Options options;
+  app.add_option("--plugin-path", options.plugin_paths,
+                 "Directory to search for plugin manifests; its plugins join the active set "
+                 "(repeatable; searched before $KILN_PLUGIN_PATH; default: none)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--plugin-set", options.plugin_set,
+                 "Plugin set YAML to use (default: $KILN_PLUGIN_SET, else "
+                 "<prefix>/share/kiln/plugins.yaml)");
+  app.add_option("--device", options.devices,
+                 "Device type to test (repeatable; default: every device type a plugin found "
+                 "serves or would serve)");
+  app.add_option("--module", options.modules,
+                 "TYPE:PATH:FORMAT:KERNEL: the module whose KERNEL computes out[i] = a[i] + "
+                 "alpha*b[i] on TYPE, metadata from PATH.json if present (repeatable, one per "
+                 "type; default: none, the module tests skip)");
+  app.add_option("--report", options.report,
+                 "Write the Markdown report to this file (default: not written)");
+  app.add_option("--report-json", options.report_json,
+                 "Write the JSON report to this file (default: not written)");
+  app.add_flag("--require-device", options.require_device,
+               "Fail a device type that has no device instead of skipping it (default: off)");
+  std::vector<std::string> reversed(own_args.rbegin(), own_args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitPass : kExitUsage;
+  }
+
+  int gtest_argc = static_cast<int>(gtest_argv.size());
+  ::testing::InitGoogleTest(&gtest_argc, gtest_argv.data());
+
+  std::vector<kiln::conformance::ModuleSpec> modules;
+  for (const std::string& spec : options.modules) {
+    modules.push_back(kiln::conformance::parse_module_spec(spec));
+  }
+  kiln::RuntimeOptions runtime_options;
+  runtime_options.plugin_set = options.plugin_set;
+  runtime_options.search_paths = options.plugin_paths;
+  kiln::Runtime runtime(runtime_options);
+
+  const std::vector<std::string> types =
+      options.devices.empty() ? all_device_types(runtime) : options.devices;
+  check_usage(runtime, options, modules, types);
+  kiln::conformance::ResolveOptions resolve;
+  resolve.require_device = options.require_device;
+  const std::vector<kiln::conformance::Target> targets =
+      kiln::conformance::resolve_targets(runtime, types, modules, resolve);
+  kiln::conformance::register_tests(runtime, targets);
+
+  const int gtest_status = RUN_ALL_TESTS();
+  if (GTEST_FLAG_GET(list_tests)) return gtest_status == 0 ? kExitPass : kExitFail;
+
+  const std::vector<kiln::conformance::TestOutcome> outcomes =
+      kiln::conformance::collect_outcomes();
+  kiln::conformance::ReportContext context;
+  context.command_line = command_line;
+  context.gtest_filter = GTEST_FLAG_GET(filter);
+  for (const auto& p : runtime.search_paths()) context.search_paths.push_back(p.string());
+  if (auto set = runtime.plugin_set_path()) context.plugin_set = set->string();
+  if (!options.report.empty()) {
+    kiln::sdk::write_file_atomically(
+        options.report, kiln::conformance::markdown_report(context, targets, outcomes));
+  }
+  if (!options.report_json.empty()) {
+    kiln::sdk::write_file_atomically(options.report_json,
+                                     kiln::conformance::json_report(context, targets, outcomes));
+  }
+
+  const kiln::conformance::Summary summary = kiln::conformance::summarize(outcomes);
+  std::printf("\nkiln-conformance %s: %s (%d passed, %d failed, %d skipped)\n", kiln::version(),
+              summary.verdict.c_str(), summary.passed, summary.failed, summary.skipped);
+  for (const auto& t : targets) {
+    std::printf("  %-12s %s%s%s\n", t.device_type.c_str(),
+                t.plugin ? (t.plugin->name + " " + t.plugin->version).c_str() : "(no plugin)",
+                t.reason.empty() ? "" : ": ", t.reason.c_str());
+  }
+  if (summary.verdict == "nothing ran") {
+    std::printf(
+        "nothing ran: no test passed or failed (use --require-device to fail a device "
+        "type without devices)\n");
+  }
+  if (!options.report.empty()) std::printf("report: %s\n", options.report.c_str());
+  if (!options.report_json.empty()) std::printf("JSON report: %s\n", options.report_json.c_str());
+  return summary.failed > 0 || gtest_status != 0 ? kExitFail : kExitPass;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "kiln-conformance: %s\n", e.what());
+    return kExitUsage;
+  } catch (const kiln::ValueError& e) {  // bad --module spec, malformed plugin set (ConfigError)
+    std::fprintf(stderr, "kiln-conformance: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln-conformance: %s\n", e.what());
+    return kExitError;
+  }
+}

@@ -1,0 +1,240 @@
+#include "report.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/utsname.h>
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kiln/sdk/support/sha256.hpp"
+#include "kiln/version.h"
+
+namespace kiln::conformance {
+namespace {
+
+std::string utc_now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+std::string host_description() {
+  utsname u{};
+  if (uname(&u) != 0) return "unknown";
+  return fmt::format("{} {} {} ({})", u.sysname, u.release, u.machine, u.nodename);
+}
+
+std::string file_sha256(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  sdk::Sha256 hash;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    hash.update(buffer, static_cast<size_t>(in.gcount()));
+  }
+  return sdk::Sha256::hex(hash.finish());
+}
+
+const char* disposition_text(Target::Disposition d) {
+  switch (d) {
+    case Target::Disposition::kRun:
+      return "tested";
+    case Target::Disposition::kSkip:
+      return "skipped";
+    case Target::Disposition::kFail:
+      return "failed";
+  }
+  return "?";
+}
+
+// Markdown table cells: one line, no unescaped '|'.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') {
+      out += "\\|";
+    } else if (c == '\n') {
+      out += "<br>";
+    } else {
+      out += c;
+    }
+  }
+  return out.empty() ? "-" : out;
+}
+
+Summary count(const std::vector<TestOutcome>& outcomes, const std::string& type) {
+  std::vector<TestOutcome> of_type;
+  for (const auto& o : outcomes) {
+    if (o.device_type == type) of_type.push_back(o);
+  }
+  return summarize(of_type);
+}
+
+}  // namespace
+
+Summary summarize(const std::vector<TestOutcome>& outcomes) {
+  Summary s;
+  for (const auto& o : outcomes) {
+    switch (o.status) {
+      case TestOutcome::Status::kPassed:
+        ++s.passed;
+        break;
+      case TestOutcome::Status::kFailed:
+        ++s.failed;
+        break;
+      case TestOutcome::Status::kSkipped:
+        ++s.skipped;
+        break;
+    }
+  }
+  s.verdict = s.failed > 0 ? "fail" : s.passed > 0 ? "pass" : "nothing ran";
+  return s;
+}
+
+std::string markdown_report(const ReportContext& context, const std::vector<Target>& targets,
+                            const std::vector<TestOutcome>& outcomes) {
+  const Summary total = summarize(outcomes);
+  std::string md;
+  auto line = [&md](const std::string& text = "") { md += text + "\n"; };
+  line("# Kiln device conformance report");
+  line();
+  line(fmt::format("**Verdict: {}** — {} passed, {} failed, {} skipped", total.verdict,
+                   total.passed, total.failed, total.skipped));
+  line();
+  line(fmt::format("- Kiln: {} (plugin ABI {})", kiln::version(), kiln::abi_version()));
+  line(fmt::format("- Date: {}", utc_now()));
+  line(fmt::format("- Host: {}", host_description()));
+  line(fmt::format("- Command: `{}`", context.command_line));
+  line(fmt::format("- Test filter: `{}`", context.gtest_filter));
+  line(fmt::format("- Plugin set: {}", context.plugin_set.empty() ? "(none)" : context.plugin_set));
+  line(fmt::format("- Search paths: {}",
+                   context.search_paths.empty()
+                       ? "(none)"
+                       : fmt::format("{}", fmt::join(context.search_paths, ", "))));
+  for (const Target& t : targets) {
+    const Summary s = count(outcomes, t.device_type);
+    line();
+    line(fmt::format("## Device type `{}`: {}", t.device_type, s.verdict));
+    line();
+    line(fmt::format("- Status: {}{}", disposition_text(t.disposition),
+                     t.reason.empty() ? "" : " — " + t.reason));
+    if (t.plugin) {
+      const PluginStatus& p = *t.plugin;
+      line(fmt::format("- Plugin: {} {} (ABI {}, {})", p.name, p.version.empty() ? "-" : p.version,
+                       p.abi.empty() ? "-" : p.abi, to_string(p.state)));
+      line(fmt::format("- Library: {}", p.library.string()));
+      line(fmt::format("- Library SHA-256: {}",
+                       t.library_sha256.empty() ? "(unreadable)" : t.library_sha256));
+      line(fmt::format("- Manifest: {}", p.manifest.string()));
+    } else {
+      line("- Plugin: none found");
+    }
+    if (t.module) {
+      const std::string sha = file_sha256(t.module->path);
+      line(fmt::format("- Module: {} (format {}, kernel {}, SHA-256 {})", t.module->path,
+                       t.module->format, t.module->kernel, sha.empty() ? "(unreadable)" : sha));
+    } else {
+      line("- Module: none given");
+    }
+    line(fmt::format("- Devices: {}{}", t.device_count,
+                     t.device_count == 0 && !t.why_none.empty() ? " — " + t.why_none : ""));
+    for (size_t id = 0; id < t.devices.size(); ++id) {
+      std::vector<std::string> attrs;
+      for (const auto& [k, v] : t.devices[id]) attrs.push_back(fmt::format("{}={}", k, v));
+      line(fmt::format("  - {}:{}: {}", t.device_type, id, fmt::join(attrs, ", ")));
+    }
+    line();
+    line("| Test | Result | Reason |");
+    line("| --- | --- | --- |");
+    for (const TestOutcome& o : outcomes) {
+      if (o.device_type != t.device_type) continue;
+      line(fmt::format("| {} | {} | {} |", o.name, to_string(o.status), cell(o.message)));
+    }
+  }
+  line();
+  line("## Summary");
+  line();
+  line("| Device type | Passed | Failed | Skipped | Verdict |");
+  line("| --- | --- | --- | --- | --- |");
+  for (const Target& t : targets) {
+    const Summary s = count(outcomes, t.device_type);
+    line(fmt::format("| {} | {} | {} | {} | {} |", t.device_type, s.passed, s.failed, s.skipped,
+                     s.verdict));
+  }
+  line(fmt::format("| **all** | {} | {} | {} | **{}** |", total.passed, total.failed, total.skipped,
+                   total.verdict));
+  return md;
+}
+
+std::string json_report(const ReportContext& context, const std::vector<Target>& targets,
+                        const std::vector<TestOutcome>& outcomes) {
+  using nlohmann::json;
+  const Summary total = summarize(outcomes);
+  json doc;
+  doc["kiln"] = {{"version", kiln::version()}, {"abi", kiln::abi_version()}};
+  doc["date"] = utc_now();
+  doc["host"] = host_description();
+  doc["command"] = context.command_line;
+  doc["gtest_filter"] = context.gtest_filter;
+  doc["plugin_set"] = context.plugin_set;
+  doc["search_paths"] = context.search_paths;
+  doc["device_types"] = json::array();
+  for (const Target& t : targets) {
+    const Summary s = count(outcomes, t.device_type);
+    json jt{{"type", t.device_type},  {"status", disposition_text(t.disposition)},
+            {"reason", t.reason},     {"device_count", t.device_count},
+            {"why_none", t.why_none}, {"verdict", s.verdict},
+            {"passed", s.passed},     {"failed", s.failed},
+            {"skipped", s.skipped}};
+    if (t.plugin) {
+      const PluginStatus& p = *t.plugin;
+      jt["plugin"] = {{"name", p.name},
+                      {"version", p.version},
+                      {"abi", p.abi},
+                      {"state", to_string(p.state)},
+                      {"reason", p.reason},
+                      {"library", p.library.string()},
+                      {"library_sha256", t.library_sha256},
+                      {"manifest", p.manifest.string()}};
+    } else {
+      jt["plugin"] = nullptr;
+    }
+    if (t.module) {
+      jt["module"] = {{"path", t.module->path},
+                      {"format", t.module->format},
+                      {"kernel", t.module->kernel},
+                      {"sha256", file_sha256(t.module->path)}};
+    } else {
+      jt["module"] = nullptr;
+    }
+    jt["devices"] = json::array();
+    for (size_t id = 0; id < t.devices.size(); ++id) {
+      json attrs = json::object();
+      for (const auto& [k, v] : t.devices[id]) attrs[k] = v;
+      jt["devices"].push_back(
+          {{"device", fmt::format("{}:{}", t.device_type, id)}, {"attributes", attrs}});
+    }
+    jt["tests"] = json::array();
+    for (const TestOutcome& o : outcomes) {
+      if (o.device_type != t.device_type) continue;
+      jt["tests"].push_back({{"name", o.name},
+                             {"result", to_string(o.status)},
+                             {"reason", o.message},
+                             {"elapsed_ms", o.elapsed_ms}});
+    }
+    doc["device_types"].push_back(std::move(jt));
+  }
+  doc["summary"] = {{"passed", total.passed},
+                    {"failed", total.failed},
+                    {"skipped", total.skipped},
+                    {"verdict", total.verdict}};
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace kiln::conformance

@@ -1,0 +1,445 @@
+#include "suite.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <thread>
+
+#include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/kernel_metadata.hpp"
+#include "kiln/sdk/support/sha256.hpp"
+
+namespace kiln::conformance {
+namespace {
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string sha256_of_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  sdk::Sha256 hash;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    hash.update(buffer, static_cast<size_t>(in.gcount()));
+  }
+  return sdk::Sha256::hex(hash.finish());
+}
+
+std::string attribute_text(const Any& v) {
+  switch (v.type_code()) {
+    case KILN_TYPE_NONE:
+      return "";
+    case KILN_TYPE_BOOL:
+      return v.cast<bool>() ? "true" : "false";
+    case KILN_TYPE_INT:
+      return std::to_string(v.cast<int64_t>());
+    case KILN_TYPE_FLOAT:
+      return fmt::format("{}", v.cast<double>());
+    default:
+      return v.str();
+  }
+}
+
+// One test of the suite, bound to one target. All tests share this fixture class (GoogleTest
+// requires one fixture class per test suite); the body is a plain function so that the same
+// test code registers once per device type at run time.
+class ConformanceTest : public ::testing::Test {
+ public:
+  using Body = void (*)(ConformanceTest&);
+  ConformanceTest(const Runtime& runtime, const Target& target, Body body)
+      : runtime_(runtime), target_(target), body_(body) {}
+
+  void SetUp() override {
+    switch (target_.disposition) {
+      case Target::Disposition::kSkip:
+        GTEST_SKIP() << target_.device_type << ": " << target_.reason;
+      case Target::Disposition::kFail:
+        FAIL() << target_.device_type << ": " << target_.reason;
+      case Target::Disposition::kRun:
+        break;
+    }
+    backend_ = target_.backend;
+    device_ = Device{backend_->dl_device_type(), 0};
+  }
+  void TestBody() override { body_(*this); }
+
+  const Runtime& runtime_;
+  const Target& target_;
+  Body body_;
+  Ref<DeviceBackend> backend_;
+  Device device_;
+};
+
+void enumerates_devices_with_attributes(ConformanceTest& t) {
+  const DeviceBackend& backend = *t.backend_;
+  std::string why;
+  const int32_t count = backend.device_count(&why);
+  EXPECT_GE(count, 1);
+  EXPECT_TRUE(why.empty()) << "why_none must be empty when there are devices: " << why;
+  for (int32_t id = 0; id < count; ++id) {
+    auto attrs = backend.attributes(id);
+    ASSERT_FALSE(attrs.empty()) << "device " << id << " reports no attributes";
+    bool has_name = false;
+    for (const auto& [k, v] : attrs) has_name |= (k == "name" && !v.str().empty());
+    EXPECT_TRUE(has_name) << "every device reports a non-empty 'name' attribute";
+  }
+  EXPECT_THROW(backend.attributes(count), Error) << "an id past the count is an error";
+}
+
+void allocates_aligned_memory(ConformanceTest& t) {
+  const DeviceBackend& backend = *t.backend_;
+  for (size_t alignment : {64u, 256u, 4096u}) {
+    void* p = backend.alloc(t.device_.id, 1 << 20, alignment);
+    ASSERT_NE(p, nullptr);
+    // Device pointers may be handles (OpenCL's cl_mem); only host memory is checked.
+    if (t.device_.type == kDLCPU) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignment, 0u) << "alignment " << alignment;
+    }
+    backend.free(t.device_.id, p);
+  }
+  EXPECT_THROW(backend.alloc(backend.device_count() + 5, 64, 64), Error)
+      << "allocating on a device id past the count is an error";
+}
+
+void copies_both_ways_and_on_device(ConformanceTest& t) {
+  const DeviceBackend& backend = *t.backend_;
+  constexpr size_t n = 1 << 16;
+  std::vector<uint8_t> src(n), back(n, 0);
+  std::iota(src.begin(), src.end(), 7);
+  void* a = backend.alloc(t.device_.id, n + 128, 64);
+  void* b = backend.alloc(t.device_.id, n + 128, 64);
+  backend.copy_to_device(t.device_.id, src.data(), a, 64, n);
+  backend.copy_on_device(t.device_.id, a, 64, b, 128, n);
+  backend.copy_to_host(t.device_.id, b, 128, back.data(), n);
+  backend.synchronize(t.device_.id);
+  EXPECT_EQ(src, back) << "host -> device (offset 64) -> device (offset 128) -> host";
+  backend.free(t.device_.id, a);
+  backend.free(t.device_.id, b);
+}
+
+void tensor_round_trip(ConformanceTest& t) {
+  Tensor d = Tensor::empty({3, 5}, DataType::Float(32), t.device_, t.runtime_);
+  std::vector<float> host(15);
+  std::iota(host.begin(), host.end(), 1.5f);
+  d.copy_from(host.data(), host.size() * sizeof(float));
+  Tensor h = d.to_host();
+  auto span = h.host_span<float>();
+  EXPECT_TRUE(std::equal(span.begin(), span.end(), host.begin()));
+  Tensor d2 = d.to(t.device_, t.runtime_);
+  std::vector<float> back(15);
+  d2.copy_to(back.data(), back.size() * sizeof(float));
+  EXPECT_EQ(back, host);
+}
+
+void streams_order_work(ConformanceTest& t) {
+  const DeviceBackend& backend = *t.backend_;
+  if (!backend.has_streams()) GTEST_SKIP() << "no stream slots: work runs on the default stream";
+  void* stream = backend.stream_create(t.device_.id);
+  std::vector<int32_t> src(1024, 42), back(1024, 0);
+  void* p = backend.alloc(t.device_.id, 4096, 64);
+  backend.copy_to_device(t.device_.id, src.data(), p, 0, 4096, stream);
+  backend.copy_to_host(t.device_.id, p, 0, back.data(), 4096, stream);
+  backend.synchronize(t.device_.id, stream);
+  EXPECT_EQ(src, back);
+  backend.free(t.device_.id, p);
+  backend.stream_destroy(t.device_.id, stream);
+}
+
+void timer_measures_elapsed_time(ConformanceTest& t) {
+  const DeviceBackend& backend = *t.backend_;
+  if (!backend.has_timer()) {
+    GTEST_SKIP() << "no timer slots: the evaluator falls back to sync + wall clock";
+  }
+  void* timer = backend.timer_create(t.device_.id);
+  backend.timer_start(timer);
+  if (t.device_.type == kDLCPU) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  backend.timer_stop(timer);
+  const int64_t ns = backend.timer_elapsed_ns(timer);
+  EXPECT_GE(ns, 0);
+  if (t.device_.type == kDLCPU) {
+    EXPECT_GT(ns, 9'000'000);  // SPEC 1.5: a CPU timer around a 10 ms sleep reads > 9e6 ns
+  }
+  backend.timer_destroy(timer);
+}
+
+// The module of `t`'s target, or a skip: no module given, or the backend runs no device code.
+const ModuleSpec* module_or_skip(ConformanceTest& t) {
+  if (!t.target_.module) return nullptr;
+  if (!t.backend_->has_modules()) return nullptr;
+  return &*t.target_.module;
+}
+
+std::string module_skip_reason(const ConformanceTest& t) {
+  if (!t.backend_->has_modules()) return "the backend has no module slots (it runs no kernels)";
+  return fmt::format("no conformance module given for {} (--module {}:PATH:FORMAT:KERNEL)",
+                     t.target_.device_type, t.target_.device_type);
+}
+
+void loads_module_and_launches_kernel(ConformanceTest& t) {
+  const ModuleSpec* m = module_or_skip(t);
+  if (m == nullptr) GTEST_SKIP() << module_skip_reason(t);
+  const DeviceBackend& backend = *t.backend_;
+  std::vector<uint8_t> bytes = read_bytes(m->path);
+  ASSERT_FALSE(bytes.empty()) << "cannot read " << m->path << " (or it is empty)";
+  std::string metadata = "{}";
+  if (std::filesystem::exists(m->path + ".json")) {
+    const std::vector<uint8_t> sidecar = read_bytes(m->path + ".json");
+    metadata.assign(sidecar.begin(), sidecar.end());
+  }
+  // Four arguments (a, b, out, alpha), or five with the length when the metadata says so.
+  int32_t num_args = 4;
+  try {
+    const sdk::ModuleMetadata parsed = sdk::parse_module_metadata(metadata);
+    if (auto it = parsed.kernels.find(m->kernel); it != parsed.kernels.end()) {
+      num_args = static_cast<int32_t>(it->second.args.size());
+    }
+  } catch (const sdk::Error& e) {
+    FAIL() << m->path << ".json: " << e.what();
+  }
+  ASSERT_TRUE(num_args == 4 || num_args == 5)
+      << m->path << ".json describes " << m->kernel << " with " << num_args
+      << " arguments; the conformance kernel takes (a, b, out, alpha) or (a, b, out, alpha, n)";
+
+  void* mod = backend.module_load(t.device_.id, bytes.data(), bytes.size(), m->format, metadata);
+  void* kernel = backend.module_get_kernel(mod, m->kernel);
+
+  constexpr int64_t n = 10000;
+  Tensor a = Tensor::empty({n}, DataType::Float(32), t.device_, t.runtime_);
+  Tensor b = Tensor::empty({n}, DataType::Float(32), t.device_, t.runtime_);
+  Tensor out = Tensor::empty({n}, DataType::Float(32), t.device_, t.runtime_);
+  std::vector<float> ha(n), hb(n), hout(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ha[i] = static_cast<float>(i) * 0.5f;
+    hb[i] = static_cast<float>(n - i);
+  }
+  a.copy_from(ha.data(), n * 4);
+  b.copy_from(hb.data(), n * 4);
+  const Any length(n);
+  KilnAny args[5] = {Any(a).to_abi(), Any(b).to_abi(), Any(out).to_abi(), Any(2.0).to_abi(),
+                     length.to_abi()};
+  const uint32_t block[3] = {256, 1, 1};
+  const uint32_t grid[3] = {static_cast<uint32_t>((n + 255) / 256), 1, 1};
+  backend.launch(kernel, args, num_args, grid, block, 0);
+  backend.synchronize(t.device_.id);
+  out.copy_to(hout.data(), n * 4);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_FLOAT_EQ(hout[i], ha[i] + 2.0f * hb[i]) << "out[" << i << "] = a + 2 * b";
+  }
+
+  EXPECT_THROW(backend.module_get_kernel(mod, "no_such_kernel"), NotFoundError);
+  KilnAny bad[1] = {Any(int64_t{3}).to_abi()};
+  EXPECT_THROW(backend.launch(kernel, bad, 1, grid, block, 0), Error)
+      << "a launch with the wrong arguments is an error";
+  backend.module_unload(mod);
+}
+
+void rejects_garbage_modules(ConformanceTest& t) {
+  const ModuleSpec* m = module_or_skip(t);
+  if (m == nullptr) GTEST_SKIP() << module_skip_reason(t);
+  const DeviceBackend& backend = *t.backend_;
+  const std::string garbage = "this is not device code";
+  EXPECT_THROW(backend.module_load(t.device_.id, garbage.data(), garbage.size(), m->format, "{}"),
+               Error)
+      << "garbage bytes in format " << m->format;
+  EXPECT_THROW(
+      backend.module_load(t.device_.id, garbage.data(), garbage.size(), "no-such-format", "{}"),
+      Error)
+      << "an unknown format";
+}
+
+struct TestCase {
+  const char* name;
+  ConformanceTest::Body body;
+};
+
+// The order is the report's order.
+constexpr TestCase kTests[] = {
+    {"EnumeratesDevicesWithAttributes", enumerates_devices_with_attributes},
+    {"AllocatesAlignedMemory", allocates_aligned_memory},
+    {"CopiesBothWaysAndOnDevice", copies_both_ways_and_on_device},
+    {"TensorRoundTrip", tensor_round_trip},
+    {"StreamsOrderWork", streams_order_work},
+    {"TimerMeasuresElapsedTime", timer_measures_elapsed_time},
+    {"LoadsModuleAndLaunchesKernel", loads_module_and_launches_kernel},
+    {"RejectsGarbageModules", rejects_garbage_modules},
+};
+
+constexpr const char* kSuitePrefix = "DeviceConformance/";
+
+}  // namespace
+
+ModuleSpec parse_module_spec(const std::string& spec) {
+  // TYPE is everything before the first ':', FORMAT and KERNEL the last two fields, PATH the
+  // rest, so that a path with ':' in it still parses.
+  const size_t first = spec.find(':');
+  const size_t last = spec.rfind(':');
+  const size_t second_last =
+      last == std::string::npos || last == 0 ? std::string::npos : spec.rfind(':', last - 1);
+  if (first == std::string::npos || second_last == std::string::npos || second_last <= first) {
+    throw ValueError(fmt::format(
+        "--module '{}': expected TYPE:PATH:FORMAT:KERNEL (e.g. cpu:libvector_add.so:so:vector_add)",
+        spec));
+  }
+  ModuleSpec m{spec.substr(0, first), spec.substr(first + 1, second_last - first - 1),
+               spec.substr(second_last + 1, last - second_last - 1), spec.substr(last + 1)};
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string&>{"TYPE", m.device_type},
+        {"PATH", m.path},
+        {"FORMAT", m.format},
+        {"KERNEL", m.kernel}}) {
+    if (value.empty()) {
+      throw ValueError(fmt::format("--module '{}': {} is empty (expected TYPE:PATH:FORMAT:KERNEL)",
+                                   spec, field));
+    }
+  }
+  return m;
+}
+
+std::vector<Target> resolve_targets(const Runtime& runtime,
+                                    const std::vector<std::string>& device_types,
+                                    const std::vector<ModuleSpec>& modules,
+                                    const ResolveOptions& options) {
+  std::vector<Target> targets;
+  for (const std::string& type : device_types) {
+    Target t;
+    t.device_type = type;
+    for (const ModuleSpec& m : modules) {
+      if (m.device_type == type) {
+        t.module = m;
+        break;
+      }
+    }
+    // The plugin meant to serve the type, loaded or not (a failed one explains the type).
+    for (const PluginStatus& s : runtime.plugins()) {
+      for (const std::string& p : s.provides) {
+        if (p != "device:" + type) continue;
+        if (!t.plugin || s.state == PluginStatus::State::kLoaded) t.plugin = s;
+      }
+    }
+    if (t.plugin) t.library_sha256 = sha256_of_file(t.plugin->library);
+    const std::optional<int32_t> code = runtime.device_types().find(type);
+    t.backend = code ? runtime.find_backend(*code) : Ref<DeviceBackend>();
+    if (t.backend) {
+      // The loaded plugin that serves the type (the manifest may not say it provides it).
+      for (const PluginStatus& s : runtime.plugins()) {
+        if (s.name == t.backend->plugin_name() && s.state == PluginStatus::State::kLoaded) {
+          t.plugin = s;
+          t.library_sha256 = sha256_of_file(s.library);
+        }
+      }
+    }
+    if (!t.backend) {
+      if (!t.plugin) {
+        t.disposition = Target::Disposition::kSkip;
+        t.reason = "no plugin serving it was found in the search paths";
+      } else {
+        t.disposition = t.plugin->state == PluginStatus::State::kFailed
+                            ? Target::Disposition::kFail
+                            : Target::Disposition::kSkip;
+        t.reason = fmt::format("plugin {} is {}: {}", t.plugin->name, to_string(t.plugin->state),
+                               t.plugin->reason);
+      }
+      targets.push_back(std::move(t));
+      continue;
+    }
+    try {
+      t.device_count = t.backend->device_count(&t.why_none);
+    } catch (const std::exception& e) {
+      t.disposition = Target::Disposition::kFail;
+      t.reason = std::string("device_count failed: ") + e.what();
+      targets.push_back(std::move(t));
+      continue;
+    }
+    if (t.device_count == 0) {
+      t.disposition =
+          options.require_device ? Target::Disposition::kFail : Target::Disposition::kSkip;
+      t.reason =
+          "has no devices: " + (t.why_none.empty() ? "the plugin gave no reason" : t.why_none);
+    }
+    for (int32_t id = 0; id < t.device_count; ++id) {
+      std::vector<std::pair<std::string, std::string>> attrs;
+      try {
+        for (const auto& [k, v] : t.backend->attributes(id))
+          attrs.emplace_back(k, attribute_text(v));
+      } catch (const std::exception& e) {
+        attrs.emplace_back("error", e.what());  // EnumeratesDevicesWithAttributes fails on it
+      }
+      t.devices.push_back(std::move(attrs));
+    }
+    targets.push_back(std::move(t));
+  }
+  return targets;
+}
+
+void register_tests(const Runtime& runtime, const std::vector<Target>& targets) {
+  for (const Target& target : targets) {
+    const std::string suite = kSuitePrefix + target.device_type;
+    for (const TestCase& test : kTests) {
+      ConformanceTest::Body body = test.body;
+      // No value parameter: the type is in the suite name already, and ctest would show it
+      // again as "# GetParam() = ...".
+      ::testing::RegisterTest(suite.c_str(), test.name, nullptr, nullptr, __FILE__, __LINE__,
+                              [&runtime, &target, body]() -> ::testing::Test* {
+                                return new ConformanceTest(runtime, target, body);
+                              });
+    }
+  }
+}
+
+const char* to_string(TestOutcome::Status status) {
+  switch (status) {
+    case TestOutcome::Status::kPassed:
+      return "pass";
+    case TestOutcome::Status::kFailed:
+      return "fail";
+    case TestOutcome::Status::kSkipped:
+      return "skip";
+  }
+  return "?";
+}
+
+std::vector<TestOutcome> collect_outcomes() {
+  std::vector<TestOutcome> out;
+  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+  for (int i = 0; i < unit.total_test_suite_count(); ++i) {
+    const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
+    for (int j = 0; j < suite.total_test_count(); ++j) {
+      const ::testing::TestInfo& info = *suite.GetTestInfo(j);
+      if (!info.should_run()) continue;
+      const ::testing::TestResult& result = *info.result();
+      TestOutcome o;
+      o.suite = suite.name();
+      o.name = info.name();
+      o.device_type =
+          o.suite.rfind(kSuitePrefix, 0) == 0 ? o.suite.substr(std::strlen(kSuitePrefix)) : o.suite;
+      o.elapsed_ms = result.elapsed_time();
+      o.status = result.Failed()    ? TestOutcome::Status::kFailed
+                 : result.Skipped() ? TestOutcome::Status::kSkipped
+                                    : TestOutcome::Status::kPassed;
+      for (int k = 0; k < result.total_part_count(); ++k) {
+        const ::testing::TestPartResult& part = result.GetTestPartResult(k);
+        if (part.type() == ::testing::TestPartResult::kSuccess) continue;
+        if (!o.message.empty()) o.message += "\n";
+        if (part.failed() && part.file_name() != nullptr) {
+          o.message +=
+              fmt::format("{}:{}: ", std::filesystem::path(part.file_name()).filename().string(),
+                          part.line_number());
+        }
+        o.message += part.message();
+      }
+      out.push_back(std::move(o));
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::conformance

@@ -1,0 +1,89 @@
+// The device conformance suite (docs/conformance.md): what every device backend plugin must do,
+// through the same C++ wrapper the core uses. Shared by the installed `kiln-conformance` tool
+// and the in-tree `kiln_conformance_tests`; both register the tests at run time, after their
+// Runtime has loaded the plugins, so the device types under test are resolved against the
+// plugins actually loaded.
+#ifndef KILN_TOOLS_CONFORMANCE_SUITE_H_
+#define KILN_TOOLS_CONFORMANCE_SUITE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln::conformance {
+
+// A vendor's module with a kernel computing out[i] = a[i] + alpha * b[i] for float32 vectors,
+// one thread per element. Its per-kernel metadata (docs/plugin-abi.md §10.2) is the file
+// `<path>.json` when that exists, else "{}". When the metadata describes the kernel with five
+// arguments, the fifth is the length `n` (int32 or int64) and is passed; else four are.
+struct ModuleSpec {
+  std::string device_type;
+  std::string path;
+  std::string format;
+  std::string kernel;
+};
+
+// Parses "TYPE:PATH:FORMAT:KERNEL" (PATH may itself contain ':'; TYPE, FORMAT and KERNEL may
+// not). Throws ValueError naming the spec and the missing or empty field.
+ModuleSpec parse_module_spec(const std::string& spec);
+
+// What the suite found for one device type, resolved against a loaded Runtime before the tests
+// run; the tests and the report both read it.
+struct Target {
+  // How the type's tests start: run them, skip them all (`reason` says why), or fail them all
+  // (a plugin that would serve the type failed to load, or --require-device and no device).
+  enum class Disposition { kRun, kSkip, kFail };
+
+  std::string device_type;
+  Disposition disposition = Disposition::kRun;
+  std::string reason;                  // why skipped or failed; empty for kRun
+  std::optional<PluginStatus> plugin;  // the plugin serving (or meant to serve) the type
+  std::string library_sha256;          // of plugin->library; empty when unreadable
+  Ref<DeviceBackend> backend;          // null unless the plugin is loaded
+  int32_t device_count = 0;
+  std::string why_none;  // the backend's reason for zero devices
+  // Attributes of each device, as text, in the order the plugin visits them.
+  std::vector<std::vector<std::pair<std::string, std::string>>> devices;
+  std::optional<ModuleSpec> module;
+};
+
+// How device types without a plugin or without a device are treated.
+struct ResolveOptions {
+  // A type with zero devices fails instead of skipping.
+  bool require_device = false;
+};
+
+// Resolves each of `device_types` against `runtime` and attaches the module given for it in
+// `modules` (at most one per type; the first wins). A type no considered plugin provides and a
+// plugin that is disabled skip with the reason; a plugin that failed to load fails the type's
+// tests with the plugin's reason, so a broken plugin never passes by skipping.
+std::vector<Target> resolve_targets(const Runtime& runtime,
+                                    const std::vector<std::string>& device_types,
+                                    const std::vector<ModuleSpec>& modules,
+                                    const ResolveOptions& options = {});
+
+// Registers the suite's tests with GoogleTest, one test suite "DeviceConformance/<type>" per
+// target. `runtime` and `targets` are borrowed and must outlive RUN_ALL_TESTS().
+void register_tests(const Runtime& runtime, const std::vector<Target>& targets);
+
+// The outcome of one test, read back from GoogleTest after RUN_ALL_TESTS().
+struct TestOutcome {
+  std::string suite;  // "DeviceConformance/cpu"
+  std::string name;   // "AllocatesAlignedMemory"
+  std::string device_type;
+  enum class Status { kPassed, kFailed, kSkipped } status = Status::kPassed;
+  std::string message;  // the skip reason or the failure messages; empty when passed
+  int64_t elapsed_ms = 0;
+};
+const char* to_string(TestOutcome::Status status);
+
+// Every test that ran (those the filter excluded are left out).
+std::vector<TestOutcome> collect_outcomes();
+
+}  // namespace kiln::conformance
+
+#endif  // KILN_TOOLS_CONFORMANCE_SUITE_H_
