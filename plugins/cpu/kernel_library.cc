@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "kiln/sdk/abi.hpp"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/support/memfd_library.hpp"
 #include "plugin_state.h"
@@ -74,22 +75,24 @@ void KernelLibrary::initialise(PluginState& state) {
                                       KILN_KERNEL_LIBRARY_SYMBOL + " symbol");
   }
   const auto entry = reinterpret_cast<KilnKernelLibraryFn>(symbol);
-  const KilnKernelLibrary* table = nullptr;
+  const KilnKernelLibrary* library_table = nullptr;
   {
     std::lock_guard<std::mutex> lock(state.init_mutex());
     env_ = state.env_for(dl_, label_);
-    table = entry(env_->get());
+    library_table = entry(env_->get());
   }
   const std::string ours = version(KILN_ABI_VERSION_MAJOR, KILN_ABI_VERSION_MINOR);
-  if (table == nullptr) {
+  if (library_table == nullptr) {
     throw_error(KILN_ERROR_ABI, label_ + ": " + KILN_KERNEL_LIBRARY_SYMBOL + " returned NULL");
   }
-  if (table->struct_size < sizeof(KilnKernelLibrary)) {
-    throw_error(KILN_ERROR_ABI, label_ + ": its KilnKernelLibrary is " +
-                                    std::to_string(table->struct_size) +
-                                    " bytes, smaller than the ABI 1.0 layout (" +
-                                    std::to_string(sizeof(KilnKernelLibrary)) + " bytes)");
+  if (std::string why =
+          sdk::check_struct<KilnKernelLibrary>(library_table, "its KilnKernelLibrary");
+      !why.empty()) {
+    throw_error(KILN_ERROR_ABI, label_ + ": " + why);
   }
+  // A library built against a later minor may have a longer table: read it as ours.
+  const KilnKernelLibrary copy = sdk::zero_extended<KilnKernelLibrary>(library_table);
+  const KilnKernelLibrary* table = &copy;
   const std::string theirs = version(table->abi_major, table->abi_minor);
   if (table->abi_major != KILN_ABI_VERSION_MAJOR) {
     throw_error(KILN_ERROR_ABI, label_ + " was built for Kiln ABI " + theirs +
@@ -98,15 +101,18 @@ void KernelLibrary::initialise(PluginState& state) {
   }
   if (table->abi_minor > KILN_ABI_VERSION_MINOR) {
     throw_error(KILN_ERROR_ABI, label_ + " needs Kiln ABI " + theirs +
-                                    " but the cpu plugin implements only " + ours);
+                                    " but the cpu plugin implements only " + ours +
+                                    ": upgrade Kiln");
   }
   if (table->num_functions < 0 || (table->num_functions > 0 && table->functions == nullptr)) {
     throw_error(KILN_ERROR_VALUE, label_ + ": malformed function table (num_functions = " +
                                       std::to_string(table->num_functions) + ")");
   }
-  if (table->num_blobs < 0 || (table->num_blobs > 0 && table->blobs == nullptr)) {
+  if (std::string why =
+          sdk::StridedArray<KilnDeviceBlob>(table->blobs, table->num_blobs).check("KilnDeviceBlob");
+      !why.empty()) {
     throw_error(KILN_ERROR_VALUE, label_ + ": malformed blob table (num_blobs = " +
-                                      std::to_string(table->num_blobs) + ")");
+                                      std::to_string(table->num_blobs) + "): " + why);
   }
   for (int32_t i = 0; i < table->num_functions; ++i) {
     const KilnKernelFunction& f = table->functions[i];
@@ -124,14 +130,14 @@ void KernelLibrary::initialise(PluginState& state) {
     throw_error(KILN_ERROR_VALUE, label_ + ": entry function '" + table->entry_name +
                                       "' is not one of its functions (" + available() + ")");
   }
-  table_ = table;
+  table_ = copy;
 }
 
 const KilnKernelFunction& KernelLibrary::function(const char* name) const {
   if (name == nullptr) throw_error(KILN_ERROR_VALUE, "function name is NULL");
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) {
-    const char* library_name = table_->name != nullptr ? table_->name : "?";
+    const char* library_name = table_.name != nullptr ? table_.name : "?";
     throw_error(KILN_ERROR_NOT_FOUND, std::string("no function '") + name +
                                           "' in kernel library '" + library_name + "' (" + label_ +
                                           "); available: " + available());

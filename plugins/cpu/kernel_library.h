@@ -37,7 +37,8 @@ class KernelLibrary {
   // The path, or a description for an in-memory library, as used in messages.
   const std::string& label() const { return label_; }
   // The library's table (borrowed from the library).
-  const KilnKernelLibrary& table() const { return *table_; }
+  // The library's table as this plugin compiled KilnKernelLibrary (zero-extended copy).
+  const KilnKernelLibrary& table() const { return table_; }
   // The function names in table order (borrowed from the library).
   const std::vector<const char*>& function_names() const { return names_; }
   // Finds function `name` (borrowed); throws kiln::sdk::Error(KILN_ERROR_NOT_FOUND) listing
@@ -59,7 +60,7 @@ class KernelLibrary {
   void* dl_;
   std::string label_;
   std::shared_ptr<KernelEnv> env_;
-  const KilnKernelLibrary* table_ = nullptr;
+  KilnKernelLibrary table_{};
   std::vector<const char*> names_;
   std::unordered_map<std::string_view, const KilnKernelFunction*> by_name_;
 };

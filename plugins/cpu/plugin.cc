@@ -3,8 +3,8 @@
 #include "kiln/c/kiln.h"
 #include "plugin_state.h"
 
-#ifndef KILN_CPU_PLUGIN_VERSION
-#error "KILN_CPU_PLUGIN_VERSION must be defined by the build"
+#ifndef KILN_PLUGIN_VERSION
+#error "KILN_PLUGIN_VERSION must be defined by the build"
 #endif
 
 // Negotiates the ABI with the host and configures the plugin from `in->options_json` and
@@ -19,7 +19,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
                                                         KilnPluginInfo* out) {
   using kiln::cpu::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
-      in, out, "cpu", KILN_CPU_PLUGIN_VERSION,
+      in, out, "cpu", KILN_PLUGIN_VERSION,
       [](PluginState& state, const KilnNegotiateIn& offer) {
         state.configure(offer.host, offer.options_json);
       });

@@ -4,8 +4,8 @@
 #include "kiln/c/kiln.h"
 #include "plugin_state.h"
 
-#ifndef KILN_CUDA_PLUGIN_VERSION
-#error "KILN_CUDA_PLUGIN_VERSION must be defined by the build"
+#ifndef KILN_PLUGIN_VERSION
+#error "KILN_PLUGIN_VERSION must be defined by the build"
 #endif
 
 // Negotiates the ABI and reads the options (`in->options_json`: driver_library,
@@ -17,7 +17,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
                                                         KilnPluginInfo* out) {
   using kiln::cuda::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
-      in, out, "cuda", KILN_CUDA_PLUGIN_VERSION,
+      in, out, "cuda", KILN_PLUGIN_VERSION,
       [](PluginState& state, const KilnNegotiateIn& offer) {
         state.configure(offer.options_json);
       });

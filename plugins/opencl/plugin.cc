@@ -4,8 +4,8 @@
 #include "kiln/c/kiln.h"
 #include "plugin_state.h"
 
-#ifndef KILN_OPENCL_PLUGIN_VERSION
-#error "KILN_OPENCL_PLUGIN_VERSION must be defined by the build"
+#ifndef KILN_PLUGIN_VERSION
+#error "KILN_PLUGIN_VERSION must be defined by the build"
 #endif
 
 // Negotiates the ABI with the host and reads the options (`in->options_json`, borrowed) and
@@ -18,7 +18,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
                                                         KilnPluginInfo* out) {
   using kiln::opencl::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
-      in, out, "opencl", KILN_OPENCL_PLUGIN_VERSION,
+      in, out, "opencl", KILN_PLUGIN_VERSION,
       [](PluginState& state, const KilnNegotiateIn& offer) {
         state.configure(offer.options_json);
       });

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "kiln/sdk/abi.hpp"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/support/sha256.hpp"
 
@@ -65,23 +66,22 @@ void check_artifact_name(std::string_view name) {
 
 PackageManifest manifest_for(const KilnExportRequest* request) {
   if (request == nullptr) fail("the export request is NULL");
-  if (request->struct_size < sizeof(KilnExportRequest)) {
-    throw sdk::Error(KILN_ERROR_ABI, "KilnExportRequest from the host is " +
-                                         std::to_string(request->struct_size) +
-                                         " bytes, smaller than its 1.0 layout (" +
-                                         std::to_string(sizeof(KilnExportRequest)) + " bytes)");
+  if (std::string why = sdk::check_struct<KilnExportRequest>(request, "KilnExportRequest");
+      !why.empty()) {
+    throw sdk::Error(KILN_ERROR_ABI, "the host's " + why);
   }
   if (request->module_kind == nullptr) fail("the export request has no module kind");
-  if (request->num_artifacts < 0 || (request->num_artifacts > 0 && request->artifacts == nullptr)) {
+  const sdk::StridedArray<KilnArtifact> artifacts(request->artifacts, request->num_artifacts);
+  if (std::string why = artifacts.check("KilnArtifact"); !why.empty()) {
     fail("the export request's artifact list is malformed (num_artifacts = " +
-         std::to_string(request->num_artifacts) + ")");
+         std::to_string(request->num_artifacts) + "): " + why);
   }
   PackageManifest manifest;
   manifest.module_kind = request->module_kind;
   if (request->entry_name != nullptr) manifest.entry_name = request->entry_name;
   std::set<std::string> names;
-  for (int32_t i = 0; i < request->num_artifacts; ++i) {
-    const KilnArtifact& a = request->artifacts[i];
+  for (size_t i = 0; i < artifacts.size(); ++i) {
+    const KilnArtifact a = artifacts[i];
     const std::string index = "artifact #" + std::to_string(i);
     if (a.name == nullptr) fail(index + " has no name");
     if (a.role == nullptr || *a.role == '\0') fail(index + " ('" + a.name + "') has no role");

@@ -10,8 +10,8 @@
 namespace {
 
 // The version reported to the host: the project version, as in the manifest (set by CMake).
-#ifndef KILN_PACKAGE_PLUGIN_VERSION
-#error "KILN_PACKAGE_PLUGIN_VERSION must be defined by the build"
+#ifndef KILN_PLUGIN_VERSION
+#error "KILN_PLUGIN_VERSION must be defined by the build"
 #endif
 
 // The component tables. They are constant and hold no per-negotiation state (`self` is
@@ -48,7 +48,7 @@ void warn_about_options(const char* options_json) {
 // shutdown.
 extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* in,
                                                         KilnPluginInfo* out) {
-  kiln::sdk::PluginDescription description{"package", KILN_PACKAGE_PLUGIN_VERSION, kComponents};
+  kiln::sdk::PluginDescription description{"package", KILN_PLUGIN_VERSION, kComponents};
   description.configure = [](const KilnNegotiateIn& offer) {
     try {
       warn_about_options(offer.options_json);

@@ -84,8 +84,10 @@ KilnError* export_module(void* /*self*/, const KilnExportRequest* request, const
     const time_t now = std::time(nullptr);
     add_file(a, kManifestName, reinterpret_cast<const uint8_t*>(json.data()), json.size(), now,
              temp);
-    for (int32_t i = 0; i < request->num_artifacts; ++i) {
-      const KilnArtifact& artifact = request->artifacts[i];
+    // manifest_for() checked the array above.
+    const sdk::StridedArray<KilnArtifact> artifacts(request->artifacts, request->num_artifacts);
+    for (size_t i = 0; i < artifacts.size(); ++i) {
+      const KilnArtifact artifact = artifacts[i];
       add_file(a, artifact.name, artifact.data, artifact.size, now, temp);
     }
     if (archive_write_close(a) != ARCHIVE_OK) fail(a, temp, "finishing the archive");

@@ -110,7 +110,7 @@ void release(void* handle) { delete static_cast<LoadedPackage*>(handle); }
 KilnError* load_file(void* /*self*/, const char* path, KilnLoadedModule* out) {
   return sdk::guard("tar loader", [&] {
     if (path == nullptr) throw sdk::Error(KILN_ERROR_VALUE, "path is NULL");
-    if (out == nullptr || out->struct_size < sizeof(KilnLoadedModule)) {
+    if (out == nullptr || out->struct_size < KILN_LOADED_MODULE_SIZE_1_0) {
       throw sdk::Error(KILN_ERROR_ABI,
                        "KilnLoadedModule from the host is smaller than its 1.0 layout");
     }

@@ -3,8 +3,8 @@
 #include "kiln/c/kiln.h"
 #include "plugin_state.h"
 
-#ifndef KILN_PERF_PLUGIN_VERSION
-#error "KILN_PERF_PLUGIN_VERSION must be defined by the build"
+#ifndef KILN_PLUGIN_VERSION
+#error "KILN_PLUGIN_VERSION must be defined by the build"
 #endif
 
 // Negotiates the ABI with the host and selects the events from `in->options_json`
@@ -20,7 +20,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
                                                         KilnPluginInfo* out) {
   using kiln::perf::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
-      in, out, "perf", KILN_PERF_PLUGIN_VERSION,
+      in, out, "perf", KILN_PLUGIN_VERSION,
       [](PluginState& state, const KilnNegotiateIn& offer) {
         state.configure(offer.options_json);
       });

@@ -189,7 +189,24 @@ TEST(PluginManifestTest, BundleWithSeveralKinds) {
 TEST(PluginManifestTest, UnknownKeyWithSuggestion) {
   expect_manifest_error(manifest_with("verison: 0.1.0"), 13, 1, "verison",
                         "unknown key 'verison' (did you mean 'version'?); known keys: name, "
-                        "version, kind, library, abi, description, arch, provides");
+                        "version, kind, library, abi, description, arch, provides, "
+                        "manifest_version");
+}
+
+TEST(PluginManifestTest, KeysOfANewerManifestFormatAreIgnoredNotRefused) {
+  ManifestTempDir dir;
+  // Format 1 (the default, and explicit): an unknown key is a typo.
+  expect_manifest_error(manifest_with("signature: abc"), 13, 1, "signature",
+                        "unknown key 'signature'");
+  // A newer format: unknown keys, top-level and under provides, are listed and skipped.
+  const std::string text = std::string("manifest_version: 2\nsignature: abc\n") + kCpuManifest +
+                           "  kernel_formats: [fake]\n";  // its last mapping is `provides`
+  PluginManifest m = parse_manifest(dir.write("newer.yaml", text));
+  EXPECT_EQ(m.manifest_version, 2);
+  EXPECT_EQ(m.ignored_keys, (std::vector<std::string>{"signature", "provides.kernel_formats"}));
+  EXPECT_EQ(m.name, "cpu") << "known keys are still read and checked";
+  expect_manifest_error(manifest_with("manifest_version: 0"), 13, 19, "manifest_version",
+                        "manifest_version must be a positive integer, got 0");
 }
 
 TEST(PluginManifestTest, UnknownProvidesKey) {

@@ -556,6 +556,18 @@ void MapReader::reject_unknown_keys() const {
   }
 }
 
+std::vector<std::string> MapReader::unknown_keys() const {
+  std::vector<std::string> out;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    if (!it->first.IsScalar()) continue;
+    const std::string& key = it->first.Scalar();
+    if (std::find(known_.begin(), known_.end(), key) == known_.end()) {
+      out.push_back(child_path(key));
+    }
+  }
+  return out;
+}
+
 bool MapReader::contains(const std::string& key) const { return find(key).has_value(); }
 
 ConfigError MapReader::error(const std::string& key, const std::string& message) const {

@@ -150,6 +150,10 @@ class MapReader {
   // 'version'?); known keys: name, version". Also rejects keys that are not scalars.
   void reject_unknown_keys() const;
 
+  // The scalar keys of the mapping never asked about (see reject_unknown_keys), in document
+  // order, as dotted paths; for readers that tolerate keys of a newer format.
+  std::vector<std::string> unknown_keys() const;
+
   // Whether `key` is present. Does not mark it as known.
   bool contains(const std::string& key) const;
 

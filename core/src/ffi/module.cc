@@ -8,6 +8,7 @@
 
 #include "ffi/error_object.h"
 #include "kiln/error.h"
+#include "kiln/sdk/abi.hpp"
 
 namespace kiln {
 
@@ -33,9 +34,16 @@ Ref<ModuleObj> ModuleObj::from_loader(const KilnLoadedModule& loaded, Ref<Object
   for (int32_t i = 0; i < loaded.num_functions; ++i) {
     if (loaded.function_names[i] != nullptr) obj->lazy_names_.push_back(loaded.function_names[i]);
   }
-  for (int32_t i = 0; i < loaded.num_blobs; ++i) obj->blobs.push_back(loaded.blobs[i]);
-  for (int32_t i = 0; i < loaded.num_artifacts; ++i) {
-    const KilnArtifact& a = loaded.artifacts[i];
+  // Arrays strided by their first element's struct_size (docs/plugin-abi.md §6.5). A
+  // malformed one is refused here, after `obj` took the module, so that it is released.
+  const sdk::StridedArray<KilnDeviceBlob> blobs(loaded.blobs, loaded.num_blobs);
+  const sdk::StridedArray<KilnArtifact> artifacts(loaded.artifacts, loaded.num_artifacts);
+  for (const std::string& why : {blobs.check("KilnDeviceBlob"), artifacts.check("KilnArtifact")}) {
+    if (!why.empty()) throw AbiError(fmt::format("{}: the loaded module's {}", obj->source_, why));
+  }
+  for (size_t i = 0; i < blobs.size(); ++i) obj->blobs.push_back(blobs[i]);
+  for (size_t i = 0; i < artifacts.size(); ++i) {
+    const KilnArtifact a = artifacts[i];
     obj->artifacts.push_back(Artifact{a.name != nullptr ? a.name : "",
                                       a.role != nullptr ? a.role : "",
                                       std::vector<uint8_t>(a.data, a.data + a.size)});

@@ -5,10 +5,9 @@
 #ifndef KILN_PLUGIN_COPY_TABLE_H_
 #define KILN_PLUGIN_COPY_TABLE_H_
 
-#include <algorithm>
-#include <cstddef>
-#include <cstring>
 #include <memory>
+
+#include "kiln/sdk/abi.hpp"
 
 namespace kiln::plugin {
 
@@ -16,13 +15,7 @@ namespace kiln::plugin {
 // minimum; no byte at or past struct_size is read.
 template <typename Table>
 std::unique_ptr<Table> copy_table(const void* table) {
-  auto copy = std::make_unique<Table>();
-  std::memset(copy.get(), 0, sizeof(Table));
-  size_t size = 0;
-  std::memcpy(&size, table, sizeof(size));
-  std::memcpy(copy.get(), table, std::min(size, sizeof(Table)));
-  copy->struct_size = sizeof(Table);
-  return copy;
+  return std::make_unique<Table>(sdk::zero_extended<Table>(table));
 }
 
 }  // namespace kiln::plugin

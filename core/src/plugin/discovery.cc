@@ -138,6 +138,13 @@ Discovery discover(const RuntimeOptions& options) {
       status.name = file.stem().string();
       try {
         PluginManifest m = parse_manifest(file);
+        if (!m.ignored_keys.empty()) {
+          log(LogLevel::kInfo, "plugins",
+              fmt::format("{}: manifest format {} is newer than this Kiln's ({}); ignoring keys "
+                          "it does not know: {}",
+                          file.string(), m.manifest_version, kManifestFormatVersion,
+                          fmt::join(m.ignored_keys, ", ")));
+        }
         status.name = m.name;
         status.version = m.version;
         status.abi = fmt::format("{}.{}", m.abi_major, m.abi_minor);

@@ -138,11 +138,26 @@ PluginManifest parse_manifest(const std::filesystem::path& path) {
   const std::string file = path.string();
   YAML::Node root = config::load_yaml_file(path);
   config::MapReader reader(root, file, "");
-  reader.allow_keys(
-      {"name", "version", "kind", "library", "abi", "description", "arch", "provides"});
-  reader.reject_unknown_keys();
-
+  reader.allow_keys({"name", "version", "kind", "library", "abi", "description", "arch", "provides",
+                     "manifest_version"});
   PluginManifest manifest;
+  // Read first: it decides whether an unknown key is a typo (refused) or a newer format's key
+  // (ignored), so that a plugin built for a later Kiln still loads or says "upgrade Kiln".
+  manifest.manifest_version = reader.optional<int>("manifest_version", 1);
+  if (manifest.manifest_version < 1) {
+    throw reader.error("manifest_version", "manifest_version must be a positive integer, got " +
+                                               std::to_string(manifest.manifest_version));
+  }
+  const bool newer_format = manifest.manifest_version > kManifestFormatVersion;
+  auto settle_unknown_keys = [&](const config::MapReader& map) {
+    if (!newer_format) {
+      map.reject_unknown_keys();
+      return;
+    }
+    for (std::string& key : map.unknown_keys()) manifest.ignored_keys.push_back(std::move(key));
+  };
+  settle_unknown_keys(reader);
+
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(path, ec);
   manifest.manifest_path = (ec ? path : absolute).lexically_normal();
@@ -194,7 +209,7 @@ PluginManifest parse_manifest(const std::filesystem::path& path) {
   std::optional<config::MapReader> provides = reader.optional_map("provides");
   if (provides) {
     provides->allow_keys({"devices", "loaders", "exporters", "collectors"});
-    provides->reject_unknown_keys();
+    settle_unknown_keys(*provides);
     read_provided(*provides, "devices", &manifest.devices);
     read_provided(*provides, "loaders", &manifest.loaders);
     read_provided(*provides, "exporters", &manifest.exporters);

@@ -21,17 +21,24 @@ struct PluginManifest {
   std::filesystem::path library;        // absolute path of the shared library
   int abi_major = 0;                    // Kiln plugin ABI the plugin was built against
   int abi_minor = 0;
+  int manifest_version = 1;  // the manifest format (`manifest_version`, default 1)
+  // Keys of a newer manifest format that this Kiln does not know and ignored, as dotted paths.
+  std::vector<std::string> ignored_keys;
   std::vector<std::string> devices;     // device types provided
   std::vector<std::string> loaders;     // module formats loaded
   std::vector<std::string> exporters;   // exporters provided
   std::vector<std::string> collectors;  // collectors provided
 };
 
+// The newest manifest format this Kiln reads. A manifest of a newer format loads: keys this Kiln
+// does not know are ignored (and listed in PluginManifest::ignored_keys) instead of refused.
+inline constexpr int kManifestFormatVersion = 1;
+
 // Reads the manifest at `path`. Keys: name, version, kind, library, abi (required);
-// description, arch, provides {devices, loaders, exporters, collectors} (optional, but provides
-// must list at least one entry). `library` is resolved against the manifest's folder. Throws
-// kiln::NotFoundError when the file cannot be read, kiln::ConfigError (with file, line, column
-// and key) for bad YAML, unknown keys, wrong types or invalid values.
+// manifest_version, description, arch, provides {devices, loaders, exporters, collectors}
+// (optional, but provides must list at least one entry). `library` is resolved against the
+// manifest's folder. Throws kiln::NotFoundError when the file cannot be read, kiln::ConfigError
+// (with file, line, column and key) for bad YAML, unknown keys, wrong types or invalid values.
 PluginManifest parse_manifest(const std::filesystem::path& path);
 
 // The plugin kinds a manifest may declare, in the order error messages list them.

@@ -11,6 +11,7 @@
 
 #include "ffi/error_object.h"
 #include "kiln/logging.h"
+#include "kiln/sdk/abi.hpp"
 #include "kiln/version.h"
 #include "plugin/copy_table.h"
 
@@ -35,6 +36,15 @@ std::string clean_dl_error(const std::string& what) {
 struct LoadFailure {
   std::string reason;
 };
+
+// Refuses a component table smaller than its 1.0 layout, naming the struct and component.
+template <typename Table>
+void check_table(const void* table, const char* type, const std::string& name) {
+  const std::string label = fmt::format("{} '{}'", type, name);
+  if (std::string why = sdk::check_struct<Table>(table, label.c_str()); !why.empty()) {
+    throw LoadFailure{why};
+  }
+}
 
 }  // namespace
 
@@ -82,43 +92,32 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
     plugin->info = info;  // from here on, shutdown runs when `plugin` goes away
     status.abi = fmt::format("{}.{}", info.abi_major, info.abi_minor);
     if (info.abi_major != KILN_ABI_VERSION_MAJOR || info.abi_minor > KILN_ABI_VERSION_MINOR) {
-      throw LoadFailure{fmt::format("plugin answered ABI {}.{}; this host speaks ABI {}",
-                                    info.abi_major, info.abi_minor, abi_version())};
+      throw LoadFailure{fmt::format(
+          "plugin answered ABI {}.{}; this host speaks ABI {}{}", info.abi_major, info.abi_minor,
+          abi_version(), info.abi_major == KILN_ABI_VERSION_MAJOR ? ": upgrade Kiln" : "")};
     }
     if (m.name != info.name) {
       throw LoadFailure{fmt::format("the plugin calls itself '{}' but its manifest says '{}'",
                                     info.name, m.name)};
     }
     status.version = info.version;
-    if (info.num_components < 0 || (info.num_components > 0 && info.components == nullptr)) {
-      throw LoadFailure{"the plugin's component list is malformed"};
+    // Read with the first element's struct_size as the stride (docs/plugin-abi.md §6.5), so a
+    // plugin built against a later minor, whose components are longer, loads here.
+    const sdk::StridedArray<KilnComponent> components(info.components, info.num_components);
+    if (std::string why = components.check("KilnComponent"); !why.empty()) {
+      throw LoadFailure{"the plugin's component list is malformed: " + why};
     }
 
     std::set<std::string> declared_devices(m.devices.begin(), m.devices.end());
-    for (int32_t i = 0; i < info.num_components; ++i) {
-      const KilnComponent& c = info.components[i];
-      if (c.struct_size < KILN_COMPONENT_SIZE_1_0) {
-        throw LoadFailure{
-            fmt::format("KilnComponent #{} has struct_size {}, smaller than the "
-                        "1.0 layout ({} bytes)",
-                        i, c.struct_size, KILN_COMPONENT_SIZE_1_0)};
-      }
+    for (size_t i = 0; i < components.size(); ++i) {
+      const KilnComponent c = components[i];
       const std::string name = c.name != nullptr ? c.name : "";
       if (name.empty() || c.table == nullptr) {
         throw LoadFailure{fmt::format("component #{} has no name or no table", i)};
       }
-      const size_t table_size = *static_cast<const size_t*>(c.table);
-      auto too_small = [&](const char* type, size_t min) {
-        if (table_size < min) {
-          throw LoadFailure{
-              fmt::format("{} '{}' has struct_size {}, smaller than the 1.0 "
-                          "layout ({} bytes)",
-                          type, name, table_size, min)};
-        }
-      };
       switch (c.kind) {
         case KILN_COMPONENT_DEVICE: {
-          too_small("KilnDeviceBackend", KILN_DEVICE_BACKEND_SIZE_1_0);
+          check_table<KilnDeviceBackend>(c.table, "KilnDeviceBackend", name);
           if (!declared_devices.count(name)) {
             log(LogLevel::kWarn, m.name,
                 fmt::format("ignoring device type '{}': not declared in {}", name,
@@ -146,7 +145,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
         }
         case KILN_COMPONENT_LOADER: {
           if (is_refused("loader", name)) break;  // the plugin set chose another plugin
-          too_small("KilnLoader", sizeof(KilnLoader));
+          check_table<KilnLoader>(c.table, "KilnLoader", name);
           auto table = copy_table<KilnLoader>(c.table);
           if (table->load_file == nullptr) {
             throw LoadFailure{fmt::format("loader '{}' lacks the required slot 'load_file'", name)};
@@ -157,7 +156,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
         }
         case KILN_COMPONENT_EXPORTER: {
           if (is_refused("exporter", name)) break;  // the plugin set chose another plugin
-          too_small("KilnExporter", sizeof(KilnExporter));
+          check_table<KilnExporter>(c.table, "KilnExporter", name);
           auto table = copy_table<KilnExporter>(c.table);
           if (table->export_module == nullptr) {
             throw LoadFailure{
@@ -169,7 +168,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
         }
         case KILN_COMPONENT_COLLECTOR: {
           if (is_refused("collector", name)) break;  // the plugin set chose another plugin
-          too_small("KilnMetricCollector", sizeof(KilnMetricCollector));
+          check_table<KilnMetricCollector>(c.table, "KilnMetricCollector", name);
           auto table = copy_table<KilnMetricCollector>(c.table);
           if (!table->init || !table->start || !table->stop || !table->teardown) {
             throw LoadFailure{fmt::format("collector '{}' lacks a required slot", name)};

@@ -3,11 +3,16 @@
 // adapts, so that profiling itself does not depend on plugin loading).
 #include <fmt/format.h>
 
+#include <mutex>
+#include <set>
+
 #include "ffi/error_object.h"
 #include "kiln/c/collector.h"
 #include "kiln/error.h"
+#include "kiln/logging.h"
 #include "kiln/profiling/collector.h"
 #include "kiln/runtime.h"
+#include "kiln/sdk/abi.hpp"
 #include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/temp_dir.h"
 
@@ -47,33 +52,62 @@ class PluginCollector : public MetricCollector {
   }
 
   MetricMap stop(std::shared_ptr<void> state) override {
-    MetricMap metrics;
-    auto sink = [](void* ctx, const KilnMetric* m) {
-      auto* out = static_cast<MetricMap*>(ctx);
-      if (m == nullptr || m->name == nullptr) return;
-      switch (m->kind) {
-        case KILN_METRIC_COUNT:
-          (*out)[m->name] = Count{m->count};
-          break;
-        case KILN_METRIC_DURATION:
-          (*out)[m->name] = Duration{m->value};
-          break;
-        case KILN_METRIC_PERCENT:
-          (*out)[m->name] = Percent{m->value};
-          break;
-        case KILN_METRIC_RATIO:
-          (*out)[m->name] = Ratio{m->value};
-          break;
-        default:
-          (*out)[m->name] = std::string(m->str != nullptr ? m->str : "");
-          break;
-      }
+    SinkContext sink_ctx{this, {}};
+    auto sink = [](void* ctx, const KilnMetric* metric) {
+      static_cast<SinkContext*>(ctx)->add(metric);
     };
-    check(table_->stop(table_->self, state_, state.get(), sink, &metrics), name_, "stop");
-    return metrics;
+    check(table_->stop(table_->self, state_, state.get(), sink, &sink_ctx), name_, "stop");
+    return std::move(sink_ctx.metrics);
   }
 
  private:
+  // What one stop() call's sink fills.
+  struct SinkContext {
+    PluginCollector* collector;
+    MetricMap metrics;
+
+    // Adds `metric` read as this host's KilnMetric (fields past its struct_size read zero).
+    // A metric smaller than the 1.0 layout or of a kind this host does not know (a later
+    // minor's) is skipped with one warning per collector and problem, never mislabelled.
+    void add(const KilnMetric* metric) {
+      if (metric == nullptr) return;
+      if (std::string why = sdk::check_struct<KilnMetric>(metric, "KilnMetric"); !why.empty()) {
+        collector->warn_once(why);
+        return;
+      }
+      const KilnMetric m = sdk::zero_extended<KilnMetric>(metric);
+      if (m.name == nullptr) return;
+      switch (m.kind) {
+        case KILN_METRIC_COUNT:
+          metrics[m.name] = Count{m.count};
+          break;
+        case KILN_METRIC_DURATION:
+          metrics[m.name] = Duration{m.value};
+          break;
+        case KILN_METRIC_PERCENT:
+          metrics[m.name] = Percent{m.value};
+          break;
+        case KILN_METRIC_RATIO:
+          metrics[m.name] = Ratio{m.value};
+          break;
+        case KILN_METRIC_STRING:
+          metrics[m.name] = std::string(m.str != nullptr ? m.str : "");
+          break;
+        default:
+          collector->warn_once(fmt::format(
+              "skipping metrics of kind {} (first: '{}'): this Kiln (ABI {}.{}) knows kinds 1-5",
+              m.kind, m.name, KILN_ABI_VERSION_MAJOR, KILN_ABI_VERSION_MINOR));
+      }
+    }
+  };
+
+  void warn_once(const std::string& message) {
+    std::lock_guard<std::mutex> lock(warned_mu_);
+    if (warned_.insert(message.substr(0, message.find(" (first:"))).second) {
+      log(LogLevel::kWarn, "profiling", fmt::format("collector '{}': {}", name_, message));
+    }
+  }
+
   void teardown() {
     if (initialized_) table_->teardown(table_->self, state_);
     initialized_ = false;
@@ -85,6 +119,8 @@ class PluginCollector : public MetricCollector {
   Ref<Object> plugin_;
   void* state_ = nullptr;
   bool initialized_ = false;
+  std::mutex warned_mu_;
+  std::set<std::string> warned_;
 };
 
 }  // namespace

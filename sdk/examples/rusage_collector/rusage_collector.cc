@@ -86,5 +86,5 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
   }();
   static const KilnComponent components[] = {
       kiln::sdk::component(KILN_COMPONENT_COLLECTOR, "rusage", &collector)};
-  return kiln::sdk::negotiate(in, out, {"rusage", "1.0.0", components});
+  return kiln::sdk::negotiate(in, out, {"rusage", KILN_PLUGIN_VERSION, components});
 }

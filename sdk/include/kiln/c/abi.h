@@ -13,6 +13,7 @@
 #include <dlpack/dlpack.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +22,10 @@ extern "C" {
 /* ABI version this header describes. Minor versions only append; see docs/plugin-abi.md. */
 #define KILN_ABI_VERSION_MAJOR 1
 #define KILN_ABI_VERSION_MINOR 0
+
+/* Bytes of `type` up to and including `field`: the size of a layout that ends at `field`. The
+ * KILN_<STRUCT>_SIZE_1_0 minimums are written with it and never change. */
+#define KILN_SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 /* Marks the symbols a plugin or kernel library exports. */
 #if defined(_WIN32)
@@ -114,6 +119,50 @@ typedef struct KilnCallable {
   KilnPackedFn call;
   void* self;
 } KilnCallable;
+
+/* The header every extension struct starts with. Structs marked "next" in docs/plugin-abi.md
+ * carry `const KilnExtension* next`: a chain of extension structs, each owned by whoever owns
+ * the struct that points at it and living as long as it. A reader looks for the types it knows
+ * (kiln_find_extension) and skips every other; 1.0 defines no extension types, so 1.0 writers
+ * set `next` to NULL. */
+typedef struct KilnExtension {
+  size_t struct_size; /* sizeof the whole extension struct, as its writer compiled it */
+  int32_t type;       /* which extension this is; see KILN_EXTENSION_TYPE_* */
+  int32_t reserved;
+  const struct KilnExtension* next; /* the rest of the chain, or NULL */
+} KilnExtension;
+
+/* The extension header's size in 1.0: the oldest a 1.x reader accepts. */
+#define KILN_EXTENSION_SIZE_1_0 KILN_SIZE_THROUGH(KilnExtension, next)
+
+/* Extension type numbers: 1..0xFFFF are assigned by Kiln minor versions (none in 1.0);
+ * KILN_EXTENSION_TYPE_VENDOR_FIRST and up are free for private agreements between a host and
+ * its plugins (a reader that does not know one skips it). 0 and negative values are invalid. */
+#define KILN_EXTENSION_TYPE_VENDOR_FIRST 0x10000
+
+/* Longest chain a reader follows; a longer chain (or a cycle) is treated as ending there. */
+#define KILN_EXTENSION_CHAIN_MAX 64
+
+/* The first extension of `type` in `chain`, or NULL when there is none. Checks nothing beyond
+ * the header: the caller checks the extension's struct_size before reading its fields. */
+static inline const KilnExtension* kiln_find_extension(const KilnExtension* chain, int32_t type) {
+  int hops = 0;
+  for (; chain != NULL && hops < KILN_EXTENSION_CHAIN_MAX; chain = chain->next, ++hops) {
+    if (chain->type == type) return chain;
+  }
+  return NULL;
+}
+
+/* Element `index` of an array of structs that start with `struct_size` (KilnComponent,
+ * KilnDeviceBlob, KilnArtifact). The stride is the first element's struct_size, which every
+ * element of one array carries, so an array written against a later minor (longer elements)
+ * reads correctly here. The caller has checked that the first struct_size is at least the
+ * struct's 1.0 minimum and a multiple of sizeof(void*). */
+static inline const void* kiln_array_element(const void* base, size_t index) {
+  size_t stride;
+  memcpy(&stride, base, sizeof(stride));
+  return (const char*)base + index * stride;
+}
 
 /* Log levels of KilnHostServices::log. */
 typedef enum KilnLogLevel {

@@ -18,7 +18,9 @@ typedef enum KilnMetricKind {
   KILN_METRIC_STRING = 5    /* `str` */
 } KilnMetricKind;
 
-/* One metric. Borrowed for the duration of the sink call. */
+/* One metric. Borrowed for the duration of the sink call. The host reads fields past
+ * `struct_size` as zero and skips (with a warning naming the collector) a metric whose kind it
+ * does not know. */
 typedef struct KilnMetric {
   size_t struct_size;
   const char* name;
@@ -35,7 +37,7 @@ typedef void (*KilnMetricSink)(void* sink_ctx, const KilnMetric* metric);
 /* A metric collector. The component's name is the collector's name ("perf", "cupti", ...). */
 typedef struct KilnMetricCollector {
   size_t struct_size;
-  const void* next;
+  const KilnExtension* next; /* extension chain (abi.h); NULL in 1.0 */
   void* self;
   /* Prepares collection on `devices` (borrowed). `*state` is owned by the plugin until
    * teardown. */
@@ -46,6 +48,10 @@ typedef struct KilnMetricCollector {
   KilnError* (*stop)(void* self, void* state, void* handle, KilnMetricSink sink, void* sink_ctx);
   void (*teardown)(void* self, void* state);
 } KilnMetricCollector;
+
+/* The 1.0 layouts' sizes: the oldest a 1.x reader accepts (docs/plugin-abi.md §6.2). */
+#define KILN_METRIC_SIZE_1_0 KILN_SIZE_THROUGH(KilnMetric, str)
+#define KILN_METRIC_COLLECTOR_SIZE_1_0 KILN_SIZE_THROUGH(KilnMetricCollector, teardown)
 
 #ifdef __cplusplus
 }

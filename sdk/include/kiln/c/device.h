@@ -17,8 +17,8 @@ typedef void (*KilnAttributeVisitor)(void* ctx, const char* key, const KilnAny* 
  * NULL is the device's default stream. */
 typedef struct KilnDeviceBackend {
   size_t struct_size;
-  const void* next;
-  void* self; /* passed as the first argument of every slot */
+  const KilnExtension* next; /* extension chain (abi.h); NULL in 1.0 */
+  void* self;                /* passed as the first argument of every slot */
   /* The DLPack device type of tensors on this backend (kDLCPU, kDLCUDA, ...). A vendor type
    * with no DLPack code uses a value >= 64 and must be unique among loaded plugins. */
   int32_t dl_device_type;
@@ -81,7 +81,7 @@ typedef struct KilnDeviceBackend {
 } KilnDeviceBackend;
 
 /* The size of the 1.0 layout: the oldest a 1.x host accepts. */
-#define KILN_DEVICE_BACKEND_SIZE_1_0 (offsetof(KilnDeviceBackend, launch) + sizeof(void*))
+#define KILN_DEVICE_BACKEND_SIZE_1_0 KILN_SIZE_THROUGH(KilnDeviceBackend, launch)
 
 #ifdef __cplusplus
 }

@@ -13,8 +13,8 @@ extern "C" {
  * visible only when `struct_size` covers them. */
 typedef struct KilnHostServices {
   size_t struct_size;
-  const void* next; /* extension chain; NULL in 1.0 */
-  void* host_ctx;   /* passed back to every service below */
+  const KilnExtension* next; /* extension chain (abi.h); NULL in 1.0 */
+  void* host_ctx;            /* passed back to every service below */
 
   /* Creates an error with `code` (a KilnErrorCode) and a copy of `message` (UTF-8, may be
    * NULL). Never returns NULL. The result is owned by whoever holds it (see abi.h). */
@@ -30,6 +30,9 @@ typedef struct KilnHostServices {
   /* True when a line of `level` would be printed; lets plugins skip formatting. */
   int32_t (*log_enabled)(void* host_ctx, int32_t level);
 } KilnHostServices;
+
+/* The 1.0 layout's size: the oldest a 1.x plugin accepts (docs/plugin-abi.md §6.2). */
+#define KILN_HOST_SERVICES_SIZE_1_0 KILN_SIZE_THROUGH(KilnHostServices, log_enabled)
 
 #ifdef __cplusplus
 }

@@ -56,6 +56,11 @@ typedef struct KilnKernelLibrary {
   const KilnDeviceBlob* blobs;
 } KilnKernelLibrary;
 
+/* The 1.0 layouts' sizes: the oldest a 1.x reader accepts (docs/plugin-abi.md §6.2).
+ * KilnKernelFunction has no struct_size: its 32-byte layout is frozen for major version 1. */
+#define KILN_KERNEL_ENV_SIZE_1_0 KILN_SIZE_THROUGH(KilnKernelEnv, num_threads)
+#define KILN_KERNEL_LIBRARY_SIZE_1_0 KILN_SIZE_THROUGH(KilnKernelLibrary, blobs)
+
 /* `env` (borrowed, outlives the library) may be kept by the library for its kernels. */
 typedef const KilnKernelLibrary* (*KilnKernelLibraryFn)(const KilnKernelEnv* env);
 

@@ -9,7 +9,8 @@
 extern "C" {
 #endif
 
-/* One blob of device code carried by a module. All pointers borrowed from the module. */
+/* One blob of device code carried by a module. All pointers borrowed from the module. Arrays of
+ * blobs are read with the first element's struct_size as the stride (kiln_array_element). */
 typedef struct KilnDeviceBlob {
   size_t struct_size;
   const char* format; /* "ptx", "cubin", "opencl_c", "hsaco", ... */
@@ -21,7 +22,8 @@ typedef struct KilnDeviceBlob {
   const char* metadata_json;
 } KilnDeviceBlob;
 
-/* One file a module is made of, as an exporter sees it. Borrowed. */
+/* One file a module is made of, as an exporter sees it. Borrowed. Arrays of artifacts are read
+ * with the first element's struct_size as the stride (kiln_array_element). */
 typedef struct KilnArtifact {
   size_t struct_size;
   const char* name; /* base file name inside a package, e.g. "lib0.so" */
@@ -52,7 +54,7 @@ typedef struct KilnLoadedModule {
 /* A loader. The component's name is the file format it reads ("so", "tar", ...). */
 typedef struct KilnLoader {
   size_t struct_size;
-  const void* next;
+  const KilnExtension* next; /* extension chain (abi.h); NULL in 1.0 */
   void* self;
   /* Loads the module at `path` (borrowed) into `out`. */
   KilnError* (*load_file)(void* self, const char* path, KilnLoadedModule* out);
@@ -70,12 +72,20 @@ typedef struct KilnExportRequest {
 /* An exporter. The component's name is the exporter's name ("tar", "ndk", "so"). */
 typedef struct KilnExporter {
   size_t struct_size;
-  const void* next;
+  const KilnExtension* next; /* extension chain (abi.h); NULL in 1.0 */
   void* self;
   const char* output_format; /* file extension of what it writes, e.g. "tar" or "so" */
   /* Writes `request` to `path` (borrowed). Leaves no partial file behind on error. */
   KilnError* (*export_module)(void* self, const KilnExportRequest* request, const char* path);
 } KilnExporter;
+
+/* The 1.0 layouts' sizes: the oldest a 1.x reader accepts (docs/plugin-abi.md §6.2). */
+#define KILN_DEVICE_BLOB_SIZE_1_0 KILN_SIZE_THROUGH(KilnDeviceBlob, metadata_json)
+#define KILN_ARTIFACT_SIZE_1_0 KILN_SIZE_THROUGH(KilnArtifact, size)
+#define KILN_LOADED_MODULE_SIZE_1_0 KILN_SIZE_THROUGH(KilnLoadedModule, release)
+#define KILN_LOADER_SIZE_1_0 KILN_SIZE_THROUGH(KilnLoader, load_file)
+#define KILN_EXPORT_REQUEST_SIZE_1_0 KILN_SIZE_THROUGH(KilnExportRequest, artifacts)
+#define KILN_EXPORTER_SIZE_1_0 KILN_SIZE_THROUGH(KilnExporter, export_module)
 
 #ifdef __cplusplus
 }

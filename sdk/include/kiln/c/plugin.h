@@ -19,10 +19,10 @@ extern "C" {
  * which lives until `shutdown` returns. */
 typedef struct KilnNegotiateIn {
   size_t struct_size;
-  const void* next;
-  uint16_t abi_major;     /* the host's major version (1) */
-  uint16_t abi_minor;     /* the newest minor the host understands */
-  uint16_t abi_min_minor; /* the oldest minor the host still loads (0) */
+  const KilnExtension* next; /* extension chain (abi.h); NULL in 1.0 */
+  uint16_t abi_major;        /* the host's major version (1) */
+  uint16_t abi_minor;        /* the newest minor the host understands */
+  uint16_t abi_min_minor;    /* the oldest minor the host still loads (0) */
   uint16_t reserved;
   const KilnHostServices* host;
   /* The plugin's options from the plugin set, as a JSON object text ("{}" when none). */
@@ -37,7 +37,9 @@ typedef enum KilnComponentKind {
   KILN_COMPONENT_COLLECTOR = 4 /* table: KilnMetricCollector (collector.h) */
 } KilnComponentKind;
 
-/* One component. `name` and `table` are owned by the plugin and live until `shutdown`. */
+/* One component. `name` and `table` are owned by the plugin and live until `shutdown`.
+ * `components` arrays are read with the first element's struct_size as the stride
+ * (kiln_array_element), so later minors may append fields. */
 typedef struct KilnComponent {
   size_t struct_size;
   int32_t kind; /* a KilnComponentKind */
@@ -50,8 +52,8 @@ typedef struct KilnComponent {
  * it. Every pointer is owned by the plugin and lives until `shutdown` returns. */
 typedef struct KilnPluginInfo {
   size_t struct_size;
-  const void* next;
-  uint16_t abi_major; /* the version the plugin was built against */
+  const KilnExtension* next; /* extension chain (abi.h); NULL in 1.0 */
+  uint16_t abi_major;        /* the version the plugin was built against */
   uint16_t abi_minor;
   uint32_t reserved;
   const char* name;    /* must equal the manifest's name */
@@ -68,10 +70,11 @@ typedef struct KilnPluginInfo {
  * host's range returns a KILN_ERROR_ABI error naming both versions. */
 typedef KilnError* (*KilnPluginEntryFn)(const KilnNegotiateIn* in, KilnPluginInfo* out);
 
-/* Oldest struct sizes the 1.x host accepts: the 1.0 layouts, up to their last 1.0 field, so
- * the values stay fixed when later minors append fields. */
-#define KILN_PLUGIN_INFO_SIZE_1_0 (offsetof(KilnPluginInfo, shutdown) + sizeof(void*))
-#define KILN_COMPONENT_SIZE_1_0 (offsetof(KilnComponent, table) + sizeof(void*))
+/* Oldest struct sizes a 1.x reader accepts: the 1.0 layouts, up to their last 1.0 field, so
+ * the values stay fixed when later minors append fields (docs/plugin-abi.md §6.2). */
+#define KILN_NEGOTIATE_IN_SIZE_1_0 KILN_SIZE_THROUGH(KilnNegotiateIn, options_json)
+#define KILN_PLUGIN_INFO_SIZE_1_0 KILN_SIZE_THROUGH(KilnPluginInfo, shutdown)
+#define KILN_COMPONENT_SIZE_1_0 KILN_SIZE_THROUGH(KilnComponent, table)
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #ifndef KILN_SDK_PLUGIN_HPP_
 #define KILN_SDK_PLUGIN_HPP_
 
+#include <algorithm>
 #include <concepts>
 #include <cstdarg>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "kiln/c/kiln.h"
+#include "kiln/sdk/abi.hpp"
 #include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/error.hpp"
 
@@ -72,9 +74,18 @@ inline KilnComponent component(KilnComponentKind kind, const char* name, const v
   return c;
 }
 
+// The oldest ABI minor this plugin serves. kiln_add_plugin() defines it from its MIN_ABI
+// argument (default: the SDK's own minor) and writes the same version into the manifest's
+// `abi`, so the manifest and the binary cannot disagree.
+#ifndef KILN_PLUGIN_MIN_ABI_MINOR
+#define KILN_PLUGIN_MIN_ABI_MINOR KILN_ABI_VERSION_MINOR
+#endif
+
 // What negotiate() reports to the host.
 struct PluginDescription {
   const char* name;
+  // The plugin's semver. kiln_add_plugin() defines KILN_PLUGIN_VERSION from the same VERSION
+  // it writes into the manifest; pass that.
   const char* version;
   std::span<const KilnComponent> components;
   void* state = nullptr;
@@ -83,36 +94,49 @@ struct PluginDescription {
   // the options and sets the plugin up. An exception it throws becomes the returned error and
   // leaves `out` untouched, so the host has nothing to call or free.
   std::function<void(const KilnNegotiateIn& in)> configure = nullptr;
+  // The oldest host minor this plugin serves. A plugin that sets it below the SDK's minor
+  // must check negotiated_abi_minor() before it uses anything a later minor added.
+  int min_abi_minor = KILN_PLUGIN_MIN_ABI_MINOR;
 };
 
-// Checks the host's offer against the ABI this plugin was built with and fills `out`.
-// Refuses (KILN_ERROR_ABI) a different major version, a host older than this plugin's minor,
-// and structs smaller than their 1.0 layout. Keeps the host services for log() and errors.
+// The minor version negotiate() answered: min(the SDK's minor, the host's minor). 0 before
+// negotiation.
+inline int& negotiated_abi_minor() {
+  static int minor = 0;
+  return minor;
+}
+
+// Checks the host's offer and fills `out`. In this order, so that a too-new or too-old party
+// always gets an error that names both versions: (1) the offer and its host services must be
+// at least their 1.0 layouts, the least needed to create an error at all; (2) the major
+// versions must match and the host's newest minor must be at least `min_abi_minor`
+// (KILN_ERROR_ABI, "... upgrade Kiln"); (3) `out` must be at least its 1.0 layout. Answers
+// min(the SDK's minor, the host's minor). Keeps the host services for log() and errors.
+// Returns NULL without filling `out` only when (1) fails: no error can be created then, and
+// the host treats the unfilled `out` as a failure.
 inline KilnError* negotiate(const KilnNegotiateIn* in, KilnPluginInfo* out,
                             const PluginDescription& description) {
-  if (in == nullptr || in->struct_size < sizeof(KilnNegotiateIn) || in->host == nullptr ||
-      in->host->struct_size < sizeof(KilnHostServices)) {
-    // Without host services there is no way to build an error object; the host treats a
-    // plugin that returns NULL without filling `out` as failed.
+  if (in == nullptr || in->struct_size < KILN_NEGOTIATE_IN_SIZE_1_0 || in->host == nullptr ||
+      in->host->struct_size < KILN_HOST_SERVICES_SIZE_1_0 || in->host->error_new == nullptr) {
     return nullptr;
   }
   host_services() = in->host;
   error_factory() = {in->host->host_ctx, in->host->error_new, in->host->error_free};
   plugin_name() = description.name;
-  char message[256];
+  char message[320];
   if (in->abi_major != KILN_ABI_VERSION_MAJOR) {
     std::snprintf(message, sizeof(message),
                   "plugin '%s' implements Kiln ABI %d.%d but the host offers %u.%u (major "
-                  "versions differ)",
+                  "versions differ: rebuild the plugin against the host's SDK)",
                   description.name, KILN_ABI_VERSION_MAJOR, KILN_ABI_VERSION_MINOR, in->abi_major,
                   in->abi_minor);
     return make_error(KILN_ERROR_ABI, message);
   }
-  if (static_cast<int>(in->abi_minor) - KILN_ABI_VERSION_MINOR < 0) {
+  if (static_cast<int>(in->abi_minor) < description.min_abi_minor) {
     std::snprintf(message, sizeof(message),
-                  "plugin '%s' needs Kiln ABI %d.%d but the host offers only %u.%u",
-                  description.name, KILN_ABI_VERSION_MAJOR, KILN_ABI_VERSION_MINOR, in->abi_major,
-                  in->abi_minor);
+                  "plugin '%s' needs Kiln ABI %d.%d but the host offers only %u.%u: upgrade Kiln",
+                  description.name, KILN_ABI_VERSION_MAJOR, description.min_abi_minor,
+                  in->abi_major, in->abi_minor);
     return make_error(KILN_ERROR_ABI, message);
   }
   if (out == nullptr || out->struct_size < KILN_PLUGIN_INFO_SIZE_1_0) {
@@ -124,8 +148,10 @@ inline KilnError* negotiate(const KilnNegotiateIn* in, KilnPluginInfo* out,
       return err;
     }
   }
+  const int answered = std::min<int>(KILN_ABI_VERSION_MINOR, in->abi_minor);
+  negotiated_abi_minor() = answered;
   out->abi_major = KILN_ABI_VERSION_MAJOR;
-  out->abi_minor = KILN_ABI_VERSION_MINOR;
+  out->abi_minor = static_cast<uint16_t>(answered);
   out->name = description.name;
   out->version = description.version;
   out->num_components = static_cast<int32_t>(description.components.size());
