@@ -962,12 +962,20 @@ void check_examples(const std::string& toolkit) {
     if (toolkit_needed_by(file) != toolkit) continue;
     SCOPED_TRACE(file.string());
     ++checked;
-    const RunSpec spec = parse_run_config(file);
-    EXPECT_TRUE(fs::exists(spec.module));
-    const std::vector<Any> args = make_inputs(spec);
-    EXPECT_EQ(args.size(), spec.inputs.size());
-    for (const OutputSpec& out : spec.outputs) {
-      EXPECT_FALSE(out.save) << "examples write nothing by default";
+    // A sweep's every point (a plain config is one point).
+    const SweepSpec sweep = parse_sweep_config(file, Runtime::global().device_types());
+    for (const SweepPoint& point : sweep.points) {
+      ASSERT_TRUE(point.spec.has_value()) << point.label << ": " << point.error;
+      const RunSpec& spec = *point.spec;
+      EXPECT_TRUE(fs::exists(spec.module));
+      const std::vector<Any> args = make_inputs(spec);
+      EXPECT_EQ(args.size(), spec.inputs.size());
+      for (const OutputSpec& out : spec.outputs) {
+        EXPECT_FALSE(out.save) << "examples write nothing by default";
+      }
+      for (const ResultSpec& result : spec.result) {
+        EXPECT_FALSE(result.save) << "examples write nothing by default";
+      }
     }
   }
   EXPECT_GT(checked, 0u) << "no example config needs '" << toolkit << "'";

@@ -2,7 +2,8 @@
 // of the per-repeat times, a two-sided Mann-Whitney U-test on those times (kiln/mann_whitney.h)
 // and a verdict; a regression beyond the threshold that is significant fails (exit 1) so that
 // CI can gate on it. Reads Google Benchmark's JSON (its own files, `kiln run --benchmark-out`,
-// BenchmarkResult::to_json) and `kiln run --json` (the same document under "benchmark").
+// BenchmarkResult::to_json) and `kiln run --json` (the same document under "benchmark"; a
+// sweep's document holds every point, its failed points as entries with error_occurred).
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -34,6 +35,9 @@ struct Entry {
 struct Document {
   std::vector<std::string> order;  // names in the file's order
   std::map<std::string, Entry> entries;
+  // Benchmarks that failed (error_occurred, e.g. a failed point of a `kiln run` sweep) and
+  // their error messages.
+  std::map<std::string, std::string> errors;
 };
 
 double to_ns(const nlohmann::json& b, const std::string& field, const std::string& where) {
@@ -83,9 +87,17 @@ Document read_document(const std::filesystem::path& path) {
     if (!b.is_object() || !b.contains("name") || !b["name"].is_string()) {
       throw UsageError(fmt::format("{}: not an object with a \"name\"", where));
     }
-    if (b.value("error_occurred", false) || b.value("skipped", false)) continue;
+    const std::string name = b.contains("run_name") && b["run_name"].is_string()
+                                 ? b["run_name"].get<std::string>()
+                                 : b["name"].get<std::string>();
+    if (b.value("error_occurred", false)) {
+      out.errors[name] = b.contains("error_message") && b["error_message"].is_string()
+                             ? b["error_message"].get<std::string>()
+                             : std::string("error_occurred");
+      continue;
+    }
+    if (b.value("skipped", false)) continue;
     const std::string run_type = b.value("run_type", "iteration");
-    const std::string name = b.value("run_name", b["name"].get<std::string>());
     if (run_type == "iteration") {
       Entry& e = out.entries[name];
       if (e.samples_ns.empty() && !e.mean_ns && !e.median_ns) out.order.push_back(name);
@@ -98,7 +110,9 @@ Document read_document(const std::filesystem::path& path) {
       (which == "mean" ? e.mean_ns : e.median_ns) = to_ns(b, "real_time", where);
     }
   }
-  if (out.order.empty()) throw UsageError(fmt::format("{}: holds no benchmark results", file));
+  if (out.order.empty() && out.errors.empty()) {
+    throw UsageError(fmt::format("{}: holds no benchmark results", file));
+  }
   return out;
 }
 
@@ -160,13 +174,24 @@ int run_compare(const CompareOptions& options) {
   const Document b = read_document(options.contender);
   std::vector<Row> rows;
   std::vector<std::string> only_a, only_b;
+  // A benchmark with results in A that failed in B (a sweep's point that broke) fails the
+  // comparison: B has no time for it at all. One that failed in A only is noted.
+  std::vector<std::string> failed_b, failed_a;
   for (const std::string& name : a.order) {
-    if (!b.entries.count(name)) only_a.push_back(name);
+    if (b.errors.count(name) && !b.entries.count(name)) {
+      failed_b.push_back(name);
+    } else if (!b.entries.count(name)) {
+      only_a.push_back(name);
+    }
   }
   for (const std::string& name : b.order) {
-    if (!a.entries.count(name)) only_b.push_back(name);
+    if (a.errors.count(name) && !a.entries.count(name)) {
+      failed_a.push_back(name);
+    } else if (!a.entries.count(name)) {
+      only_b.push_back(name);
+    }
   }
-  if (only_a.size() == a.order.size()) {
+  if (only_a.size() == a.order.size() && failed_b.empty()) {
     throw UsageError(fmt::format("no benchmark is in both files: {} has {}; {} has {}",
                                  options.baseline.string(), fmt::join(a.order, ", "),
                                  options.contender.string(), fmt::join(b.order, ", ")));
@@ -240,6 +265,12 @@ int run_compare(const CompareOptions& options) {
     }
     out["only_in_baseline"] = only_a;
     out["only_in_contender"] = only_b;
+    nlohmann::json failed_json = nlohmann::json::array();
+    for (const auto& n : failed_b) failed_json.push_back({{"name", n}, {"error", b.errors.at(n)}});
+    out["failed_in_contender"] = failed_json;
+    failed_json = nlohmann::json::array();
+    for (const auto& n : failed_a) failed_json.push_back({{"name", n}, {"error", a.errors.at(n)}});
+    out["failed_in_baseline"] = failed_json;
     out["regressions"] = regressions;
     std::cout << out.dump(2) << "\n";
   } else {
@@ -259,6 +290,12 @@ int run_compare(const CompareOptions& options) {
     }
     for (const auto& n : only_a) std::cout << fmt::format("only in A: {}\n", n);
     for (const auto& n : only_b) std::cout << fmt::format("only in B: {}\n", n);
+    for (const auto& n : failed_a) {
+      std::cout << fmt::format("failed in A: {}: {}\n", n, a.errors.at(n));
+    }
+    for (const auto& n : failed_b) {
+      std::cout << fmt::format("failed in B: {}: {}\n", n, b.errors.at(n));
+    }
     std::cout << fmt::format(
         "{} benchmark{} compared by {} (threshold {}, two-sided Mann-Whitney U-test, alpha "
         "{:g}): ",
@@ -269,8 +306,12 @@ int run_compare(const CompareOptions& options) {
       std::cout << fmt::format("{} significant regression{}: {}\n", regressions.size(),
                                regressions.size() == 1 ? "" : "s", fmt::join(regressions, ", "));
     }
+    if (!failed_b.empty()) {
+      std::cout << fmt::format("{} benchmark{} of A failed in B: {}\n", failed_b.size(),
+                               failed_b.size() == 1 ? "" : "s", fmt::join(failed_b, ", "));
+    }
   }
-  return regressions.empty() ? kExitOk : kExitCheckFailed;
+  return regressions.empty() && failed_b.empty() ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace kiln::tool

@@ -88,6 +88,11 @@ void Progress::repeat(int32_t done, int32_t total, double timeout_s) {
         function_, done, human_duration(elapsed),
         human_duration(std::max(0.0, timeout_s - elapsed)));
   }
+  if (!point_.empty()) {
+    line.insert(
+        7, fmt::format("{}, {} into the sweep: ", point_,
+                       human_duration(std::chrono::duration<double>(now - sweep_start_).count())));
+  }
   if (mode_ == Mode::kRedraw) {
     std::fprintf(out_, "\r\033[K%s", line.c_str());
     drawn_ = true;
@@ -95,6 +100,14 @@ void Progress::repeat(int32_t done, int32_t total, double timeout_s) {
     std::fprintf(out_, "%s\n", line.c_str());
   }
   std::fflush(out_);
+}
+
+void Progress::start_point(size_t number, size_t total, const std::string& label,
+                           std::string function) {
+  point_ = fmt::format("point {}/{} ({})", number, total, label);
+  function_ = std::move(function);
+  last_print_.reset();
+  phase_start_ = Clock::now();
 }
 
 void Progress::finish() {

@@ -4,6 +4,7 @@
 #define KILN_TOOLS_KILN_PROGRESS_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -41,6 +42,10 @@ class Progress {
   void repeat(int32_t done, int32_t total, double timeout_s);
   // Erases a redrawn line before the results are printed.
   void finish();
+  // A sweep's point `number` (1-based) of `total` starts, running `function`: later lines read
+  // "[kiln] point 2/6 (device=cpu, shape=[1024]), 3.1 s into the sweep: timing relu: ...", so
+  // that one display follows the whole sweep.
+  void start_point(size_t number, size_t total, const std::string& label, std::string function);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -50,6 +55,9 @@ class Progress {
   Clock::time_point phase_start_ = Clock::now();
   std::optional<Clock::time_point> last_print_;
   bool drawn_ = false;  // a redrawn line is on the screen
+  // A sweep's point and its start, printed before each line; empty outside sweeps.
+  std::string point_;
+  Clock::time_point sweep_start_ = Clock::now();
 };
 
 // "850 ms", "12.4 s", "3 min 05 s", "2 h 01 min": a duration for people.

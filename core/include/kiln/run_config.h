@@ -80,6 +80,24 @@ struct OutputSpec {
   double atol = 1e-8;
 };
 
+// A check on the function's return value (the `result:` section), or on one element of a
+// returned tuple: compare it with an expected .npy or an expected scalar, save it, or both.
+// A tuple is checked and saved element by element, with files named <stem>.<i><ext> (nested
+// tuples: <stem>.<i>.<j><ext>); a scalar is saved and compared as a 0-d .npy (int64, float64
+// or bool).
+struct ResultSpec {
+  std::vector<int32_t> element;  // the path into nested tuples; empty: the value itself
+  std::string name;              // "result", "result[1]", "result[1][0]"
+  // Where to write the value as .npy (absolute; parent folders are created when missing).
+  std::optional<std::filesystem::path> save;
+  // The .npy to compare with (absolute; it, or <stem>.0<ext> for a tuple, must exist when the
+  // config is parsed).
+  std::optional<std::filesystem::path> expected;
+  std::optional<Any> value;  // an expected scalar (int64, double or bool)
+  double rtol = 1e-5;        // tolerances as in OutputSpec (numpy.isclose)
+  double atol = 1e-8;
+};
+
 // The `profile:` section: profile calls of the function with metric collectors.
 struct ProfileSpec {
   // A collector by name, with options for its plugin (JSON text; empty: the plugin set's).
@@ -119,6 +137,7 @@ struct RunSpec {
   TimeEvaluatorOptions extra;
   std::vector<InputSpec> inputs;
   std::vector<OutputSpec> outputs;
+  std::vector<ResultSpec> result;      // the `result:` section: checks on the return value
   std::optional<ProfileSpec> profile;  // the `profile:` section, when present
   std::optional<RemoteSpec> remote;    // the `remote:` section, when present
   // The `throughput:` section: bytes (a number, or `auto`, the default: the arguments' total
@@ -147,6 +166,43 @@ ConfigError error_at(const RunSpec& spec, const std::string& key, const std::str
 RunSpec parse_run_config(const std::filesystem::path& path, const DeviceTypeNames& device_types);
 // API-edge default: parse_run_config(path, Runtime::global().device_types()).
 RunSpec parse_run_config(const std::filesystem::path& path);
+
+// One swept parameter, or a group of parameters set together, of a `sweep:` section.
+struct SweepAxis {
+  std::string name;                 // the sweep key: "device", "shape", "inputs.n.scalar", ...
+  std::vector<std::string> values;  // a label per value: "opencl", "[1024, 1024]", ...
+};
+
+// One point of a sweep's cross product: an ordinary run configuration, or why it is not one.
+struct SweepPoint {
+  size_t index = 0;                 // 0-based position in SweepSpec::points
+  std::vector<std::string> values;  // the label of this point's value on each axis
+  std::string label;                // "device=opencl, shape=[1024]" (empty for a plain config)
+  std::optional<RunSpec> spec;      // the expanded configuration, when it is valid
+  std::string error;  // when it is not: the error's message ("<file>:<line>:<column>: <key>: ...")
+};
+
+// A run configuration with a `sweep:` section, expanded into its points (docs/run-config.md
+// "Sweeps"). A plain configuration is one point with no axes.
+struct SweepSpec {
+  std::filesystem::path file;
+  std::vector<SweepAxis> axes;  // in the order of the file; the first varies slowest
+  std::vector<SweepPoint> points;
+  bool is_sweep() const { return !axes.empty(); }
+};
+
+// Reads the run configuration at `path` and expands its `sweep:` section into the cross product
+// of its axes, each point an ordinary configuration validated as parse_run_config validates
+// one. A point whose configuration is invalid keeps the error (with the file position of the
+// offending value, often the sweep's own) instead of a spec, so that the others can still run.
+// Each point's `save` files (outputs and result) get ".point<k>" before their extension (k: the
+// point's 1-based number), so that the points do not overwrite each other's.
+// Throws kiln::NotFoundError as parse_run_config does, and ConfigError for a malformed `sweep:`
+// section itself (not a mapping, an unknown parameter, an empty or malformed list of values, a
+// value listed twice, a parameter set by two axes, more than 100000 points). Without `sweep:`
+// it returns one point and throws what parse_run_config throws.
+SweepSpec parse_sweep_config(const std::filesystem::path& path,
+                             const DeviceTypeNames& device_types);
 
 // The folder ${KILN_EXAMPLES} expands to: the environment variable KILN_EXAMPLES when set and
 // not empty, else <folder of libkiln>/../examples/kernels (the build tree's example kernels).
@@ -178,6 +234,18 @@ struct CheckResult {
 // ok = false; they are not thrown. Throws ValueError when outputs.size() differs from the number
 // of inputs.
 CheckResult check_outputs(const RunSpec& spec, const std::vector<Any>& outputs);
+
+// Checks and saves the function's return value as spec.result says (RunResult::result, its
+// tensors on the host), with the summary lines of check_outputs named after the checked value
+// ("result", "result[1]"), plus "result: ok (got 3, expected 3 within rtol=... atol=...)" /
+// "result: got 2, expected 3 (rtol=... atol=...)" for a `value` check, and failing lines for an
+// element path into a value that is not a tuple or out of its range, or a value that is neither a
+// tensor, a scalar nor a tuple. Failures set ok = false; nothing is thrown.
+CheckResult check_result(const RunSpec& spec, const Any& value);
+
+// The leaves of a returned value for display: {("result", value)} for a tensor or a scalar,
+// {("result[0]", ...), ("result[1][0]", ...)} for (nested) tuples; none gives no leaf.
+std::vector<std::pair<std::string, Any>> result_leaves(const Any& value);
 
 // A one-line description of a tensor's values: "float32[1000] min=0 max=999 mean=499.5
 // first=[0, 1, 2, 3, 4, 5, ...]" with at most `max_values` values after "first=". NaNs are left

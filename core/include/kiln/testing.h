@@ -45,6 +45,10 @@ ExportPlan normalize_export_func(const ExportFunc& export_func,
 struct RunResult {
   std::vector<Any> outputs;
   BenchmarkResult profile;
+  // What the final call returned (none for a kernel), tensors copied to the host, tuples
+  // (vm::ArrayObj) as host tuples of the same shape. rpc_run keeps tensors and scalars only:
+  // other values stay on the server (none here).
+  Any result;
 };
 
 // Hooks for progress reporting and for tests. All optional.

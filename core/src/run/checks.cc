@@ -9,6 +9,7 @@
 #include "kiln/error.h"
 #include "kiln/npy.h"
 #include "kiln/run_config.h"
+#include "kiln/vm/virtual_machine.h"
 #include "run/elements.h"
 
 namespace kiln::run {
@@ -172,7 +173,171 @@ bool check_one(const OutputSpec& output, const Any& value, std::vector<std::stri
   return ok;
 }
 
+// `path` with ".<index>" before its extension: the file of a tuple's element.
+fs::path element_file(const fs::path& path, size_t index) {
+  return path.parent_path() /
+         fmt::format("{}.{}{}", path.stem().string(), index, path.extension().string());
+}
+
+// A scalar as a 0-d host tensor (int64, float64 or bool), so that it is compared and saved by
+// the code that compares and saves tensors.
+Tensor scalar_tensor(const Any& value) {
+  switch (value.type_code()) {
+    case KILN_TYPE_INT: {
+      Tensor t = Tensor::empty_host({}, DataType::Int(64));
+      *static_cast<int64_t*>(t.data()) = value.cast<int64_t>();
+      return t;
+    }
+    case KILN_TYPE_FLOAT: {
+      Tensor t = Tensor::empty_host({}, DataType::Float(64));
+      *static_cast<double*>(t.data()) = value.cast<double>();
+      return t;
+    }
+    default: {
+      Tensor t = Tensor::empty_host({}, DataType::Bool());
+      *static_cast<uint8_t*>(t.data()) = value.cast<bool>() ? 1 : 0;
+      return t;
+    }
+  }
+}
+
+bool is_scalar(const Any& value) {
+  const int32_t code = value.type_code();
+  return code == KILN_TYPE_INT || code == KILN_TYPE_FLOAT || code == KILN_TYPE_BOOL;
+}
+
+// The value as its text in a summary: 3, 0.5, true.
+std::string scalar_text(const Any& value) {
+  switch (value.type_code()) {
+    case KILN_TYPE_INT:
+      return std::to_string(value.cast<int64_t>());
+    case KILN_TYPE_FLOAT:
+      return fmt::format("{}", value.cast<double>());
+    default:
+      return value.cast<bool>() ? "true" : "false";
+  }
+}
+
+// Checks `value` (the returned value or one of its elements, named `name`) against `check`'s
+// expected file or value and saves it; tuples element by element. Appends summary lines.
+bool check_returned(const ResultSpec& check, const std::string& name,
+                    const std::optional<fs::path>& expected, const std::optional<fs::path>& save,
+                    const Any& value, std::vector<std::string>* lines) {
+  if (Ref<vm::ArrayObj> tuple = value.as_object<vm::ArrayObj>()) {
+    if (check.value) {
+      lines->push_back(fmt::format("{}: is a tuple of {} elements; 'value' checks a scalar", name,
+                                   tuple->items.size()));
+      return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < tuple->items.size(); ++i) {
+      std::optional<fs::path> element_expected, element_save;
+      if (expected) element_expected = element_file(*expected, i);
+      if (save) element_save = element_file(*save, i);
+      ok = check_returned(check, fmt::format("{}[{}]", name, i), element_expected, element_save,
+                          tuple->items[i], lines) &&
+           ok;
+    }
+    return ok;
+  }
+  bool ok = true;
+  Any checked = value;
+  if (is_scalar(value)) {
+    if (check.value) {
+      // numpy.isclose semantics as for tensors; an int64 or bool value compares exactly at the
+      // default tolerances up to 2^53.
+      const double got = value.type_code() == KILN_TYPE_FLOAT ? value.cast<double>()
+                         : value.type_code() == KILN_TYPE_INT
+                             ? static_cast<double>(value.cast<int64_t>())
+                             : (value.cast<bool>() ? 1.0 : 0.0);
+      const Any& want_any = *check.value;
+      const double want = want_any.type_code() == KILN_TYPE_FLOAT ? want_any.cast<double>()
+                          : want_any.type_code() == KILN_TYPE_INT
+                              ? static_cast<double>(want_any.cast<int64_t>())
+                              : (want_any.cast<bool>() ? 1.0 : 0.0);
+      const bool close = is_close(got, want, check.rtol, check.atol);
+      lines->push_back(fmt::format("{}: {} (got {}, expected {}{} rtol={} atol={})", name,
+                                   close ? "ok" : "differs", scalar_text(value),
+                                   scalar_text(want_any), close ? " within" : " at",
+                                   short_number(check.rtol), short_number(check.atol)));
+      ok = close;
+    }
+    if (!expected && !save) return ok;
+    checked = Any(scalar_tensor(value));
+  } else if (check.value) {
+    lines->push_back(fmt::format("{}: expected a scalar for 'value', got {} {}", name,
+                                 value.type_name(), value.str()));
+    return false;
+  } else if (value.type_code() != KILN_TYPE_TENSOR) {
+    lines->push_back(
+        fmt::format("{}: the function returned {} {}: only tensors, scalars and tuples "
+                    "of them can be checked or saved",
+                    name, value.type_name(), value.str()));
+    return false;
+  }
+  OutputSpec output;
+  output.name = name;
+  output.expected = expected;
+  output.save = save;
+  output.rtol = check.rtol;
+  output.atol = check.atol;
+  return check_one(output, checked, lines) && ok;
+}
+
+void collect_leaves(const Any& value, const std::string& name,
+                    std::vector<std::pair<std::string, Any>>* out) {
+  if (Ref<vm::ArrayObj> tuple = value.as_object<vm::ArrayObj>()) {
+    for (size_t i = 0; i < tuple->items.size(); ++i) {
+      collect_leaves(tuple->items[i], fmt::format("{}[{}]", name, i), out);
+    }
+    return;
+  }
+  out->emplace_back(name, value);
+}
+
 }  // namespace
+
+CheckResult check_result(const RunSpec& spec, const Any& value) {
+  CheckResult result;
+  std::vector<std::string> lines;
+  for (const ResultSpec& check : spec.result) {
+    // Down the element path; each step must index a tuple within its range.
+    Any current = value;
+    std::string name = "result";
+    bool found = true;
+    for (int32_t index : check.element) {
+      Ref<vm::ArrayObj> tuple = current.as_object<vm::ArrayObj>();
+      if (!tuple) {
+        lines.push_back(fmt::format("{}: {} is {}, not a tuple", check.name, name,
+                                    current.type_code() == KILN_TYPE_NONE
+                                        ? std::string("none (the function returned nothing)")
+                                        : fmt::format("a {}", current.type_name())));
+        found = false;
+        break;
+      }
+      if (static_cast<size_t>(index) >= tuple->items.size()) {
+        lines.push_back(fmt::format("{}: {} has {} element{}, no element {}", check.name, name,
+                                    tuple->items.size(), tuple->items.size() == 1 ? "" : "s",
+                                    index));
+        found = false;
+        break;
+      }
+      current = tuple->items[static_cast<size_t>(index)];
+      name += fmt::format("[{}]", index);
+    }
+    if (!found || !check_returned(check, check.name, check.expected, check.save, current, &lines)) {
+      result.ok = false;
+    }
+  }
+  result.summary = fmt::format("{}", fmt::join(lines, "\n"));
+  return result;
+}
+
+std::vector<std::pair<std::string, Any>> result_leaves(const Any& value) {
+  std::vector<std::pair<std::string, Any>> out;
+  if (value.type_code() != KILN_TYPE_NONE) collect_leaves(value, "result", &out);
+  return out;
+}
 
 CheckResult check_outputs(const RunSpec& spec, const std::vector<Any>& outputs) {
   if (outputs.size() != spec.inputs.size()) {

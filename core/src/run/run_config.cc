@@ -21,6 +21,7 @@
 #include "kiln/rpc/rpc_config.h"
 #include "run/elements.h"
 #include "run/generate.h"
+#include "run/parse.h"
 
 namespace kiln::run {
 namespace {
@@ -30,8 +31,9 @@ using config::MapReader;
 
 constexpr std::string_view kExamplesVariable = "${KILN_EXAMPLES}";
 
-const std::vector<std::string> kTopKeys = {"module", "function", "device",  "export", "evaluator",
-                                           "inputs", "outputs",  "profile", "remote", "throughput"};
+const std::vector<std::string> kTopKeys = {"module",    "function", "device",     "export",
+                                           "evaluator", "inputs",   "outputs",    "result",
+                                           "profile",   "remote",   "throughput", "sweep"};
 const std::vector<std::string> kEvaluatorKeys = {"number",
                                                  "repeat",
                                                  "min_repeat_ms",
@@ -49,6 +51,8 @@ const std::vector<std::string> kNoiseKeys = {"enabled",        "target_rse",    
 const std::vector<std::string> kInputKeys = {"name", "npy",  "shape", "dtype", "init",  "seed",
                                              "low",  "high", "start", "step",  "scalar"};
 const std::vector<std::string> kOutputKeys = {"index", "name", "save", "expected", "rtol", "atol"};
+const std::vector<std::string> kResultKeys = {"element", "save", "expected",
+                                              "value",   "rtol", "atol"};
 const std::vector<std::string> kInitNames = {"zeros", "ones", "random", "arange"};
 
 // "a, b, c".
@@ -494,6 +498,97 @@ OutputSpec parse_output(MapReader& reader, const std::vector<InputSpec>& inputs,
   return output;
 }
 
+// "<stem>.0<ext>": the first element's file of a tuple saved or expected under `path`.
+fs::path first_element_file(const fs::path& path) {
+  return path.parent_path() / (path.stem().string() + ".0" + path.extension().string());
+}
+
+// One `result:` entry: a check on the return value or on one element of a returned tuple.
+ResultSpec parse_result(MapReader& reader, const fs::path& base_dir) {
+  reader.allow_keys(kResultKeys);
+  reader.reject_unknown_keys();
+  ResultSpec result;
+  result.name = "result";
+  if (std::optional<YAML::Node> element = reader.node("element"); element && !element->IsNull()) {
+    // An index, or a list of indices into nested tuples.
+    if (element->IsSequence()) {
+      for (int64_t index : reader.required<std::vector<int64_t>>("element")) {
+        if (index < 0 || index > std::numeric_limits<int32_t>::max()) {
+          throw reader.error("element", fmt::format("tuple indices must be >= 0, got {}", index));
+        }
+        result.element.push_back(static_cast<int32_t>(index));
+      }
+    } else {
+      result.element = {reader.required<int32_t>("element")};
+    }
+    for (size_t i = 0; i < result.element.size(); ++i) {
+      if (result.element[i] < 0) {
+        throw reader.error("element",
+                           fmt::format("tuple indices must be >= 0, got {}", result.element[i]));
+      }
+      result.name += fmt::format("[{}]", result.element[i]);
+    }
+  }
+  if (reader.contains("expected") && reader.contains("value")) {
+    throw reader.error("value",
+                       "give either 'expected' (a .npy file) or 'value' (a scalar), "
+                       "not both");
+  }
+  if (reader.contains("expected")) {
+    const std::string text = reader.required<std::string>("expected");
+    result.expected = resolve_path(reader, "expected", text, base_dir);
+    // A tuple's elements are compared with <stem>.<i><ext>: either form may be there.
+    std::error_code ec;
+    if (!fs::exists(*result.expected, ec) && fs::exists(first_element_file(*result.expected), ec)) {
+      require_file(reader, "expected", first_element_file(*result.expected), text,
+                   "expected .npy file");
+    } else {
+      require_file(reader, "expected", *result.expected, text,
+                   "expected .npy file (or, for a tuple, '" +
+                       first_element_file(*result.expected).filename().string() + "')");
+    }
+  }
+  if (reader.contains("value")) {
+    const YAML::Node node = reader.required_node("value");
+    const std::string key_path = reader.child_path("value");
+    if (!node.IsScalar() || node.Tag() == "!") {
+      throw reader.error("value",
+                         "expected a number or a boolean, got " + config::describe_node(node));
+    }
+    try {
+      result.value = config::value_as<int64_t>(node, reader.file(), key_path);
+    } catch (const ConfigError&) {
+      try {
+        result.value = config::value_as<double>(node, reader.file(), key_path);
+      } catch (const ConfigError&) {
+        try {
+          result.value = config::value_as<bool>(node, reader.file(), key_path);
+        } catch (const ConfigError&) {
+          throw reader.error("value", "expected a number or a boolean (true / false), got " +
+                                          config::describe_node(node));
+        }
+      }
+    }
+  }
+  if (reader.contains("save")) {
+    const std::string text = reader.required<std::string>("save");
+    result.save = resolve_path(reader, "save", text, base_dir);
+    std::error_code ec;
+    if (fs::is_directory(*result.save, ec)) {
+      throw reader.error("save", fmt::format("'{}' is a directory", result.save->string()));
+    }
+    if (result.expected &&
+        fs::weakly_canonical(*result.save, ec) == fs::weakly_canonical(*result.expected, ec)) {
+      throw reader.error("save",
+                         "save and expected name the same file; the saved result would "
+                         "replace the reference");
+    }
+  }
+  result.rtol = non_negative(reader, "rtol", result.rtol);
+  result.atol = non_negative(reader, "atol", result.atol);
+  return result;
+}
+
 }  // namespace
 
 fs::path examples_dir() {
@@ -582,13 +677,23 @@ ConfigError error_at(const RunSpec& spec, const std::string& key, const std::str
   return ConfigError(spec.file.string(), line, column, key, message);
 }
 
-RunSpec parse_run_config(const fs::path& path, const DeviceTypeNames& device_types) {
-  YAML::Node root;
+namespace detail {
+
+const std::vector<std::string>& top_keys() { return kTopKeys; }
+const std::vector<std::string>& input_keys() { return kInputKeys; }
+const std::vector<std::string>& evaluator_keys() { return kEvaluatorKeys; }
+const std::vector<std::string>& noise_keys() { return kNoiseKeys; }
+
+YAML::Node load_run_file(const fs::path& path) {
   try {
-    root = config::load_yaml_file(path);
+    return config::load_yaml_file(path);
   } catch (const ConfigError& e) {
     throw name_indentation_tab(e, path);
   }
+}
+
+RunSpec parse_run_node(const YAML::Node& root, const fs::path& path,
+                       const DeviceTypeNames& device_types, bool in_sweep) {
   const std::string file = path.string();
   if (root.IsNull()) {
     throw ConfigError(file, 0, 0, "", "the run configuration is empty; it needs at least 'module'");
@@ -596,6 +701,11 @@ RunSpec parse_run_config(const fs::path& path, const DeviceTypeNames& device_typ
   MapReader top(root, file, "");
   top.allow_keys(kTopKeys);
   top.reject_unknown_keys();
+  if (!in_sweep && top.contains("sweep")) {
+    throw top.error("sweep",
+                    "this configuration is a sweep of several runs: read it with "
+                    "parse_sweep_config (kiln run does; kiln profile takes one run)");
+  }
   const fs::path base_dir = fs::absolute(path).parent_path();
 
   RunSpec spec;
@@ -712,10 +822,42 @@ RunSpec parse_run_config(const fs::path& path, const DeviceTypeNames& device_typ
       spec.remote = parse_remote(*remote, base_dir);
     }
   }
+  if (std::optional<YAML::Node> results = top.node("result"); results && !results->IsNull()) {
+    // One mapping (a check on the whole value) or a list of them.
+    if (results->IsMap()) {
+      MapReader reader(*results, file, "result");
+      spec.result.push_back(parse_result(reader, base_dir));
+    } else if (results->IsSequence()) {
+      std::map<std::vector<int32_t>, size_t> seen;
+      for (size_t i = 0; i < results->size(); ++i) {
+        MapReader reader((*results)[i], file, config::index_key_path("result", i));
+        ResultSpec result = parse_result(reader, base_dir);
+        auto [it, inserted] = seen.emplace(result.element, i);
+        if (!inserted) {
+          throw config::error_at((*results)[i], file, reader.key_path(),
+                                 fmt::format("{} is already checked by result[{}]; merge the two "
+                                             "entries",
+                                             result.name, it->second));
+        }
+        spec.result.push_back(std::move(result));
+      }
+    } else {
+      throw top.error("result",
+                      "expected a mapping (checks on the return value) or a list of "
+                      "them, got " +
+                          config::describe_node(*results));
+    }
+  }
   if (std::optional<MapReader> throughput = top.optional_map("throughput")) {
     spec.throughput = parse_throughput(*throughput);
   }
   return spec;
+}
+
+}  // namespace detail
+
+RunSpec parse_run_config(const fs::path& path, const DeviceTypeNames& device_types) {
+  return detail::parse_run_node(detail::load_run_file(path), path, device_types, false);
 }
 
 }  // namespace kiln::run

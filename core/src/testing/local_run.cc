@@ -12,6 +12,7 @@
 #include "kiln/temp_dir.h"
 #include "kiln/tensor.h"
 #include "kiln/testing.h"
+#include "kiln/vm/virtual_machine.h"
 #include "testing/run_steps.h"
 
 namespace kiln::testing {
@@ -45,6 +46,17 @@ std::vector<Any> args_to_host(const std::vector<Any>& args) {
     out.push_back(a.type_code() == KILN_TYPE_TENSOR ? Any(a.cast<Tensor>().to_host()) : a);
   }
   return out;
+}
+
+Any result_to_host(const Any& value) {
+  if (value.type_code() == KILN_TYPE_TENSOR) return Any(value.cast<Tensor>().to_host());
+  if (Ref<vm::ArrayObj> tuple = value.as_object<vm::ArrayObj>()) {
+    std::vector<Any> items;
+    items.reserve(tuple->items.size());
+    for (const Any& item : tuple->items) items.push_back(result_to_host(item));
+    return vm::make_array(std::move(items));
+  }
+  return value;
 }
 
 }  // namespace detail
@@ -114,14 +126,16 @@ RunResult local_run(Runtime& runtime, const Module& mod, const std::string& devi
     return evaluator(device_args);
   });
 
-  // 8. One more call: the outputs the caller sees.
-  step(hooks, "call", [&] { f.call_packed(device_args); });
+  // 8. One more call: the outputs (and the return value) the caller sees.
+  Any returned;
+  step(hooks, "call", [&] { returned = f.call_packed(device_args); });
 
   // 9.
   std::vector<Any> outputs =
       step(hooks, "download", [&] { return detail::args_to_host(device_args); });
+  Any result = detail::result_to_host(returned);
   // 10. The temporary directory goes with `temp`.
-  return RunResult{std::move(outputs), std::move(profile)};
+  return RunResult{std::move(outputs), std::move(profile), std::move(result)};
 }
 
 }  // namespace kiln::testing

@@ -63,8 +63,16 @@ RunResult rpc_run(Runtime& runtime, const Module& mod, const std::string& device
     result.profile = step(hooks, "time", [&] {
       return remote_mod.time_evaluator(function, device, options)(device_args);
     });
-    step(hooks, "call", [&] { remote_mod.get_function(function).call_packed(device_args); });
+    Any returned;
+    step(hooks, "call",
+         [&] { returned = remote_mod.get_function(function).call_packed(device_args); });
     result.outputs = step(hooks, "download", [&] { return detail::args_to_host(device_args); });
+    // Tensors and scalars come back; anything else (a remote tuple) stays on the server.
+    const int32_t code = returned.type_code();
+    if (code == KILN_TYPE_TENSOR || code == KILN_TYPE_INT || code == KILN_TYPE_FLOAT ||
+        code == KILN_TYPE_BOOL) {
+      result.result = detail::result_to_host(returned);
+    }
   } catch (...) {
     failure = std::current_exception();
   }

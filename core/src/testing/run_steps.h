@@ -70,6 +70,8 @@ std::vector<Any> args_to_device(const std::vector<Any>& args, Device device,
                                 const DeviceContext& context);
 // Host copies of the tensor arguments; other values as they are.
 std::vector<Any> args_to_host(const std::vector<Any>& args);
+// A returned value with its tensors on the host, also inside (nested) vm::ArrayObj tuples.
+Any result_to_host(const Any& value);
 
 }  // namespace kiln::testing::detail
 
