@@ -45,15 +45,17 @@ step("run the host app with the example device plugin and collector"
 step("list plugins with the installed kiln tool" EXPECT "exampledev +1\\.0\\.0 +1\\.[0-9]+ +loaded"
      COMMAND ${CMAKE_COMMAND} -E env KILN_PLUGINS=exampledev,cpu
      ${prefix}/bin/kiln --plugin-path ${WORK_DIR}/device_plugin/plugins plugins)
-# The issue's "done when": the installed kiln-conformance passes the example device plugin.
-step("run the installed kiln-conformance on the example device plugin"
-     EXPECT "kiln-conformance [0-9.]+: pass \\([0-9]+ passed, 0 failed"
+# The issue's "done when": the installed kiln-conformance passes the example device plugin and
+# the example collector.
+step("run the installed kiln-conformance on the example device plugin and collector"
+     EXPECT "kiln-conformance [0-9.]+: pass \\([0-9]+ passed, 0 failed.*device +exampledev +exampledev 1\\.0\\.0.*collector +rusage +rusage 1\\.0\\.0"
      COMMAND ${prefix}/bin/kiln-conformance --plugin-path ${WORK_DIR}/device_plugin/plugins
-     --device exampledev --require-device
+     --plugin-path ${WORK_DIR}/rusage_collector/plugins
+     --device exampledev --require-device --collector rusage
      --module exampledev:${WORK_DIR}/device_plugin/vector_add.exampledev:exampledev_so:vector_add
      --report ${WORK_DIR}/conformance.md --report-json ${WORK_DIR}/conformance.json)
 file(READ ${WORK_DIR}/conformance.md report)
 message(STATUS "conformance report:\n${report}")
-if(NOT report MATCHES "Verdict: pass.*Plugin: exampledev 1\\.0\\.0.*LoadsModuleAndLaunchesKernel \\| pass")
-  message(FATAL_ERROR "${WORK_DIR}/conformance.md does not show a pass of the module test")
+if(NOT report MATCHES "Verdict: pass.*Plugin: exampledev 1\\.0\\.0.*LoadsModuleAndLaunchesKernel \\| pass.*Collector `rusage`: pass.*ReportsMetricsForAHostCall \\| pass")
+  message(FATAL_ERROR "${WORK_DIR}/conformance.md does not show a pass of the module and collector tests")
 endif()

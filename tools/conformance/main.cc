@@ -33,6 +33,7 @@ struct Options {
   std::vector<std::filesystem::path> plugin_paths;
   std::optional<std::filesystem::path> plugin_set;
   std::vector<std::string> devices;
+  std::vector<std::string> collectors;
   std::vector<std::string> modules;
   std::string report;
   std::string report_json;
@@ -68,6 +69,20 @@ std::vector<std::string> all_device_types(const kiln::Runtime& runtime) {
   return out;
 }
 
+// Every collector a considered plugin provides or would provide, in search order.
+std::vector<std::string> all_collectors(const kiln::Runtime& runtime) {
+  std::vector<std::string> out = runtime.collector_names();
+  for (const kiln::PluginStatus& s : runtime.plugins()) {
+    for (const std::string& p : s.provides) {
+      if (p.rfind("collector:", 0) == 0 &&
+          std::find(out.begin(), out.end(), p.substr(10)) == out.end()) {
+        out.push_back(p.substr(10));
+      }
+    }
+  }
+  return out;
+}
+
 void check_usage(const kiln::Runtime& runtime, const Options& options,
                  const std::vector<kiln::conformance::ModuleSpec>& modules,
                  const std::vector<std::string>& types) {
@@ -81,6 +96,16 @@ void check_usage(const kiln::Runtime& runtime, const Options& options,
           "--device {}: no plugin found serves device type '{}' (device types found: {}); add "
           "its folder with --plugin-path",
           type, type, known_text));
+    }
+  }
+  const std::vector<std::string> collectors = all_collectors(runtime);
+  for (const std::string& name : options.collectors) {
+    if (std::find(collectors.begin(), collectors.end(), name) == collectors.end()) {
+      throw UsageError(fmt::format(
+          "--collector {}: no plugin found provides collector '{}' (collectors found: {}); add "
+          "its folder with --plugin-path",
+          name, name,
+          collectors.empty() ? "none" : fmt::format("{}", fmt::join(collectors, ", "))));
     }
   }
   std::set<std::string> seen;
@@ -137,8 +162,11 @@ int run(int argc, char** argv) {
                  "Plugin set YAML to use (default: $KILN_PLUGIN_SET, else "
                  "<prefix>/share/kiln/plugins.yaml)");
   app.add_option("--device", options.devices,
-                 "Device type to test (repeatable; default: every device type a plugin found "
-                 "serves or would serve)");
+                 "Device type to test (repeatable; default: with neither --device nor "
+                 "--collector, every device type a plugin found serves or would serve; else none)");
+  app.add_option("--collector", options.collectors,
+                 "Metric collector to test (repeatable; default: with neither --device nor "
+                 "--collector, every collector a plugin found provides; else none)");
   app.add_option("--module", options.modules,
                  "TYPE:PATH:FORMAT:KERNEL: the module whose KERNEL computes out[i] = a[i] + "
                  "alpha*b[i] on TYPE, metadata from PATH.json if present (repeatable, one per "
@@ -168,13 +196,19 @@ int run(int argc, char** argv) {
   runtime_options.search_paths = options.plugin_paths;
   kiln::Runtime runtime(runtime_options);
 
-  const std::vector<std::string> types =
-      options.devices.empty() ? all_device_types(runtime) : options.devices;
+  // Neither --device nor --collector: everything found. Naming either tests only what is named.
+  const bool everything = options.devices.empty() && options.collectors.empty();
+  const std::vector<std::string> types = everything ? all_device_types(runtime) : options.devices;
+  const std::vector<std::string> collectors =
+      everything ? all_collectors(runtime) : options.collectors;
   check_usage(runtime, options, modules, types);
   kiln::conformance::ResolveOptions resolve;
   resolve.require_device = options.require_device;
-  const std::vector<kiln::conformance::Target> targets =
+  std::vector<kiln::conformance::Target> targets =
       kiln::conformance::resolve_targets(runtime, types, modules, resolve);
+  for (auto& t : kiln::conformance::resolve_collectors(runtime, collectors)) {
+    targets.push_back(std::move(t));
+  }
   kiln::conformance::register_tests(runtime, targets);
 
   const int gtest_status = RUN_ALL_TESTS();
@@ -200,7 +234,9 @@ int run(int argc, char** argv) {
   std::printf("\nkiln-conformance %s: %s (%d passed, %d failed, %d skipped)\n", kiln::version(),
               summary.verdict.c_str(), summary.passed, summary.failed, summary.skipped);
   for (const auto& t : targets) {
-    std::printf("  %-12s %s%s%s\n", t.device_type.c_str(),
+    std::printf("  %-10s %-12s %s%s%s\n",
+                t.kind == kiln::conformance::Target::Kind::kDevice ? "device" : "collector",
+                t.name.c_str(),
                 t.plugin ? (t.plugin->name + " " + t.plugin->version).c_str() : "(no plugin)",
                 t.reason.empty() ? "" : ": ", t.reason.c_str());
   }

@@ -68,12 +68,19 @@ std::string cell(const std::string& text) {
   return out.empty() ? "-" : out;
 }
 
-Summary count(const std::vector<TestOutcome>& outcomes, const std::string& type) {
-  std::vector<TestOutcome> of_type;
+// The summary of `target`'s tests.
+Summary count(const std::vector<TestOutcome>& outcomes, const Target& target) {
+  std::vector<TestOutcome> of_target;
   for (const auto& o : outcomes) {
-    if (o.device_type == type) of_type.push_back(o);
+    if (o.suite == target.suite()) of_target.push_back(o);
   }
-  return summarize(of_type);
+  return summarize(of_target);
+}
+
+// "Device type `cpu`" / "Collector `rusage`".
+std::string title(const Target& t) {
+  return fmt::format("{} `{}`", t.kind == Target::Kind::kDevice ? "Device type" : "Collector",
+                     t.name);
 }
 
 }  // namespace
@@ -118,9 +125,9 @@ std::string markdown_report(const ReportContext& context, const std::vector<Targ
                        ? "(none)"
                        : fmt::format("{}", fmt::join(context.search_paths, ", "))));
   for (const Target& t : targets) {
-    const Summary s = count(outcomes, t.device_type);
+    const Summary s = count(outcomes, t);
     line();
-    line(fmt::format("## Device type `{}`: {}", t.device_type, s.verdict));
+    line(fmt::format("## {}: {}", title(t), s.verdict));
     line();
     line(fmt::format("- Status: {}{}", disposition_text(t.disposition),
                      t.reason.empty() ? "" : " — " + t.reason));
@@ -135,36 +142,40 @@ std::string markdown_report(const ReportContext& context, const std::vector<Targ
     } else {
       line("- Plugin: none found");
     }
-    if (t.module) {
+    if (t.kind == Target::Kind::kCollector) {
+      // Collectors have no devices or modules of their own.
+    } else if (t.module) {
       const std::string sha = file_sha256(t.module->path);
       line(fmt::format("- Module: {} (format {}, kernel {}, SHA-256 {})", t.module->path,
                        t.module->format, t.module->kernel, sha.empty() ? "(unreadable)" : sha));
     } else {
       line("- Module: none given");
     }
-    line(fmt::format("- Devices: {}{}", t.device_count,
-                     t.device_count == 0 && !t.why_none.empty() ? " — " + t.why_none : ""));
-    for (size_t id = 0; id < t.devices.size(); ++id) {
-      std::vector<std::string> attrs;
-      for (const auto& [k, v] : t.devices[id]) attrs.push_back(fmt::format("{}={}", k, v));
-      line(fmt::format("  - {}:{}: {}", t.device_type, id, fmt::join(attrs, ", ")));
+    if (t.kind == Target::Kind::kDevice) {
+      line(fmt::format("- Devices: {}{}", t.device_count,
+                       t.device_count == 0 && !t.why_none.empty() ? " — " + t.why_none : ""));
+      for (size_t id = 0; id < t.devices.size(); ++id) {
+        std::vector<std::string> attrs;
+        for (const auto& [k, v] : t.devices[id]) attrs.push_back(fmt::format("{}={}", k, v));
+        line(fmt::format("  - {}:{}: {}", t.name, id, fmt::join(attrs, ", ")));
+      }
     }
     line();
     line("| Test | Result | Reason |");
     line("| --- | --- | --- |");
     for (const TestOutcome& o : outcomes) {
-      if (o.device_type != t.device_type) continue;
+      if (o.suite != t.suite()) continue;
       line(fmt::format("| {} | {} | {} |", o.name, to_string(o.status), cell(o.message)));
     }
   }
   line();
   line("## Summary");
   line();
-  line("| Device type | Passed | Failed | Skipped | Verdict |");
+  line("| Tested | Passed | Failed | Skipped | Verdict |");
   line("| --- | --- | --- | --- | --- |");
   for (const Target& t : targets) {
-    const Summary s = count(outcomes, t.device_type);
-    line(fmt::format("| {} | {} | {} | {} | {} |", t.device_type, s.passed, s.failed, s.skipped,
+    const Summary s = count(outcomes, t);
+    line(fmt::format("| {} | {} | {} | {} | {} |", title(t), s.passed, s.failed, s.skipped,
                      s.verdict));
   }
   line(fmt::format("| **all** | {} | {} | {} | **{}** |", total.passed, total.failed, total.skipped,
@@ -184,13 +195,18 @@ std::string json_report(const ReportContext& context, const std::vector<Target>&
   doc["gtest_filter"] = context.gtest_filter;
   doc["plugin_set"] = context.plugin_set;
   doc["search_paths"] = context.search_paths;
-  doc["device_types"] = json::array();
+  doc["targets"] = json::array();
   for (const Target& t : targets) {
-    const Summary s = count(outcomes, t.device_type);
-    json jt{{"type", t.device_type},  {"status", disposition_text(t.disposition)},
-            {"reason", t.reason},     {"device_count", t.device_count},
-            {"why_none", t.why_none}, {"verdict", s.verdict},
-            {"passed", s.passed},     {"failed", s.failed},
+    const Summary s = count(outcomes, t);
+    json jt{{"kind", t.kind == Target::Kind::kDevice ? "device" : "collector"},
+            {"name", t.name},
+            {"status", disposition_text(t.disposition)},
+            {"reason", t.reason},
+            {"device_count", t.device_count},
+            {"why_none", t.why_none},
+            {"verdict", s.verdict},
+            {"passed", s.passed},
+            {"failed", s.failed},
             {"skipped", s.skipped}};
     if (t.plugin) {
       const PluginStatus& p = *t.plugin;
@@ -218,17 +234,17 @@ std::string json_report(const ReportContext& context, const std::vector<Target>&
       json attrs = json::object();
       for (const auto& [k, v] : t.devices[id]) attrs[k] = v;
       jt["devices"].push_back(
-          {{"device", fmt::format("{}:{}", t.device_type, id)}, {"attributes", attrs}});
+          {{"device", fmt::format("{}:{}", t.name, id)}, {"attributes", attrs}});
     }
     jt["tests"] = json::array();
     for (const TestOutcome& o : outcomes) {
-      if (o.device_type != t.device_type) continue;
+      if (o.suite != t.suite()) continue;
       jt["tests"].push_back({{"name", o.name},
                              {"result", to_string(o.status)},
                              {"reason", o.message},
                              {"elapsed_ms", o.elapsed_ms}});
     }
-    doc["device_types"].push_back(std::move(jt));
+    doc["targets"].push_back(std::move(jt));
   }
   doc["summary"] = {{"passed", total.passed},
                     {"failed", total.failed},

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <numeric>
 #include <thread>
 
+#include "kiln/profiling/collector.h"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/sdk/support/sha256.hpp"
@@ -61,9 +64,9 @@ class ConformanceTest : public ::testing::Test {
   void SetUp() override {
     switch (target_.disposition) {
       case Target::Disposition::kSkip:
-        GTEST_SKIP() << target_.device_type << ": " << target_.reason;
+        GTEST_SKIP() << target_.name << ": " << target_.reason;
       case Target::Disposition::kFail:
-        FAIL() << target_.device_type << ": " << target_.reason;
+        FAIL() << target_.name << ": " << target_.reason;
       case Target::Disposition::kRun:
         break;
     }
@@ -181,7 +184,7 @@ const ModuleSpec* module_or_skip(ConformanceTest& t) {
 std::string module_skip_reason(const ConformanceTest& t) {
   if (!t.backend_->has_modules()) return "the backend has no module slots (it runs no kernels)";
   return fmt::format("no conformance module given for {} (--module {}:PATH:FORMAT:KERNEL)",
-                     t.target_.device_type, t.target_.device_type);
+                     t.target_.name, t.target_.name);
 }
 
 void loads_module_and_launches_kernel(ConformanceTest& t) {
@@ -256,6 +259,129 @@ void rejects_garbage_modules(ConformanceTest& t) {
       << "an unknown format";
 }
 
+// ---- metric collectors (docs/plugin-abi.md §10.5), through the wrapper profiling uses ----
+
+// One collector test, bound to one collector target (the fixture of "CollectorConformance/*").
+class CollectorTest : public ::testing::Test {
+ public:
+  using Body = void (*)(CollectorTest&);
+  CollectorTest(const Runtime& runtime, const Target& target, Body body)
+      : runtime_(runtime), target_(target), body_(body) {}
+
+  void SetUp() override {
+    switch (target_.disposition) {
+      case Target::Disposition::kSkip:
+        GTEST_SKIP() << target_.name << ": " << target_.reason;
+      case Target::Disposition::kFail:
+        FAIL() << target_.name << ": " << target_.reason;
+      case Target::Disposition::kRun:
+        break;
+    }
+  }
+  void TestBody() override { body_(*this); }
+
+  // A fresh collector instance (its own init/teardown cycle), initialised for the host.
+  std::shared_ptr<profiling::MetricCollector> make() const {
+    auto c = profiling::plugin_collector(target_.name, runtime_);
+    c->init({Device::cpu()});
+    return c;
+  }
+
+  const Runtime& runtime_;
+  const Target& target_;
+  Body body_;
+};
+
+// Work for a measured call: a few milliseconds of arithmetic over 4 MiB of fresh pages, so that
+// time and fault counters have something to count.
+double busy_call() {
+  std::vector<double> pages(1 << 19);
+  double sum = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
+  while (std::chrono::steady_clock::now() < until) {
+    for (size_t i = 0; i < pages.size(); i += 512) sum += (pages[i] += 1.0);
+  }
+  return sum;
+}
+
+// Checks every metric of one call: a non-empty name, and a value in its kind's range.
+void expect_valid_metrics(const profiling::MetricMap& metrics, const std::string& what) {
+  EXPECT_FALSE(metrics.empty()) << what << ": the collector reported no metric for a host call";
+  for (const auto& [name, value] : metrics) {
+    EXPECT_FALSE(name.empty()) << what << ": a metric without a name";
+    if (const auto* d = std::get_if<profiling::Duration>(&value)) {
+      EXPECT_TRUE(std::isfinite(d->microseconds) && d->microseconds >= 0)
+          << what << ": " << name << " = " << d->microseconds << " us (a duration is >= 0)";
+    } else if (const auto* p = std::get_if<profiling::Percent>(&value)) {
+      EXPECT_TRUE(std::isfinite(p->percent) && p->percent >= 0 && p->percent <= 100)
+          << what << ": " << name << " = " << p->percent << "% (a percentage is 0-100)";
+    } else if (const auto* r = std::get_if<profiling::Ratio>(&value)) {
+      EXPECT_TRUE(std::isfinite(r->ratio)) << what << ": " << name << " is not finite";
+    }
+  }
+}
+
+void reports_metrics_for_a_host_call(CollectorTest& t) {
+  auto c = t.make();
+  std::shared_ptr<void> handle = c->start(Device::cpu());
+  if (!handle) GTEST_SKIP() << t.target_.name << " does not measure host (cpu) calls";
+  volatile double sink = busy_call();
+  (void)sink;
+  expect_valid_metrics(c->stop(handle), "one call");
+}
+
+void reports_the_same_metrics_every_call(CollectorTest& t) {
+  auto c = t.make();
+  std::vector<std::string> first;
+  for (int call = 0; call < 20; ++call) {
+    std::shared_ptr<void> handle = c->start(Device::cpu());
+    if (!handle) GTEST_SKIP() << t.target_.name << " does not measure host (cpu) calls";
+    std::vector<std::string> names;
+    for (const auto& [name, value] : c->stop(handle)) names.push_back(name);
+    if (call == 0) {
+      first = names;
+    } else {
+      ASSERT_EQ(names, first) << "call " << call << " reported other metrics than call 0";
+    }
+  }
+}
+
+void survives_init_and_teardown_cycles(CollectorTest& t) {
+  // Each instance inits and tears down its own state, as each profiler run does.
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    auto c = t.make();
+    std::shared_ptr<void> handle = c->start(Device::cpu());
+    if (handle) expect_valid_metrics(c->stop(handle), "cycle " + std::to_string(cycle));
+  }
+}
+
+void declines_devices_it_does_not_measure(CollectorTest& t) {
+  // A device type no backend serves: start must decline (a NULL handle) or fail with an error,
+  // never crash; the profiler then reports nothing from this collector for that call.
+  auto c = t.make();
+  try {
+    std::shared_ptr<void> handle = c->start(Device{127, 0});
+    if (handle) expect_valid_metrics(c->stop(handle), "a device type no backend serves");
+  } catch (const Error& e) {
+    SUCCEED() << "refused with an error: " << e.what();
+  }
+}
+
+struct CollectorTestCase {
+  const char* name;
+  CollectorTest::Body body;
+};
+
+// The order is the report's order.
+constexpr CollectorTestCase kCollectorTests[] = {
+    {"ReportsMetricsForAHostCall", reports_metrics_for_a_host_call},
+    {"ReportsTheSameMetricsEveryCall", reports_the_same_metrics_every_call},
+    {"SurvivesInitAndTeardownCycles", survives_init_and_teardown_cycles},
+    {"DeclinesDevicesItDoesNotMeasure", declines_devices_it_does_not_measure},
+};
+
+// ---- device backends ----
+
 struct TestCase {
   const char* name;
   ConformanceTest::Body body;
@@ -273,9 +399,11 @@ constexpr TestCase kTests[] = {
     {"RejectsGarbageModules", rejects_garbage_modules},
 };
 
-constexpr const char* kSuitePrefix = "DeviceConformance/";
-
 }  // namespace
+
+std::string Target::suite() const {
+  return (kind == Kind::kDevice ? "DeviceConformance/" : "CollectorConformance/") + name;
+}
 
 ModuleSpec parse_module_spec(const std::string& spec) {
   // TYPE is everything before the first ':', FORMAT and KERNEL the last two fields, PATH the
@@ -311,7 +439,7 @@ std::vector<Target> resolve_targets(const Runtime& runtime,
   std::vector<Target> targets;
   for (const std::string& type : device_types) {
     Target t;
-    t.device_type = type;
+    t.name = type;
     for (const ModuleSpec& m : modules) {
       if (m.device_type == type) {
         t.module = m;
@@ -380,13 +508,55 @@ std::vector<Target> resolve_targets(const Runtime& runtime,
   return targets;
 }
 
+std::vector<Target> resolve_collectors(const Runtime& runtime,
+                                       const std::vector<std::string>& names) {
+  std::vector<Target> targets;
+  const std::vector<std::string> loaded = runtime.collector_names();
+  for (const std::string& name : names) {
+    Target t;
+    t.kind = Target::Kind::kCollector;
+    t.name = name;
+    for (const PluginStatus& s : runtime.plugins()) {
+      for (const std::string& p : s.provides) {
+        if (p != "collector:" + name) continue;
+        if (!t.plugin || s.state == PluginStatus::State::kLoaded) t.plugin = s;
+      }
+    }
+    if (t.plugin) t.library_sha256 = sha256_of_file(t.plugin->library);
+    if (std::find(loaded.begin(), loaded.end(), name) == loaded.end()) {
+      if (!t.plugin) {
+        t.disposition = Target::Disposition::kSkip;
+        t.reason = "no plugin providing it was found in the search paths";
+      } else {
+        t.disposition = t.plugin->state == PluginStatus::State::kFailed
+                            ? Target::Disposition::kFail
+                            : Target::Disposition::kSkip;
+        t.reason = fmt::format("plugin {} is {}: {}", t.plugin->name, to_string(t.plugin->state),
+                               t.plugin->reason);
+      }
+    }
+    targets.push_back(std::move(t));
+  }
+  return targets;
+}
+
 void register_tests(const Runtime& runtime, const std::vector<Target>& targets) {
+  // No value parameter: the target is in the suite name already, and ctest would show it again
+  // as "# GetParam() = ...".
   for (const Target& target : targets) {
-    const std::string suite = kSuitePrefix + target.device_type;
+    const std::string suite = target.suite();
+    if (target.kind == Target::Kind::kCollector) {
+      for (const CollectorTestCase& test : kCollectorTests) {
+        CollectorTest::Body body = test.body;
+        ::testing::RegisterTest(suite.c_str(), test.name, nullptr, nullptr, __FILE__, __LINE__,
+                                [&runtime, &target, body]() -> ::testing::Test* {
+                                  return new CollectorTest(runtime, target, body);
+                                });
+      }
+      continue;
+    }
     for (const TestCase& test : kTests) {
       ConformanceTest::Body body = test.body;
-      // No value parameter: the type is in the suite name already, and ctest would show it
-      // again as "# GetParam() = ...".
       ::testing::RegisterTest(suite.c_str(), test.name, nullptr, nullptr, __FILE__, __LINE__,
                               [&runtime, &target, body]() -> ::testing::Test* {
                                 return new ConformanceTest(runtime, target, body);
@@ -419,8 +589,7 @@ std::vector<TestOutcome> collect_outcomes() {
       TestOutcome o;
       o.suite = suite.name();
       o.name = info.name();
-      o.device_type =
-          o.suite.rfind(kSuitePrefix, 0) == 0 ? o.suite.substr(std::strlen(kSuitePrefix)) : o.suite;
+      o.target = o.suite.substr(o.suite.find('/') + 1);
       o.elapsed_ms = result.elapsed_time();
       o.status = result.Failed()    ? TestOutcome::Status::kFailed
                  : result.Skipped() ? TestOutcome::Status::kSkipped

@@ -31,14 +31,16 @@ struct ModuleSpec {
 // not). Throws ValueError naming the spec and the missing or empty field.
 ModuleSpec parse_module_spec(const std::string& spec);
 
-// What the suite found for one device type, resolved against a loaded Runtime before the tests
-// run; the tests and the report both read it.
+// What the suite found for one device type or metric collector, resolved against a loaded
+// Runtime before the tests run; the tests and the report both read it.
 struct Target {
+  enum class Kind { kDevice, kCollector };
   // How the type's tests start: run them, skip them all (`reason` says why), or fail them all
   // (a plugin that would serve the type failed to load, or --require-device and no device).
   enum class Disposition { kRun, kSkip, kFail };
 
-  std::string device_type;
+  Kind kind = Kind::kDevice;
+  std::string name;  // the device type or the collector name
   Disposition disposition = Disposition::kRun;
   std::string reason;                  // why skipped or failed; empty for kRun
   std::optional<PluginStatus> plugin;  // the plugin serving (or meant to serve) the type
@@ -49,6 +51,10 @@ struct Target {
   // Attributes of each device, as text, in the order the plugin visits them.
   std::vector<std::vector<std::pair<std::string, std::string>>> devices;
   std::optional<ModuleSpec> module;
+
+  // The GoogleTest suite of the target's tests: "DeviceConformance/<type>" or
+  // "CollectorConformance/<name>".
+  std::string suite() const;
 };
 
 // How device types without a plugin or without a device are treated.
@@ -66,15 +72,21 @@ std::vector<Target> resolve_targets(const Runtime& runtime,
                                     const std::vector<ModuleSpec>& modules,
                                     const ResolveOptions& options = {});
 
-// Registers the suite's tests with GoogleTest, one test suite "DeviceConformance/<type>" per
-// target. `runtime` and `targets` are borrowed and must outlive RUN_ALL_TESTS().
+// Resolves each collector of `names` against `runtime` as resolve_targets does device types: a
+// collector no considered plugin provides, or whose plugin is disabled, skips; one whose plugin
+// failed to load fails.
+std::vector<Target> resolve_collectors(const Runtime& runtime,
+                                       const std::vector<std::string>& names);
+
+// Registers the suite's tests with GoogleTest, one test suite per target (Target::suite()).
+// `runtime` and `targets` are borrowed and must outlive RUN_ALL_TESTS().
 void register_tests(const Runtime& runtime, const std::vector<Target>& targets);
 
 // The outcome of one test, read back from GoogleTest after RUN_ALL_TESTS().
 struct TestOutcome {
-  std::string suite;  // "DeviceConformance/cpu"
-  std::string name;   // "AllocatesAlignedMemory"
-  std::string device_type;
+  std::string suite;   // "DeviceConformance/cpu"
+  std::string name;    // "AllocatesAlignedMemory"
+  std::string target;  // the device type or collector: "cpu"
   enum class Status { kPassed, kFailed, kSkipped } status = Status::kPassed;
   std::string message;  // the skip reason or the failure messages; empty when passed
   int64_t elapsed_ms = 0;
