@@ -233,6 +233,8 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
   static KilnDeviceBackend table = kiln::sdk::make_device_backend(&backend, kExampledevType);
   static const KilnComponent components[] = {
       kiln::sdk::component(KILN_COMPONENT_DEVICE, "exampledev", &table)};
+  // KILN_PLUGIN_VERSION: kiln_add_plugin() defines it from the project's VERSION, the same
+  // value it writes into the manifest.
   kiln::sdk::PluginDescription description{"exampledev", KILN_PLUGIN_VERSION, components};
   description.configure = [](const KilnNegotiateIn& offer) {
     backend.set_device_count(device_count_option(offer.options_json));
