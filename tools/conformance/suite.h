@@ -1,8 +1,8 @@
-// The device conformance suite (docs/conformance.md): what every device backend plugin must do,
-// through the same C++ wrapper the core uses. Shared by the installed `kiln-conformance` tool
-// and the in-tree `kiln_conformance_tests`; both register the tests at run time, after their
-// Runtime has loaded the plugins, so the device types under test are resolved against the
-// plugins actually loaded.
+// The conformance suite (docs/conformance.md): what every device backend plugin and every
+// metric collector plugin must do, through the same C++ wrappers the core uses. Shared by the
+// installed `kiln-conformance` tool and the in-tree `kiln_conformance_tests`; both register the
+// tests at run time, after their Runtime has loaded the plugins, so what is under test is
+// resolved against the plugins actually loaded.
 #ifndef KILN_TOOLS_CONFORMANCE_SUITE_H_
 #define KILN_TOOLS_CONFORMANCE_SUITE_H_
 

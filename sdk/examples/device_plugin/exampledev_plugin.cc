@@ -11,8 +11,9 @@
 // structure (a backend class, kiln::sdk::make_device_backend, KilnSDK::support for metadata,
 // argument packing and in-memory loading) is the same. It passes kiln-conformance:
 //
-//   kiln-conformance --plugin-path build/plugins --device exampledev --require-device \
+//   kiln-conformance --plugin-path build/plugins --device exampledev --require-device
 //     --module exampledev:build/vector_add.exampledev:exampledev_so:vector_add
+// (one command line; see CMakeLists.txt beside this file).
 #include <dlfcn.h>
 
 #include <chrono>
