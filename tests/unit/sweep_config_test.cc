@@ -30,7 +30,7 @@ class SweepConfigTest : public ::testing::Test {
   SweepConfigTest() { write("mod.so", "a stand-in: the parser only checks that it exists"); }
 
   fs::path write(const std::string& name, const std::string& text) const {
-    const fs::path path = dir_.path() / name;
+    fs::path path = dir_.path() / name;
     fs::create_directories(path.parent_path());
     std::ofstream(path, std::ios::binary) << text;
     return path;

@@ -412,6 +412,14 @@ int run_sweep(Runtime& runtime, const run::SweepSpec& sweep, const RunOptions& o
           *options.device, sweep.file.string()));
     }
   }
+  // A bad --device is the command line's fault, not each point's.
+  if (options.device) {
+    try {
+      parse_device_option(runtime, *options.device);
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }
   const size_t total = sweep.points.size();
   Progress progress(Progress::choose(options.progress, options.json, stderr), "", stderr);
   std::vector<PointRun> runs(total);
@@ -573,13 +581,13 @@ int run_sweep(Runtime& runtime, const run::SweepSpec& sweep, const RunOptions& o
       row.cells.push_back(format_seconds(o.result.profile.median()));
       row.cells.push_back(sum.n >= 2 ? format_percent(sum.cv) : "-");
       row.cells.push_back(sum.n >= 2 ? format_percent(sum.rse) : "-");
-      row.cells.push_back(o.verdict.noisy ? "noisy" : "ok");
+      row.cells.emplace_back(o.verdict.noisy ? "noisy" : "ok");
       row.cells.push_back(o.show_throughput ? fmt::format("{:.3g}", o.throughput.gb_per_s) : "-");
       row.cells.push_back(
           o.throughput.gflop_per_s ? fmt::format("{:.3g}", *o.throughput.gflop_per_s) : "-");
       row.cells.push_back(o.result.profile.timer);
     } else {
-      for (int k = 0; k < 7; ++k) row.cells.push_back("-");
+      for (int k = 0; k < 7; ++k) row.cells.emplace_back("-");
     }
     row.cells.push_back(r.status == "ok" ? "ok"
                                          : fmt::format("{} (exit {})", r.status, r.exit_code));
