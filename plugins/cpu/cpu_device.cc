@@ -185,7 +185,7 @@ void* CpuDevice::module_load(int32_t device_id, const void* data, size_t size, c
                                            (format != nullptr ? format : "(null)") +
                                            "' (it loads 'so' kernel libraries only)");
   }
-  return KernelLibrary::open_bytes(state_, data, size).release();
+  return KernelLibrary::open_bytes(data, size, kernel_library_options(state_)).release();
 }
 
 // Finds function `name` of `module`; NOT_FOUND lists the available names.

@@ -67,7 +67,7 @@ KilnError* load_file(void* self, const char* path, KilnLoadedModule* out) {
     auto& state = *static_cast<PluginState*>(self);
     auto module = std::make_unique<LoadedModule>();
     // Opened first so that a missing file is reported as NOT_FOUND by the library code.
-    module->library = KernelLibrary::open_file(state, path);
+    module->library = KernelLibrary::open_file(path, kernel_library_options(state));
     module->bytes = read_file(path);
     module->base_name = base_name(path);
     module->artifact = sdk::make_table<KilnArtifact>();

@@ -443,3 +443,34 @@ TEST(PluginLoader, PluginSetChoicesForLoadersExportersAndCollectorsAreChecked) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Every error a plugin's slot returns reaches the user naming the component, the slot and the
+// plugin (docs/plugin-abi.md §7).
+TEST(PluginErrors, NameTheSlotAndThePlugin) {
+  RuntimeOptions options;
+  options.search_paths = {fs::path(KILN_BUILD_DIR) / "lib" / "kiln" / "plugins"};
+  options.read_environment = false;
+  options.search_install_prefix = false;
+  Runtime rt(options);
+  try {
+    rt.backend(kDLCPU)->alloc(0, size_t{1} << 62, 64);
+    FAIL() << "an allocation of 2^62 bytes succeeded";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cpu backend (alloc, plugin 'cpu'): "));
+  }
+  const fs::path not_a_library = fs::path(::testing::TempDir()) / "kiln_not_a_library.so";
+  std::ofstream(not_a_library) << "not an ELF file";
+  try {
+    rt.load_module(not_a_library);
+    FAIL() << "a text file loaded as a module";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("(load_file of plugin 'cpu' loader 'so'): "));
+  }
+  fs::remove(not_a_library);
+}
+
+}  // namespace
+}  // namespace kiln

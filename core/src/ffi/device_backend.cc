@@ -19,7 +19,8 @@ DeviceBackend::DeviceBackend(const KilnDeviceBackend* table, std::string name,
 void DeviceBackend::check(KilnError* err, const char* slot) const {
   if (err == nullptr) [[likely]]
     return;
-  ffi::raise_plugin_error(err, fmt::format("{} backend ({})", name_, slot));
+  ffi::raise_plugin_error(err,
+                          fmt::format("{} backend ({}, plugin '{}')", name_, slot, plugin_name_));
 }
 
 #define KILN_REQUIRE_SLOT(slot)                                       \

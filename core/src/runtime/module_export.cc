@@ -7,6 +7,7 @@
 #include "kiln/runtime.h"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/support/atomic_file.hpp"
+#include "plugin/loaded_plugin.h"
 
 namespace kiln {
 
@@ -59,7 +60,10 @@ void Module::export_library(const std::filesystem::path& path, const std::string
   request.artifacts = artifacts.data();
   const std::string target = path.string();
   if (KilnError* err = table->export_module(table->self, &request, target.c_str())) {
-    ffi::raise_plugin_error(err, fmt::format("exporting to {} with '{}'", target, exporter));
+    const auto* loaded = dynamic_cast<const plugin::LoadedPlugin*>(plugin.get());
+    ffi::raise_plugin_error(
+        err, fmt::format("exporting to {} with '{}' (export_module of plugin '{}')", target,
+                         exporter, loaded != nullptr ? loaded->name : "?"));
   }
 }
 

@@ -35,7 +35,8 @@ class PluginFormatLoader : public FormatLoader {
     loaded.struct_size = sizeof(loaded);
     const std::string path_text = fs::absolute(path).string();
     if (KilnError* err = table_->load_file(table_->self, path_text.c_str(), &loaded)) {
-      ffi::raise_plugin_error(err, fmt::format("loading {}", path.string()));
+      ffi::raise_plugin_error(err, fmt::format("loading {} (load_file of plugin '{}' loader '{}')",
+                                               path.string(), plugin_->name, format_));
     }
     auto obj = ModuleObj::from_loader(loaded, plugin_, path.string());
     if (obj->kind() != kPackageKind) return Module(std::move(obj));

@@ -15,19 +15,18 @@
 #include "kiln/sdk/abi.hpp"
 #include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/temp_dir.h"
+#include "plugin/loaded_plugin.h"
 
 namespace kiln::profiling {
 namespace {
 
-void check(KilnError* err, const std::string& collector, const char* slot) {
-  if (err == nullptr) return;
-  ffi::raise_plugin_error(err, fmt::format("collector '{}' ({})", collector, slot));
-}
-
 class PluginCollector : public MetricCollector {
  public:
   PluginCollector(std::string name, const KilnMetricCollector* table, Ref<Object> plugin)
-      : name_(std::move(name)), table_(table), plugin_(std::move(plugin)) {}
+      : name_(std::move(name)), table_(table), plugin_(std::move(plugin)) {
+    const auto* loaded = dynamic_cast<const plugin::LoadedPlugin*>(plugin_.get());
+    plugin_name_ = loaded != nullptr ? loaded->name : "?";
+  }
   ~PluginCollector() override { teardown(); }
 
   std::string name() const override { return name_; }
@@ -36,15 +35,14 @@ class PluginCollector : public MetricCollector {
     teardown();
     std::vector<DLDevice> dl;
     for (const Device& d : devices) dl.push_back(d.to_dlpack());
-    check(table_->init(table_->self, dl.data(), static_cast<int32_t>(dl.size()), &state_), name_,
-          "init");
+    check(table_->init(table_->self, dl.data(), static_cast<int32_t>(dl.size()), &state_), "init");
     initialized_ = true;
   }
 
   std::shared_ptr<void> start(Device device) override {
     if (!initialized_) throw RuntimeError(fmt::format("collector '{}' started before init", name_));
     void* handle = nullptr;
-    check(table_->start(table_->self, state_, device.to_dlpack(), &handle), name_, "start");
+    check(table_->start(table_->self, state_, device.to_dlpack(), &handle), "start");
     if (handle == nullptr) return nullptr;
     // The plugin frees the handle in stop(); a handle never stopped is the plugin's to reclaim
     // at teardown.
@@ -56,7 +54,7 @@ class PluginCollector : public MetricCollector {
     auto sink = [](void* ctx, const KilnMetric* metric) {
       static_cast<SinkContext*>(ctx)->add(metric);
     };
-    check(table_->stop(table_->self, state_, state.get(), sink, &sink_ctx), name_, "stop");
+    check(table_->stop(table_->self, state_, state.get(), sink, &sink_ctx), "stop");
     return std::move(sink_ctx.metrics);
   }
 
@@ -101,6 +99,13 @@ class PluginCollector : public MetricCollector {
     }
   };
 
+  // Rethrows a slot's error naming the collector, the slot and the plugin.
+  void check(KilnError* err, const char* slot) const {
+    if (err == nullptr) return;
+    ffi::raise_plugin_error(
+        err, fmt::format("collector '{}' ({}, plugin '{}')", name_, slot, plugin_name_));
+  }
+
   void warn_once(const std::string& message) {
     std::lock_guard<std::mutex> lock(warned_mu_);
     if (warned_.insert(message.substr(0, message.find(" (first:"))).second) {
@@ -115,6 +120,7 @@ class PluginCollector : public MetricCollector {
   }
 
   std::string name_;
+  std::string plugin_name_;
   const KilnMetricCollector* table_;
   Ref<Object> plugin_;
   void* state_ = nullptr;

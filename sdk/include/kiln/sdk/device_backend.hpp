@@ -95,78 +95,85 @@ Backend& backend_of(void* self) {
 // member of the same name.
 template <typename Backend>
 struct DeviceSlots {
-  static constexpr const char* kContext = Backend::kErrorContext;
+  // The prefix of every error message: the backend's kErrorContext, else the plugin's name.
+  static const char* context() {
+    if constexpr (requires { Backend::kErrorContext; }) {
+      return Backend::kErrorContext;
+    } else {
+      return plugin_name().c_str();
+    }
+  }
 
   static KilnError* device_count(void* self, int32_t* count, const char** why_none) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       require(count, "device_count: count");
       *count = backend_of<Backend>(self).device_count(why_none);
     });
   }
   static KilnError* device_attributes(void* self, int32_t device_id, KilnAttributeVisitor visit,
                                       void* ctx) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       require(reinterpret_cast<const void*>(visit), "device_attributes: visit");
       backend_of<Backend>(self).device_attributes(device_id, AttributeVisitor(visit, ctx));
     });
   }
   static KilnError* alloc(void* self, int32_t device_id, size_t nbytes, size_t alignment,
                           void** out) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       require(out, "alloc: out");
       *out = backend_of<Backend>(self).alloc(device_id, nbytes, alignment);
     });
   }
   static KilnError* free(void* self, int32_t device_id, void* ptr) {
-    return guard(kContext, [&] { backend_of<Backend>(self).free(device_id, ptr); });
+    return guard(context(), [&] { backend_of<Backend>(self).free(device_id, ptr); });
   }
   static KilnError* copy_to_device(void* self, int32_t device_id, const void* host_src, void* dst,
                                    size_t dst_offset, size_t nbytes, void* stream) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       backend_of<Backend>(self).copy_to_device(device_id, host_src, dst, dst_offset, nbytes,
                                                stream);
     });
   }
   static KilnError* copy_to_host(void* self, int32_t device_id, const void* src, size_t src_offset,
                                  void* host_dst, size_t nbytes, void* stream) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       backend_of<Backend>(self).copy_to_host(device_id, src, src_offset, host_dst, nbytes, stream);
     });
   }
   static KilnError* copy_on_device(void* self, int32_t device_id, const void* src,
                                    size_t src_offset, void* dst, size_t dst_offset, size_t nbytes,
                                    void* stream) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       backend_of<Backend>(self).copy_on_device(device_id, src, src_offset, dst, dst_offset, nbytes,
                                                stream);
     });
   }
   static KilnError* synchronize(void* self, int32_t device_id, void* stream) {
-    return guard(kContext, [&] { backend_of<Backend>(self).synchronize(device_id, stream); });
+    return guard(context(), [&] { backend_of<Backend>(self).synchronize(device_id, stream); });
   }
   static KilnError* stream_create(void* self, int32_t device_id, void** stream) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       require(stream, "stream_create: stream");
       *stream = backend_of<Backend>(self).stream_create(device_id);
     });
   }
   static KilnError* stream_destroy(void* self, int32_t device_id, void* stream) {
-    return guard(kContext, [&] { backend_of<Backend>(self).stream_destroy(device_id, stream); });
+    return guard(context(), [&] { backend_of<Backend>(self).stream_destroy(device_id, stream); });
   }
   static KilnError* timer_create(void* self, int32_t device_id, void** timer) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       require(timer, "timer_create: timer");
       *timer = backend_of<Backend>(self).timer_create(device_id);
     });
   }
   static KilnError* timer_start(void* self, void* timer, void* stream) {
-    return guard(kContext, [&] { backend_of<Backend>(self).timer_start(timer, stream); });
+    return guard(context(), [&] { backend_of<Backend>(self).timer_start(timer, stream); });
   }
   static KilnError* timer_stop(void* self, void* timer, void* stream) {
-    return guard(kContext, [&] { backend_of<Backend>(self).timer_stop(timer, stream); });
+    return guard(context(), [&] { backend_of<Backend>(self).timer_stop(timer, stream); });
   }
   static KilnError* timer_elapsed_ns(void* self, void* timer, int64_t* ns) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       require(ns, "timer_elapsed_ns: ns");
       *ns = backend_of<Backend>(self).timer_elapsed_ns(timer);
     });
@@ -177,13 +184,13 @@ struct DeviceSlots {
   }
   static KilnError* module_load(void* self, int32_t device_id, const void* data, size_t size,
                                 const char* format, const char* metadata_json, void** module) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       require(module, "module_load: module");
       *module = backend_of<Backend>(self).module_load(device_id, data, size, format, metadata_json);
     });
   }
   static KilnError* module_get_kernel(void* self, void* module, const char* name, void** kernel) {
-    return guard(kContext, [&] {
+    return guard(context(), [&] {
       require(kernel, "module_get_kernel: kernel");
       *kernel = backend_of<Backend>(self).module_get_kernel(module, name);
     });
@@ -198,7 +205,7 @@ struct DeviceSlots {
                            const uint32_t grid[3], const uint32_t block[3],
                            uint32_t dynamic_shared_bytes, void* stream) {
     KilnError* returned = nullptr;
-    KilnError* thrown = guard(kContext, [&] {
+    KilnError* thrown = guard(context(), [&] {
       using Result = decltype(backend_of<Backend>(self).launch(kernel, args, num_args, grid, block,
                                                                dynamic_shared_bytes, stream));
       if constexpr (std::is_same_v<Result, KilnError*>) {
@@ -216,9 +223,11 @@ struct DeviceSlots {
 }  // namespace detail
 
 // The KilnDeviceBackend table of `backend` (borrowed: it must outlive the table, i.e. live
-// until the plugin's shutdown), serving DLPack device type `dl_device_type`. `Backend` names
-// `static constexpr const char* kErrorContext` (the prefix of its error messages, e.g. "cuda")
-// and these members, which throw kiln::sdk::Error (or any exception) on failure:
+// until the plugin's shutdown), serving DLPack device type `dl_device_type`. `Backend` may name
+// `static constexpr const char* kErrorContext`, the prefix of its error messages (e.g. "cuda";
+// default: the plugin's negotiated name; the host adds the slot and plugin, "cuda backend
+// (alloc, plugin 'cuda'): cuda: ..."), and has these members, which throw kiln::sdk::Error (or any
+// exception) on failure:
 //   required: int32_t device_count(const char** why_none)  (why_none may be NULL; set it,
 //               pointing at plugin-owned text, when returning 0)
 //             void device_attributes(int32_t device_id, const AttributeVisitor& visit)
