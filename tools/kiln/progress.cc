@@ -90,8 +90,9 @@ void Progress::repeat(int32_t done, int32_t total, double timeout_s) {
   }
   if (!point_.empty()) {
     line.insert(
-        7, fmt::format("{}, {} into the sweep: ", point_,
-                       human_duration(std::chrono::duration<double>(now - sweep_start_).count())));
+        7, fmt::format("{}, {} into the sweep{}: ", point_,
+                       human_duration(std::chrono::duration<double>(now - sweep_start_).count()),
+                       sweep_eta_));
   }
   if (mode_ == Mode::kRedraw) {
     std::fprintf(out_, "\r\033[K%s", line.c_str());
@@ -105,6 +106,14 @@ void Progress::repeat(int32_t done, int32_t total, double timeout_s) {
 void Progress::start_point(size_t number, size_t total, const std::string& label,
                            std::string function) {
   point_ = fmt::format("point {}/{} ({})", number, total, label);
+  // From the points done so far: a rough figure, but one that says whether to wait.
+  sweep_eta_.clear();
+  if (number > 1) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - sweep_start_).count();
+    sweep_eta_ =
+        fmt::format(", sweep ETA {}", human_duration(elapsed / static_cast<double>(number - 1) *
+                                                     static_cast<double>(total - number + 1)));
+  }
   function_ = std::move(function);
   last_print_.reset();
   phase_start_ = Clock::now();

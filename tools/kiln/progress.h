@@ -43,8 +43,9 @@ class Progress {
   // Erases a redrawn line before the results are printed.
   void finish();
   // A sweep's point `number` (1-based) of `total` starts, running `function`: later lines read
-  // "[kiln] point 2/6 (device=cpu, shape=[1024]), 3.1 s into the sweep: timing relu: ...", so
-  // that one display follows the whole sweep.
+  // "[kiln] point 2/6 (device=cpu, shape=[1024]), 3.1 s into the sweep, sweep ETA 15.5 s:
+  // timing relu: ..." (the ETA from the points done so far), so that one display follows the
+  // whole sweep.
   void start_point(size_t number, size_t total, const std::string& label, std::string function);
 
  private:
@@ -57,6 +58,7 @@ class Progress {
   bool drawn_ = false;  // a redrawn line is on the screen
   // A sweep's point and its start, printed before each line; empty outside sweeps.
   std::string point_;
+  std::string sweep_eta_;  // ", sweep ETA 12.0 s" from the points done, once one is
   Clock::time_point sweep_start_ = Clock::now();
 };
 
