@@ -13,6 +13,9 @@
  *   STUB_WRONG_NAME      answers a name that differs from the manifest's
  *   STUB_ZERO_TIMER      has timer slots whose every reading is 0 ns
  *   STUB_COLLECTOR       also provide a metric collector of this name (string literal)
+ *   STUB_LOADER          also provide a loader for this file format, which refuses every file
+ *                        with an error naming the plugin (string literal)
+ *   STUB_EXPORTER        also provide an exporter of this name, which refuses likewise
  *   STUB_TABLE_SIZE      the device table's struct_size (default sizeof): a shorter table as
  *                        an older minor's plugin answers it; the bytes from there up to
  *                        sizeof(KilnDeviceBackend) + 64 are 0xA5 (non-NULL junk), so a host
@@ -161,7 +164,7 @@ static union {
   unsigned char bytes[sizeof(KilnDeviceBackend) + 64];
 } g_backend_storage;
 #define g_backend g_backend_storage.table
-static KilnComponent g_components[2];
+static KilnComponent g_components[4];
 #define g_component g_components[0]
 
 #ifdef STUB_COLLECTOR
@@ -184,6 +187,21 @@ static KilnError* stub_collector_stop(void* self, void* state, void* handle, Kil
 }
 static void stub_collector_teardown(void* self, void* state) { (void)self, (void)state; }
 static KilnMetricCollector g_collector;
+#endif
+#ifdef STUB_LOADER
+static KilnError* stub_load_file(void* self, const char* path, KilnLoadedModule* out) {
+  (void)self, (void)path, (void)out;
+  return stub_error(KILN_ERROR_VALUE, "the loader of " STUB_PLUGIN_NAME " loads nothing");
+}
+static KilnLoader g_loader;
+#endif
+#ifdef STUB_EXPORTER
+static KilnError* stub_export_module(void* self, const KilnExportRequest* request,
+                                     const char* path) {
+  (void)self, (void)request, (void)path;
+  return stub_error(KILN_ERROR_VALUE, "the exporter of " STUB_PLUGIN_NAME " writes nothing");
+}
+static KilnExporter g_exporter;
 #endif
 static int g_shutdown_calls;
 
@@ -267,6 +285,27 @@ KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo
   g_components[1].name = STUB_COLLECTOR;
   g_components[1].table = &g_collector;
   out->num_components = 2;
+#endif
+#ifdef STUB_LOADER
+  memset(&g_loader, 0, sizeof(g_loader));
+  g_loader.struct_size = sizeof(g_loader);
+  g_loader.load_file = stub_load_file;
+  g_components[out->num_components].struct_size = sizeof(KilnComponent);
+  g_components[out->num_components].kind = KILN_COMPONENT_LOADER;
+  g_components[out->num_components].name = STUB_LOADER;
+  g_components[out->num_components].table = &g_loader;
+  ++out->num_components;
+#endif
+#ifdef STUB_EXPORTER
+  memset(&g_exporter, 0, sizeof(g_exporter));
+  g_exporter.struct_size = sizeof(g_exporter);
+  g_exporter.output_format = "stub";
+  g_exporter.export_module = stub_export_module;
+  g_components[out->num_components].struct_size = sizeof(KilnComponent);
+  g_components[out->num_components].kind = KILN_COMPONENT_EXPORTER;
+  g_components[out->num_components].name = STUB_EXPORTER;
+  g_components[out->num_components].table = &g_exporter;
+  ++out->num_components;
 #endif
   out->components = g_components;
   out->plugin_state = NULL;

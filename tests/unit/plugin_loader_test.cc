@@ -474,3 +474,78 @@ TEST(PluginErrors, NameTheSlotAndThePlugin) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A device type whose plugin did not load is "unknown" everywhere a device is parsed (run
+// configs, --device, the C++ API), and the error says which plugin would provide it and why not.
+TEST(PluginErrors, AnUnknownDeviceTypeNamesThePluginThatWouldProvideIt) {
+  auto rt = isolated_runtime({stub_dir("stub_ok"), stub_dir("stub_init_fail")});
+  EXPECT_EQ(rt->parse_device("stub_ok:0").type, 100);
+  try {
+    rt->parse_device("stub_init_fail:0");
+    FAIL() << "a device type of a failed plugin parsed";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unknown device type 'stub_init_fail'"));
+    EXPECT_THAT(e.what(), HasSubstr("plugin 'stub_init_fail' would provide it but is failed: "
+                                    "negotiation refused"));
+  }
+  try {
+    rt->parse_device("nosuchdev:0");
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("would provide it")));
+  }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Loader and exporter names are settled like device types: two plugins claiming one fail,
+// naming each other, until the plugin set chooses (DESIGN §3 rule 11), and then the chosen
+// plugin serves it, its errors naming it.
+TEST(PluginLoader, LoaderAndExporterClashesAreRefusedUntilThePluginSetChooses) {
+  const fs::path plugins = fs::path(KILN_BUILD_DIR) / "lib" / "kiln" / "plugins";
+  auto clash = isolated_runtime({stub_dir("stub_load_a"), stub_dir("stub_load_b")});
+  for (const char* name : {"stub_load_a", "stub_load_b"}) {
+    const auto& s = status_of(*clash, name);
+    EXPECT_EQ(s.state, PluginStatus::State::kFailed) << name;
+    EXPECT_THAT(s.reason, ::testing::AnyOf(HasSubstr("loader 'dupfmt' is also claimed by "
+                                                     "stub_load_a, stub_load_b"),
+                                           HasSubstr("exporter 'dupexp' is also claimed by "
+                                                     "stub_load_a, stub_load_b")))
+        << name;
+  }
+
+  TempDir dir;
+  const fs::path set = dir.path() / "plugins.yaml";
+  std::ofstream(set) << "loaders:\n  dupfmt: stub_load_b\nexporters:\n  dupexp: stub_load_a\n";
+  auto chosen = isolated_runtime({plugins, stub_dir("stub_load_a"), stub_dir("stub_load_b")}, set);
+  ASSERT_EQ(status_of(*chosen, "stub_load_a").state, PluginStatus::State::kLoaded)
+      << status_of(*chosen, "stub_load_a").reason;
+  ASSERT_EQ(status_of(*chosen, "stub_load_b").state, PluginStatus::State::kLoaded);
+  const fs::path file = dir.path() / "model.dupfmt";
+  std::ofstream(file) << "x";
+  try {
+    chosen->load_module(file);
+    FAIL() << "the stub loader loaded a file";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("(load_file of plugin 'stub_load_b' loader 'dupfmt'): the "
+                                    "loader of stub_load_b loads nothing"));
+  }
+  Module m = chosen->load_module(fs::path(KILN_EXAMPLE_KERNEL_DIR) / "libvector_add.so");
+  try {
+    m.export_library(dir.path() / "out.stub", "dupexp", *chosen);
+    FAIL() << "the stub exporter wrote a file";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("(export_module of plugin 'stub_load_a'): the exporter of "
+                                    "stub_load_a writes nothing"));
+  }
+}
+
+}  // namespace
+}  // namespace kiln

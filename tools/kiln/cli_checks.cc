@@ -102,12 +102,8 @@ std::optional<std::string> unknown_command_message(const CLI::App& app,
 }
 
 Device parse_device_option(const Runtime& runtime, const std::string& text) {
-  try {
-    return runtime.parse_device(text);
-  } catch (const ValueError& e) {
-    const std::string type = text.substr(0, text.find(':'));
-    throw ValueError(std::string(e.what()) + runtime.not_active_hint("device:" + type));
-  }
+  // The Runtime's device table already says which plugin would provide an unknown type.
+  return runtime.parse_device(text);
 }
 
 Device checked_device(const Runtime& runtime, const run::RunSpec& spec, bool from_option) {

@@ -83,6 +83,9 @@ class DeviceTypeNames {
   void add(const std::string& name, int32_t code);
   // Every canonical name, sorted.
   std::vector<std::string> names() const;
+  // Records why `name`, a type this table does not have, is missing (e.g. "; plugin 'x' would
+  // provide it but is disabled: ..."); parse() appends it to its "unknown device type" error.
+  void add_missing_hint(const std::string& name, std::string hint);
 
   // Parses "cpu", "cpu:0", "cuda:1" or any name of this table, with optional ":index". Throws
   // ValueError for an unknown name (listing the known ones) or a bad index.
@@ -94,6 +97,7 @@ class DeviceTypeNames {
  private:
   std::map<std::string, int32_t, std::less<>> by_name_;  // canonical names and aliases
   std::map<int32_t, std::string> canonical_;
+  std::map<std::string, std::string, std::less<>> missing_hints_;
 };
 
 }  // namespace kiln

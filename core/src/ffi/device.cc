@@ -67,6 +67,10 @@ std::vector<std::string> DeviceTypeNames::names() const {
   return out;
 }
 
+void DeviceTypeNames::add_missing_hint(const std::string& name, std::string hint) {
+  missing_hints_[name] = std::move(hint);
+}
+
 Device DeviceTypeNames::parse(std::string_view text) const {
   std::string_view name = text;
   int32_t id = 0;
@@ -81,8 +85,10 @@ Device DeviceTypeNames::parse(std::string_view text) const {
   }
   auto code = find(name);
   if (!code) {
-    throw ValueError(fmt::format("unknown device type '{}' in '{}' (known: {})", name, text,
-                                 fmt::join(names(), ", ")));
+    auto hint = missing_hints_.find(name);
+    throw ValueError(fmt::format("unknown device type '{}' in '{}' (known: {}){}", name, text,
+                                 fmt::join(names(), ", "),
+                                 hint != missing_hints_.end() ? hint->second : ""));
   }
   return Device{*code, id};
 }

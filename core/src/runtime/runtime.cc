@@ -145,6 +145,17 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
       log(LogLevel::kDebug, "plugins", fmt::format("{}: failed: {}", status.name, *conflict));
     }
   }
+  // Device types that plugins not loaded would provide: parse() then says why they are missing.
+  for (const PluginStatus& s : impl_->statuses) {
+    if (s.state == PluginStatus::State::kLoaded) continue;
+    for (const std::string& provided : s.provides) {
+      if (provided.rfind("device:", 0) != 0) continue;
+      const std::string type = provided.substr(7);
+      if (!impl_->device_types.find(type)) {
+        impl_->device_types.add_missing_hint(type, impl_->not_active_hint(provided));
+      }
+    }
+  }
   register_host_loaders(impl_->module_loaders);
   impl_->startup_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
