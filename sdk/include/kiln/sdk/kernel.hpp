@@ -160,6 +160,8 @@ struct FunctionRegistrar {
 // Defines the library's exported table. `entry` names the default function or is NULL.
 #define KILN_KERNEL_LIBRARY(library_name, entry)                                                  \
   extern "C" KILN_EXPORT const KilnKernelLibrary* kiln_kernel_library(const KilnKernelEnv* env) { \
+    /* An environment below its 1.0 layout cannot even make an error: NULL is the answer. */      \
+    if (env == nullptr || env->struct_size < KILN_KERNEL_ENV_SIZE_1_0) return nullptr;            \
     ::kiln::sdk::kernel_env() = env;                                                              \
     ::kiln::sdk::error_factory() = {env->ctx, env->error_new, env->error_free};                   \
     static KilnKernelLibrary library = [] {                                                       \
