@@ -40,8 +40,9 @@ KilnError* init(void* self, const DLDevice* devices, int32_t num_devices, void**
       throw_value("invalid device list (" + std::to_string(num_devices) + " devices)");
     }
     auto* plugin = static_cast<PluginState*>(self);
-    const bool has_cpu = std::any_of(devices, devices + num_devices,
-                                     [](const DLDevice& d) { return d.device_type == kDLCPU; });
+    const bool has_cpu = std::any_of(devices, devices + num_devices, [](const DLDevice& d) {
+      return sdk::device_type_code(d) == kDLCPU;
+    });
     auto counters = std::make_unique<CounterSet>();
     if (!has_cpu) {
       sdk::log(KILN_LOG_DEBUG, "no cpu device among the %d profiled devices; counting nothing",
@@ -73,7 +74,7 @@ KilnError* start(void* /*self*/, void* state, DLDevice device, void** handle) {
     if (state == nullptr) throw_value("the state is NULL (init failed or was not called)");
     const auto* counters = static_cast<const CounterSet*>(state);
     // The counters cover the whole process, so every cpu device id gets the same figures.
-    if (device.device_type != kDLCPU || counters->empty()) return;
+    if (sdk::device_type_code(device) != kDLCPU || counters->empty()) return;
     *handle = new StartHandle{counters->read_all()};
   });
 }

@@ -184,7 +184,9 @@ int run(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitPass : kExitUsage;
   }
 
+  // GoogleTest moves the argv entries it consumes, terminating NULL included (as argv[argc]).
   int gtest_argc = static_cast<int>(gtest_argv.size());
+  gtest_argv.push_back(nullptr);
   ::testing::InitGoogleTest(&gtest_argc, gtest_argv.data());
 
   std::vector<kiln::conformance::ModuleSpec> modules;
