@@ -147,10 +147,10 @@ typedef struct KilnExtension {
  * the header: the caller checks the extension's struct_size before reading its fields. */
 static inline const KilnExtension* kiln_find_extension(const KilnExtension* chain, int32_t type) {
   int hops = 0;
-  for (; chain != NULL && hops < KILN_EXTENSION_CHAIN_MAX; chain = chain->next, ++hops) {
+  for (; chain && hops < KILN_EXTENSION_CHAIN_MAX; chain = chain->next, ++hops) {
     if (chain->type == type) return chain;
   }
-  return NULL;
+  return NULL; /* NOLINT(modernize-use-nullptr): this header is C */
 }
 
 /* Element `index` of an array of structs that start with `struct_size` (KilnComponent,
