@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kiln/c/abi.h"
+#include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/error.hpp"
 
 namespace kiln::rocm {
@@ -10,7 +11,8 @@ namespace {
 
 std::string device_name(const DLDevice& d) {
   std::string type;
-  switch (d.device_type) {
+  // Read as an integer: a vendor code (64..127) is no DLDeviceType enumerator.
+  switch (sdk::device_type_code(d)) {
     case kDLCPU:
       type = "cpu";
       break;
@@ -24,7 +26,7 @@ std::string device_name(const DLDevice& d) {
       type = "rocm";
       break;
     default:
-      type = "device type " + std::to_string(static_cast<int>(d.device_type));
+      type = "device type " + std::to_string(sdk::device_type_code(d));
   }
   return type + ":" + std::to_string(d.device_id);
 }
@@ -35,7 +37,7 @@ const char* const kAxes[3] = {"x", "y", "z"};
 
 uint64_t tensor_handle(const DLTensor& tensor, size_t index, int32_t device_id) {
   const std::string where = "argument " + std::to_string(index);
-  if (tensor.device.device_type != kDLROCM || tensor.device.device_id != device_id) {
+  if (sdk::device_type_code(tensor.device) != kDLROCM || tensor.device.device_id != device_id) {
     throw sdk::Error(KILN_ERROR_VALUE, where + " is a tensor on " + device_name(tensor.device) +
                                            ", but the kernel runs on rocm:" +
                                            std::to_string(device_id) + "; copy it there first");

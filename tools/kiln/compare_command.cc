@@ -192,9 +192,17 @@ int run_compare(const CompareOptions& options) {
     }
   }
   if (only_a.size() == a.order.size() && failed_b.empty()) {
+    // What a file holds, for the message: its benchmarks, or that it has none (and how many
+    // failed, for a sweep whose every point failed).
+    auto holds = [](const auto& file) {
+      std::string text = file.order.empty() ? std::string("no results")
+                                            : fmt::format("{}", fmt::join(file.order, ", "));
+      if (!file.errors.empty()) text += fmt::format(" ({} failed)", file.errors.size());
+      return text;
+    };
     throw UsageError(fmt::format("no benchmark is in both files: {} has {}; {} has {}",
-                                 options.baseline.string(), fmt::join(a.order, ", "),
-                                 options.contender.string(), fmt::join(b.order, ", ")));
+                                 options.baseline.string(), holds(a), options.contender.string(),
+                                 holds(b)));
   }
   const std::string pct = fmt::format("{:g}%", threshold * 100);
   for (const std::string& name : a.order) {
