@@ -52,13 +52,15 @@ std::string attribute_text(const Any& v) {
   }
 }
 
-// One test of the suite, bound to one target. All tests share this fixture class (GoogleTest
-// requires one fixture class per test suite); the body is a plain function so that the same
-// test code registers once per device type at run time.
-class ConformanceTest : public ::testing::Test {
+// What every fixture shares: a target, whose disposition SetUp applies (skip or fail with the
+// target's reason), and a body that is a plain function, so that the same test code registers
+// once per target at run time. GoogleTest requires one fixture class per test suite, hence one
+// class per kind of target, each deriving from this with itself as `Self`.
+template <typename Self>
+class TargetTest : public ::testing::Test {
  public:
-  using Body = void (*)(ConformanceTest&);
-  ConformanceTest(const Runtime& runtime, const Target& target, Body body)
+  using Body = void (*)(Self&);
+  TargetTest(const Runtime& runtime, const Target& target, Body body)
       : runtime_(runtime), target_(target), body_(body) {}
 
   void SetUp() override {
@@ -70,14 +72,26 @@ class ConformanceTest : public ::testing::Test {
       case Target::Disposition::kRun:
         break;
     }
-    backend_ = target_.backend;
-    device_ = Device{backend_->dl_device_type(), 0};
   }
-  void TestBody() override { body_(*this); }
+  void TestBody() override { body_(static_cast<Self&>(*this)); }
 
   const Runtime& runtime_;
   const Target& target_;
   Body body_;
+};
+
+// One device test, bound to one device type (the fixture of "DeviceConformance/*").
+class ConformanceTest : public TargetTest<ConformanceTest> {
+ public:
+  using TargetTest::TargetTest;
+
+  void SetUp() override {
+    TargetTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    backend_ = target_.backend;
+    device_ = Device{backend_->dl_device_type(), 0};
+  }
+
   Ref<DeviceBackend> backend_;
   Device device_;
 };
@@ -262,23 +276,9 @@ void rejects_garbage_modules(ConformanceTest& t) {
 // ---- metric collectors (docs/plugin-abi.md §10.5), through the wrapper profiling uses ----
 
 // One collector test, bound to one collector target (the fixture of "CollectorConformance/*").
-class CollectorTest : public ::testing::Test {
+class CollectorTest : public TargetTest<CollectorTest> {
  public:
-  using Body = void (*)(CollectorTest&);
-  CollectorTest(const Runtime& runtime, const Target& target, Body body)
-      : runtime_(runtime), target_(target), body_(body) {}
-
-  void SetUp() override {
-    switch (target_.disposition) {
-      case Target::Disposition::kSkip:
-        GTEST_SKIP() << target_.name << ": " << target_.reason;
-      case Target::Disposition::kFail:
-        FAIL() << target_.name << ": " << target_.reason;
-      case Target::Disposition::kRun:
-        break;
-    }
-  }
-  void TestBody() override { body_(*this); }
+  using TargetTest::TargetTest;
 
   // A fresh collector instance (its own init/teardown cycle), initialised for the host.
   std::shared_ptr<profiling::MetricCollector> make() const {
@@ -286,10 +286,6 @@ class CollectorTest : public ::testing::Test {
     c->init({Device::cpu()});
     return c;
   }
-
-  const Runtime& runtime_;
-  const Target& target_;
-  Body body_;
 };
 
 // Work for a measured call: a few milliseconds of arithmetic over 4 MiB of fresh pages, so that
