@@ -4,9 +4,10 @@ set(sweeps ${CMAKE_CURRENT_SOURCE_DIR}/sweep)
 set(vm_dir ${CMAKE_CURRENT_SOURCE_DIR}/vm)
 # The cross product: one table, every point named apart, the noise verdict and throughput per row.
 kiln_cli_test(run_sweep 0 "sweep: .*sweep_relu.yaml: 6 points \\(3 shape x 2 number\\).*#  point .*benchmark .*median .*CV .*RSE .*noise .*GB/s .*GFLOP/s .*timer .*status.*1  shape=\\[4096\\], number=1  .*relu/4096/float32/cpu:0/number=1 .*(ok|noisy) .*6  shape=\\[1024, 1024\\], number=10 .*relu/1048576/float32/cpu:0/number=10 .*6 of 6 points ok" run ${runs}/sweep_relu.yaml)
-# Failing points are reported in the table and beneath it, and the others run; the exit code
-# is the largest of the points' (3: a point failed to run; 2: a point's config is invalid).
-kiln_cli_test(run_sweep_partial_failure 3 "1  dtype=float32, shape=\\[256\\] .*relu/256/float32/cpu:0 .*ok.*3  dtype=float64, shape=\\[256\\] .*relu/256/float64/cpu:0 .*error \\(exit 3\\).*5  dtype=flaot16, shape=\\[256\\] .*invalid \\(exit 2\\).*point 3 \\(dtype=float64, shape=\\[256\\]\\): relu: in has dtype float64, expected float32.*point 5 \\(dtype=flaot16, shape=\\[256\\]\\): [^ ]*partial.yaml:10:29: inputs\\[0\\].dtype: unknown dtype 'flaot16'.*2 of 6 points ok; failed: 3, 4, 5, 6 \\(exit 3\\)" run ${sweeps}/partial.yaml)
+# Failing points are reported in the table and beneath it (an error several points share, once,
+# naming them), and the others run; the exit code is the largest of the points' (3: a point
+# failed to run; 2: a point's config is invalid).
+kiln_cli_test(run_sweep_partial_failure 3 "1  dtype=float32, shape=\\[256\\] .*relu/256/float32/cpu:0 .*ok.*3  dtype=float64, shape=\\[256\\] .*relu/256/float64/cpu:0 .*error \\(exit 3\\).*5  dtype=flaot16, shape=\\[256\\] .*invalid \\(exit 2\\).*points 3, 4: relu: in has dtype float64, expected float32.*points 5, 6: [^ ]*partial.yaml:10:29: inputs\\[0\\].dtype: unknown dtype 'flaot16'.*2 of 6 points ok; failed: 3, 4, 5, 6 \\(exit 3\\)" run ${sweeps}/partial.yaml)
 kiln_cli_test(run_sweep_bad_parameter 2 "bad_param.yaml:7:3: sweep.devcie: 'devcie' is not a parameter \\(did you mean 'device'\\?\\)" run ${sweeps}/bad_param.yaml)
 # The device each point ran on is the one it names; two names of one device stay two points.
 kiln_cli_test(run_sweep_devices 0 "relu/256/float32/cpu:0/device=cpu .*relu/256/float32/cpu:0/device=cpu:0 .*2 of 2 points ok" run ${sweeps}/devices.yaml)

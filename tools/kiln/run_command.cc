@@ -616,10 +616,32 @@ int run_sweep(Runtime& runtime, const run::SweepSpec& sweep, const RunOptions& o
   };
   print_row(header);
   for (const Row& row : rows) print_row(row.cells);
-  // Beneath the table: what a row cannot hold.
+  // Beneath the table: what a row cannot hold. An error several points share (one that does not
+  // depend on the swept values, e.g. a missing module) is printed once, with the points named.
+  std::vector<std::pair<std::string, std::vector<const PointRun*>>> errors;
+  for (const PointRun& r : runs) {
+    if (r.error.empty()) continue;
+    auto same = std::find_if(errors.begin(), errors.end(),
+                             [&](const auto& e) { return e.first == r.error; });
+    if (same == errors.end()) {
+      errors.push_back({r.error, {&r}});
+    } else {
+      same->second.push_back(&r);
+    }
+  }
+  for (const auto& [error, points] : errors) {
+    if (points.size() == 1) {
+      std::cout << fmt::format("point {} ({}): {}\n", points[0]->point->index + 1,
+                               points[0]->point->label, error);
+      continue;
+    }
+    std::vector<size_t> numbers;
+    for (const PointRun* r : points) numbers.push_back(r->point->index + 1);
+    std::cout << fmt::format("{} {}: {}\n", points.size() == total ? "every point," : "points",
+                             fmt::join(numbers, ", "), error);
+  }
   for (const PointRun& r : runs) {
     const std::string which = fmt::format("point {} ({})", r.point->index + 1, r.point->label);
-    if (!r.error.empty()) std::cout << fmt::format("{}: {}\n", which, r.error);
     if (!r.outcome) continue;
     if (r.outcome->verdict.noisy)
       std::cout << fmt::format("{}: {}\n", which, r.outcome->verdict.line());
