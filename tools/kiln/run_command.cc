@@ -635,10 +635,13 @@ int run_sweep(Runtime& runtime, const run::SweepSpec& sweep, const RunOptions& o
                                points[0]->point->label, error);
       continue;
     }
+    if (points.size() == total) {
+      std::cout << fmt::format("every point: {}\n", error);
+      continue;
+    }
     std::vector<size_t> numbers;
     for (const PointRun* r : points) numbers.push_back(r->point->index + 1);
-    std::cout << fmt::format("{} {}: {}\n", points.size() == total ? "every point," : "points",
-                             fmt::join(numbers, ", "), error);
+    std::cout << fmt::format("points {}: {}\n", fmt::join(numbers, ", "), error);
   }
   for (const PointRun& r : runs) {
     const std::string which = fmt::format("point {} ({})", r.point->index + 1, r.point->label);
