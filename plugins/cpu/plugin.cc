@@ -19,8 +19,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
                                                         KilnPluginInfo* out) {
   using kiln::cpu::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
-      in, out, "cpu", KILN_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) {
+      in, out, "cpu", KILN_PLUGIN_VERSION, [](PluginState& state, const KilnNegotiateIn& offer) {
         state.configure(offer.host, offer.options_json);
       });
 }

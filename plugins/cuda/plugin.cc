@@ -17,8 +17,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
                                                         KilnPluginInfo* out) {
   using kiln::cuda::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
-      in, out, "cuda", KILN_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) {
+      in, out, "cuda", KILN_PLUGIN_VERSION, [](PluginState& state, const KilnNegotiateIn& offer) {
         state.configure(offer.options_json);
       });
 }

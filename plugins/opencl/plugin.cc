@@ -18,8 +18,7 @@ extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* i
                                                         KilnPluginInfo* out) {
   using kiln::opencl::PluginState;
   return kiln::sdk::negotiate_with_state<PluginState>(
-      in, out, "opencl", KILN_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) {
+      in, out, "opencl", KILN_PLUGIN_VERSION, [](PluginState& state, const KilnNegotiateIn& offer) {
         state.configure(offer.options_json);
       });
 }

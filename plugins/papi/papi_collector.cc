@@ -201,8 +201,7 @@ void PluginState::configure(const char* options_json) {
 extern "C" KILN_EXPORT KilnError* kiln_plugin_negotiate(const KilnNegotiateIn* in,
                                                         KilnPluginInfo* out) {
   return kiln::sdk::negotiate_with_state<PluginState>(
-      in, out, "papi", KILN_PLUGIN_VERSION,
-      [](PluginState& state, const KilnNegotiateIn& offer) {
+      in, out, "papi", KILN_PLUGIN_VERSION, [](PluginState& state, const KilnNegotiateIn& offer) {
         state.configure(offer.options_json);
       });
 }
