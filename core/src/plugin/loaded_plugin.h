@@ -33,6 +33,13 @@ class LoadedPlugin : public Object {
   std::vector<std::string> device_names, loader_names, exporter_names, collector_names;
 };
 
+// The name of the plugin `owner` is (the Ref<Object> a Runtime hands out beside a component
+// table), for error messages; "?" when it is not a LoadedPlugin.
+inline std::string name_of(const Ref<Object>& owner) {
+  const auto* loaded = dynamic_cast<const LoadedPlugin*>(owner.get());
+  return loaded != nullptr ? loaded->name : "?";
+}
+
 }  // namespace kiln::plugin
 
 #endif  // KILN_SRC_PLUGIN_LOADED_PLUGIN_H_

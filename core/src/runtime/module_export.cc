@@ -60,10 +60,9 @@ void Module::export_library(const std::filesystem::path& path, const std::string
   request.artifacts = artifacts.data();
   const std::string target = path.string();
   if (KilnError* err = table->export_module(table->self, &request, target.c_str())) {
-    const auto* loaded = dynamic_cast<const plugin::LoadedPlugin*>(plugin.get());
     ffi::raise_plugin_error(
         err, fmt::format("exporting to {} with '{}' (export_module of plugin '{}')", target,
-                         exporter, loaded != nullptr ? loaded->name : "?"));
+                         exporter, plugin::name_of(plugin)));
   }
 }
 

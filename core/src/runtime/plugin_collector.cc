@@ -23,10 +23,10 @@ namespace {
 class PluginCollector : public MetricCollector {
  public:
   PluginCollector(std::string name, const KilnMetricCollector* table, Ref<Object> plugin)
-      : name_(std::move(name)), table_(table), plugin_(std::move(plugin)) {
-    const auto* loaded = dynamic_cast<const plugin::LoadedPlugin*>(plugin_.get());
-    plugin_name_ = loaded != nullptr ? loaded->name : "?";
-  }
+      : name_(std::move(name)),
+        plugin_name_(plugin::name_of(plugin)),
+        table_(table),
+        plugin_(std::move(plugin)) {}
   ~PluginCollector() override { teardown(); }
 
   std::string name() const override { return name_; }
@@ -70,7 +70,7 @@ class PluginCollector : public MetricCollector {
     void add(const KilnMetric* metric) {
       if (metric == nullptr) return;
       if (std::string why = sdk::check_struct<KilnMetric>(metric, "KilnMetric"); !why.empty()) {
-        collector->warn_once(why);
+        collector->warn_once("small", why);
         return;
       }
       const KilnMetric m = sdk::zero_extended<KilnMetric>(metric);
@@ -92,9 +92,11 @@ class PluginCollector : public MetricCollector {
           metrics[m.name] = std::string(m.str != nullptr ? m.str : "");
           break;
         default:
-          collector->warn_once(fmt::format(
-              "skipping metrics of kind {} (first: '{}'): this Kiln (ABI {}.{}) knows kinds 1-5",
-              m.kind, m.name, KILN_ABI_VERSION_MAJOR, KILN_ABI_VERSION_MINOR));
+          collector->warn_once(
+              fmt::format("kind {}", m.kind),
+              fmt::format("skipping metrics of kind {} (first: '{}'): this Kiln (ABI {}.{}) "
+                          "knows kinds 1-5",
+                          m.kind, m.name, KILN_ABI_VERSION_MAJOR, KILN_ABI_VERSION_MINOR));
       }
     }
   };
@@ -106,9 +108,10 @@ class PluginCollector : public MetricCollector {
         err, fmt::format("collector '{}' ({}, plugin '{}')", name_, slot, plugin_name_));
   }
 
-  void warn_once(const std::string& message) {
+  // Logs `message` the first time this collector hits the problem `key`.
+  void warn_once(const std::string& key, const std::string& message) {
     std::lock_guard<std::mutex> lock(warned_mu_);
-    if (warned_.insert(message.substr(0, message.find(" (first:"))).second) {
+    if (warned_.insert(key).second) {
       log(LogLevel::kWarn, "profiling", fmt::format("collector '{}': {}", name_, message));
     }
   }
