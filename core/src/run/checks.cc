@@ -206,6 +206,18 @@ bool is_scalar(const Any& value) {
   return code == KILN_TYPE_INT || code == KILN_TYPE_FLOAT || code == KILN_TYPE_BOOL;
 }
 
+// A scalar (int, float or bool) as a double, for is_close: true is 1.
+double scalar_double(const Any& value) {
+  switch (value.type_code()) {
+    case KILN_TYPE_FLOAT:
+      return value.cast<double>();
+    case KILN_TYPE_INT:
+      return static_cast<double>(value.cast<int64_t>());
+    default:
+      return value.cast<bool>() ? 1.0 : 0.0;
+  }
+}
+
 // The value as its text in a summary: 3, 0.5, true.
 std::string scalar_text(const Any& value) {
   switch (value.type_code()) {
@@ -246,19 +258,11 @@ bool check_returned(const ResultSpec& check, const std::string& name,
     if (check.value) {
       // numpy.isclose semantics as for tensors; an int64 or bool value compares exactly at the
       // default tolerances up to 2^53.
-      const double got = value.type_code() == KILN_TYPE_FLOAT ? value.cast<double>()
-                         : value.type_code() == KILN_TYPE_INT
-                             ? static_cast<double>(value.cast<int64_t>())
-                             : (value.cast<bool>() ? 1.0 : 0.0);
-      const Any& want_any = *check.value;
-      const double want = want_any.type_code() == KILN_TYPE_FLOAT ? want_any.cast<double>()
-                          : want_any.type_code() == KILN_TYPE_INT
-                              ? static_cast<double>(want_any.cast<int64_t>())
-                              : (want_any.cast<bool>() ? 1.0 : 0.0);
-      const bool close = is_close(got, want, check.rtol, check.atol);
+      const bool close =
+          is_close(scalar_double(value), scalar_double(*check.value), check.rtol, check.atol);
       lines->push_back(fmt::format("{}: {} (got {}, expected {}{} rtol={} atol={})", name,
                                    close ? "ok" : "differs", scalar_text(value),
-                                   scalar_text(want_any), close ? " within" : " at",
+                                   scalar_text(*check.value), close ? " within" : " at",
                                    short_number(check.rtol), short_number(check.atol)));
       ok = close;
     }
