@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "kiln/mann_whitney.h"
 #include "kiln/statistics.h"
+#include "progress.h"
 
 namespace kiln::tool {
 namespace {
@@ -143,15 +144,6 @@ std::optional<double> metric_of(const Entry& e, const std::string& metric) {
   if (metric == "mean") return e.mean_ns;
   if (metric == "median") return e.median_ns;
   return std::nullopt;
-}
-
-// A time in the unit that suits it: "812 ns", "1.24 us", "31.2 ms", "2.05 s".
-std::string format_time(double ns) {
-  const double a = std::fabs(ns);
-  if (a < 1e3) return fmt::format("{:.4g} ns", ns);
-  if (a < 1e6) return fmt::format("{:.4g} us", ns / 1e3);
-  if (a < 1e9) return fmt::format("{:.4g} ms", ns / 1e6);
-  return fmt::format("{:.4g} s", ns / 1e9);
 }
 
 struct Row {
@@ -289,7 +281,7 @@ int run_compare(const CompareOptions& options) {
                              "verdict");
     for (const Row& r : rows) {
       std::cout << fmt::format("{:<{}}  {:>11}  {:>11}  {:>8}  {:>8}  {}\n", r.name, width,
-                               r.a ? format_time(*r.a) : "-", r.b ? format_time(*r.b) : "-",
+                               r.a ? format_time_ns(*r.a) : "-", r.b ? format_time_ns(*r.b) : "-",
                                r.change ? fmt::format("{:+.1f}%", *r.change * 100) : "-",
                                r.p ? fmt::format("{:.3g}", *r.p) : "-", r.verdict);
     }

@@ -27,6 +27,15 @@ std::string human_duration(double seconds) {
   return fmt::format("{} h {:02} min", whole / 3600, whole % 3600 / 60);
 }
 
+std::string format_time_ns(double ns) {
+  if (!std::isfinite(ns)) return "-";
+  const double a = std::fabs(ns);
+  if (a < 1e3) return fmt::format("{:.4g} ns", ns);
+  if (a < 1e6) return fmt::format("{:.4g} us", ns / 1e3);
+  if (a < 1e9) return fmt::format("{:.4g} ms", ns / 1e6);
+  return fmt::format("{:.4g} s", ns / 1e9);
+}
+
 Progress::Mode Progress::choose(std::optional<bool> forced, bool json, std::FILE* out) {
   if (!forced) {
     const char* env = std::getenv("KILN_PROGRESS");

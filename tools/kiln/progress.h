@@ -65,6 +65,11 @@ class Progress {
 // "850 ms", "12.4 s", "3 min 05 s", "2 h 01 min": a duration for people.
 std::string human_duration(double seconds);
 
+// A measured time in the unit that suits it: "812 ns", "1.24 us", "31.2 ms", "2.05 s" (4
+// significant digits; "-" when not finite). For benchmark times in `kiln run` sweep tables and
+// `kiln compare`.
+std::string format_time_ns(double ns);
+
 }  // namespace kiln::tool
 
 #endif  // KILN_TOOLS_KILN_PROGRESS_H_

@@ -349,16 +349,6 @@ struct PointRun {
   std::string name;  // the benchmark name, unique in the sweep
 };
 
-// "812 ns", "1.24 us", "31.2 ms", "2.05 s".
-std::string format_seconds(double s) {
-  const double a = std::fabs(s);
-  if (!std::isfinite(s)) return "-";
-  if (a < 1e-6) return fmt::format("{:.4g} ns", s * 1e9);
-  if (a < 1e-3) return fmt::format("{:.4g} us", s * 1e6);
-  if (a < 1) return fmt::format("{:.4g} ms", s * 1e3);
-  return fmt::format("{:.4g} s", s);
-}
-
 // Names every point: the Google Benchmark name of its run, and where two points would share
 // one (points that differ only in an evaluator setting, a scalar argument, a second input's
 // shape), "/axis=value" for each axis whose value differs among them, so that `kiln compare`
@@ -578,7 +568,7 @@ int run_sweep(Runtime& runtime, const run::SweepSpec& sweep, const RunOptions& o
     if (r.outcome) {
       const Outcome& o = *r.outcome;
       const stats::Summary& sum = o.verdict.summary;
-      row.cells.push_back(format_seconds(o.result.profile.median()));
+      row.cells.push_back(format_time_ns(o.result.profile.median() * 1e9));
       row.cells.push_back(sum.n >= 2 ? format_percent(sum.cv) : "-");
       row.cells.push_back(sum.n >= 2 ? format_percent(sum.rse) : "-");
       row.cells.emplace_back(o.verdict.noisy ? "noisy" : "ok");
