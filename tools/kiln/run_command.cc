@@ -354,6 +354,12 @@ struct PointRun {
 // shape), "/axis=value" for each axis whose value differs among them, so that `kiln compare`
 // matches points one to one.
 void name_points(Runtime& runtime, const run::SweepSpec& sweep, std::vector<PointRun>* runs) {
+  // "/shape=[1024,1024]": axis a's value in a name, without spaces.
+  const auto name_part = [&](const PointRun& r, size_t a) {
+    std::string value = r.point->values[a];
+    value.erase(std::remove(value.begin(), value.end(), ' '), value.end());
+    return fmt::format("/{}={}", sweep.axes[a].name, value);
+  };
   std::map<std::string, std::vector<size_t>> by_base;
   std::vector<std::string> base(runs->size());
   for (size_t i = 0; i < runs->size(); ++i) {
@@ -367,11 +373,7 @@ void name_points(Runtime& runtime, const run::SweepSpec& sweep, std::vector<Poin
     } else {
       // No run to name it after: every axis, so that the name still says which point it is.
       base[i] = "invalid";
-      for (size_t a = 0; a < sweep.axes.size(); ++a) {
-        std::string value = r.point->values[a];
-        value.erase(std::remove(value.begin(), value.end(), ' '), value.end());
-        base[i] += fmt::format("/{}={}", sweep.axes[a].name, value);
-      }
+      for (size_t a = 0; a < sweep.axes.size(); ++a) base[i] += name_part(r, a);
     }
     by_base[base[i]].push_back(i);
   }
@@ -384,11 +386,7 @@ void name_points(Runtime& runtime, const run::SweepSpec& sweep, std::vector<Poin
     }
     for (size_t i : members) {
       std::string full = name;
-      for (size_t a : differing) {
-        std::string value = (*runs)[i].point->values[a];
-        value.erase(std::remove(value.begin(), value.end(), ' '), value.end());
-        full += fmt::format("/{}={}", sweep.axes[a].name, value);
-      }
+      for (size_t a : differing) full += name_part((*runs)[i], a);
       (*runs)[i].name = full;
     }
   }
