@@ -12,10 +12,10 @@ class PluginState;
 // One loaded kernel library, shared by the "so" loader and the cpu backend's module_load.
 using KernelLibrary = sdk::KernelLibrary;
 
-// How the cpu plugin loads kernel libraries: with the environment of `state` for each dlopen
-// handle (PluginState::env_for: errors and logs to the host, parallel_for in the plugin's task
-// arena), initialised one at a time under the state's init mutex, and "the cpu plugin" named in
-// ABI messages. `state` is borrowed and must outlive every library loaded with the result.
+// How the cpu plugin loads kernel libraries: with the environments of `state` (one per dlopen
+// handle, PluginState::kernel_envs: errors and logs to the host, parallel_for in the plugin's
+// task arena), initialised one at a time under the state's init mutex, and "the cpu plugin" named
+// in ABI messages. `state` is borrowed and must outlive every library loaded with the result.
 sdk::KernelLibraryOptions kernel_library_options(PluginState& state);
 
 }  // namespace kiln::cpu

@@ -5,6 +5,7 @@
 
 #include "cpu_device.h"
 #include "kiln/sdk/plugin.hpp"
+#include "parallel_for.h"
 #include "plugin_options.h"
 #include "so_loader.h"
 
@@ -41,26 +42,19 @@ void PluginState::configure(const KilnHostServices* host, const char* options_js
     }
     arena_.initialize(num_threads_);
   }
+  tbb::task_arena* arena = num_threads_ > 1 ? &arena_ : nullptr;
+  kernel_envs_ = std::make_unique<sdk::DefaultKernelEnvs>(
+      num_threads_, host_,
+      [arena, threads = num_threads_, host](int64_t begin, int64_t end, int64_t grain,
+                                            KilnParallelBody body, void* closure) {
+        return run_parallel_for(arena, threads, host, begin, end, grain, body, closure);
+      });
   sdk::log(KILN_LOG_DEBUG, "%d threads (from %s)", num_threads_, options.threads_source.c_str());
 }
 
 const std::vector<CpuAttribute>& PluginState::cpu_attributes() {
   std::call_once(attributes_once_, [this] { attributes_ = read_cpu_attributes(num_threads_); });
   return attributes_;
-}
-
-std::shared_ptr<KernelEnv> PluginState::env_for(void* dl_handle, const std::string& label) {
-  // Drop the entries of libraries that are gone, so the map does not grow without bound.
-  for (auto it = envs_.begin(); it != envs_.end();) {
-    it = it->second.expired() ? envs_.erase(it) : std::next(it);
-  }
-  if (auto it = envs_.find(dl_handle); it != envs_.end()) {
-    if (std::shared_ptr<KernelEnv> env = it->second.lock()) return env;
-  }
-  auto env =
-      std::make_shared<KernelEnv>(host_, num_threads_ > 1 ? &arena_ : nullptr, num_threads_, label);
-  envs_[dl_handle] = env;
-  return env;
 }
 
 }  // namespace kiln::cpu

@@ -17,8 +17,8 @@
 
 #include "cpu_device.h"
 #include "cpu_info.h"
-#include "kernel_env.h"
 #include "kiln/c/kiln.h"
+#include "kiln/sdk/support/kernel_library.hpp"
 
 namespace kiln::cpu {
 
@@ -48,12 +48,9 @@ class PluginState {
   // The CPU's attributes, read once on first use. Thread-safe.
   const std::vector<CpuAttribute>& cpu_attributes();
 
-  // The kernel environment for the library behind `dl_handle`, shared by every module that
-  // loaded it: dlopen() of an already loaded file returns the same handle, and the library
-  // keeps the env it was last initialised with in a global, so each module having its own
-  // env would leave the earlier modules' kernels with a dangling one after a release. Call
-  // with init_mutex() held. `label` names the library in its log lines.
-  std::shared_ptr<KernelEnv> env_for(void* dl_handle, const std::string& label);
+  // The kernel environments of loaded libraries (one per dlopen handle): errors and logs to
+  // the host, parallel_for in the plugin's arena. Made by configure().
+  sdk::DefaultKernelEnvs& kernel_envs() { return *kernel_envs_; }
   // Serialises library initialisation: kiln_kernel_library() writes the library's globals.
   std::mutex& init_mutex() { return init_mu_; }
 
@@ -73,7 +70,7 @@ class PluginState {
   std::once_flag attributes_once_;
   std::vector<CpuAttribute> attributes_;
   std::mutex init_mu_;
-  std::map<void*, std::weak_ptr<KernelEnv>> envs_;
+  std::unique_ptr<sdk::DefaultKernelEnvs> kernel_envs_;
   CpuDevice device_backend_{*this};
   KilnDeviceBackend device_;
   KilnLoader loader_;

@@ -171,6 +171,7 @@ struct DefaultKernelEnv {
   const KilnHostServices* host = nullptr;
   std::string label;
   int32_t num_threads = 1;
+  DefaultKernelEnvs::ParallelFor parallel_for;  // empty: threads started per call
 };
 
 const KilnHostServices* host_of(void* ctx) { return static_cast<DefaultKernelEnv*>(ctx)->host; }
@@ -205,6 +206,7 @@ KilnError* env_parallel_for(void* ctx, int64_t begin, int64_t end, int64_t grain
                             KilnParallelBody body, void* closure) {
   const auto* self = static_cast<DefaultKernelEnv*>(ctx);
   if (body == nullptr) return env_error_new(ctx, KILN_ERROR_VALUE, "parallel_for: body is NULL");
+  if (self->parallel_for) return self->parallel_for(begin, end, grain, body, closure);
   if (end <= begin) return nullptr;
   const int64_t count = end - begin;
   const int64_t chunk_floor = std::max<int64_t>(grain, 1);
@@ -248,15 +250,18 @@ KilnError* env_parallel_for(void* ctx, int64_t begin, int64_t end, int64_t grain
 
 }  // namespace
 
-DefaultKernelEnvs::DefaultKernelEnvs(int32_t num_threads)
+DefaultKernelEnvs::DefaultKernelEnvs(int32_t num_threads, const KilnHostServices* host,
+                                     ParallelFor parallel_for)
     : num_threads_(
           num_threads > 0
               ? num_threads
-              : std::max<int32_t>(1, static_cast<int32_t>(std::thread::hardware_concurrency()))) {}
+              : std::max<int32_t>(1, static_cast<int32_t>(std::thread::hardware_concurrency()))),
+      host_(host),
+      parallel_for_(std::move(parallel_for)) {}
 
 KernelEnvFactory DefaultKernelEnvs::factory() {
   return [this](void* dl_handle, const std::string& label) -> KernelLibraryEnv {
-    const KilnHostServices* host = host_services();
+    const KilnHostServices* host = host_ != nullptr ? host_ : host_services();
     if (host == nullptr) {
       throw Error(KILN_ERROR_RUNTIME,
                   label + ": no host services yet (load kernel libraries after negotiation)");
@@ -274,6 +279,7 @@ KernelEnvFactory DefaultKernelEnvs::factory() {
     made->host = host;
     made->label = label;
     made->num_threads = num_threads_;
+    made->parallel_for = parallel_for_;
     made->env = make_table<KilnKernelEnv>();
     made->env.ctx = made.get();
     made->env.error_new = env_error_new;

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/c/host.h"
 #include "kiln/c/kernel.h"
 
 namespace kiln::sdk {
@@ -91,17 +92,26 @@ class KernelLibrary {
   std::unordered_map<std::string_view, const KilnKernelFunction*> by_name_;
 };
 
-// Kernel environments made from the host services a plugin negotiated (kiln::sdk::host_services):
-// errors through the host's factory, log lines through the host's logger as "<label>: ...",
-// and a parallel_for that splits a loop over up to `num_threads` threads (the caller's among
-// them), each chunk at least `grain` elements. The threads are started per call, which costs
-// tens of microseconds: a backend that runs many small parallel kernels should supply its own
-// pool (the cpu plugin uses oneTBB). One environment per dlopen handle, kept while a library
-// uses it. Must outlive every KernelLibrary opened with its factory.
+// Kernel environments made from a plugin's host services: errors through the host's factory,
+// log lines through the host's logger as "<label>: ...", and a parallel_for. By default that
+// splits a loop over up to `num_threads` threads (the caller's among them), each chunk at least
+// `grain` elements, starting the threads per call, which costs tens of microseconds: a backend
+// that runs many small parallel kernels passes its own (the cpu plugin passes its oneTBB
+// arena's). One environment per dlopen handle, kept while a library uses it: dlopen of a loaded
+// file returns the same handle, and the library keeps the environment of its last
+// initialisation. Must outlive every KernelLibrary opened with its factory.
 class DefaultKernelEnvs {
  public:
-  // `num_threads` < 1 means std::thread::hardware_concurrency().
-  explicit DefaultKernelEnvs(int32_t num_threads = 0);
+  // A parallel_for to offer instead of the default threads; the arguments and result are those
+  // of KilnKernelEnv::parallel_for after `ctx`. Must not throw.
+  using ParallelFor = std::function<KilnError*(int64_t begin, int64_t end, int64_t grain,
+                                               KilnParallelBody body, void* closure)>;
+
+  // `num_threads` < 1 means std::thread::hardware_concurrency(). `host` (borrowed, outlives
+  // this object): the services errors and logs go to; NULL means the ones the plugin
+  // negotiated (kiln::sdk::host_services), read when an environment is made.
+  explicit DefaultKernelEnvs(int32_t num_threads = 0, const KilnHostServices* host = nullptr,
+                             ParallelFor parallel_for = {});
   DefaultKernelEnvs(const DefaultKernelEnvs&) = delete;
   DefaultKernelEnvs& operator=(const DefaultKernelEnvs&) = delete;
 
@@ -112,6 +122,8 @@ class DefaultKernelEnvs {
 
  private:
   int32_t num_threads_;
+  const KilnHostServices* host_;
+  ParallelFor parallel_for_;
   std::mutex mu_;
   std::unordered_map<void*, std::weak_ptr<const void>> by_handle_;
 };
