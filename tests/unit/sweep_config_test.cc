@@ -250,6 +250,10 @@ TEST_F(SweepConfigTest, ResultSectionParses) {
     return std::string("no error");
   };
   EXPECT_THAT(error("result: {element: -1}\n"), HasSubstr("tuple indices must be >= 0, got -1"));
+  EXPECT_THAT(error("result: {element: [0, -2]}\n"),
+              HasSubstr("tuple indices must be >= 0, got -2"));
+  EXPECT_THAT(error("result: {element: [0, 3000000000]}\n"),
+              HasSubstr("tuple index 3000000000 is too large (at most 2147483647)"));
   EXPECT_THAT(error("result: {expected: nope.npy}\n"),
               HasSubstr("result.expected: expected .npy file (or, for a tuple, 'nope.0.npy') not "
                         "found"));

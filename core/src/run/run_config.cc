@@ -511,22 +511,19 @@ ResultSpec parse_result(MapReader& reader, const fs::path& base_dir) {
   result.name = "result";
   if (std::optional<YAML::Node> element = reader.node("element"); element && !element->IsNull()) {
     // An index, or a list of indices into nested tuples.
-    if (element->IsSequence()) {
-      for (int64_t index : reader.required<std::vector<int64_t>>("element")) {
-        if (index < 0 || index > std::numeric_limits<int32_t>::max()) {
-          throw reader.error("element", fmt::format("tuple indices must be >= 0, got {}", index));
-        }
-        result.element.push_back(static_cast<int32_t>(index));
+    const std::vector<int64_t> indices =
+        element->IsSequence() ? reader.required<std::vector<int64_t>>("element")
+                              : std::vector<int64_t>{reader.required<int64_t>("element")};
+    for (int64_t index : indices) {
+      if (index < 0) {
+        throw reader.error("element", fmt::format("tuple indices must be >= 0, got {}", index));
       }
-    } else {
-      result.element = {reader.required<int32_t>("element")};
-    }
-    for (size_t i = 0; i < result.element.size(); ++i) {
-      if (result.element[i] < 0) {
-        throw reader.error("element",
-                           fmt::format("tuple indices must be >= 0, got {}", result.element[i]));
+      if (index > std::numeric_limits<int32_t>::max()) {
+        throw reader.error("element", fmt::format("tuple index {} is too large (at most {})", index,
+                                                  std::numeric_limits<int32_t>::max()));
       }
-      result.name += fmt::format("[{}]", result.element[i]);
+      result.element.push_back(static_cast<int32_t>(index));
+      result.name += fmt::format("[{}]", index);
     }
   }
   if (reader.contains("expected") && reader.contains("value")) {
