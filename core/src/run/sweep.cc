@@ -40,28 +40,22 @@ struct Param {
   std::vector<size_t> input_index;  // kInput: that input; kAllInputs: every generated one
 };
 
-// One setting of a point: a parameter and the value node (of this load of the file) it takes.
-struct Setting {
-  const Param* param;
-  YAML::Node value;
-};
-
 const std::vector<std::string> kTopParams = {"function", "device", "export"};
 
 // Compact flow text of a value for labels: "cpu", "[1024, 1024]", "{shape: [4], number: 3}".
-std::string flow_text(const YAML::Node& node, const char* separator) {
+std::string flow_text(const YAML::Node& node) {
   if (node.IsScalar()) return node.Scalar();
   std::vector<std::string> parts;
   if (node.IsSequence()) {
-    for (const YAML::Node& item : node) parts.push_back(flow_text(item, separator));
-    return fmt::format("[{}]", fmt::join(parts, separator));
+    for (const YAML::Node& item : node) parts.push_back(flow_text(item));
+    return fmt::format("[{}]", fmt::join(parts, ", "));
   }
   if (node.IsMap()) {
     for (const auto& kv : node) {
       if (kv.first.Scalar() == "name") continue;
-      parts.push_back(fmt::format("{}: {}", kv.first.Scalar(), flow_text(kv.second, separator)));
+      parts.push_back(fmt::format("{}: {}", kv.first.Scalar(), flow_text(kv.second)));
     }
-    return fmt::format("{{{}}}", fmt::join(parts, separator));
+    return fmt::format("{{{}}}", fmt::join(parts, ", "));
   }
   return "null";
 }
@@ -244,8 +238,8 @@ std::vector<std::string> places(const Param& p) {
   }
 }
 
-// A parsed axis: its name, its parameters, and per value the settings (parameter index into
-// `params`, the value's position in the file's sweep section).
+// A parsed axis: its name, the parameters it sets and a label per value (the values' nodes are
+// read again from each point's load of the file: see value_node).
 struct AxisDef {
   std::string name;
   bool group = false;         // a list of mappings that each set several parameters
@@ -293,6 +287,14 @@ std::vector<AxisDef> parse_axes(const YAML::Node& sweep, const YAML::Node& input
   std::vector<AxisDef> axes;
   std::map<std::string, std::string> written;  // place -> the axis that sets it
   const std::vector<std::string> known = known_params(inputs);
+  // " (did you mean 'device'?)" for a name close to a known parameter, else "".
+  const auto did_you_mean = [&](const std::string& name) {
+    const auto suggestion = config::closest_match(name, known);
+    return suggestion ? fmt::format(" (did you mean '{}'?)", *suggestion) : std::string();
+  };
+  const auto not_a_parameter = [&](const std::string& name) {
+    return fmt::format("'{}' is not a parameter{}", name, did_you_mean(name));
+  };
   const auto claim = [&](const Param& p, const AxisDef& axis, const YAML::Node& at,
                          const std::string& key_path) {
     for (const std::string& place : places(p)) {
@@ -317,11 +319,8 @@ std::vector<AxisDef> parse_axes(const YAML::Node& sweep, const YAML::Node& input
       std::string message =
           fmt::format("expected a non-empty list of values, got {}", config::describe_node(values));
       if (!param) {
-        message = fmt::format("'{}' is not a parameter", axis.name);
-        if (auto suggestion = config::closest_match(axis.name, known)) {
-          message += fmt::format(" (did you mean '{}'?)", *suggestion);
-        }
-        message +=
+        message =
+            not_a_parameter(axis.name) +
             "; a sweep key is a parameter (function, device, export, shape, dtype, "
             "inputs.<name>.<key>, number, repeat, ..., evaluator.noise.<key>, throughput.bytes, "
             "throughput.flops) with a list of values, or an axis name with a list of mappings "
@@ -335,30 +334,28 @@ std::vector<AxisDef> parse_axes(const YAML::Node& sweep, const YAML::Node& input
             values, file, key_path,
             fmt::format("expected a list of shapes such as [[1024], [4096]], got a list of "
                         "numbers {} (one shape per point: write [{}] for a single one)",
-                        flow_text(values, ", "), flow_text(values, ", ")));
+                        flow_text(values), flow_text(values)));
       }
       for (size_t v = 0; v < values.size(); ++v) {
         check_param_value(*param, values[v], file, config::index_key_path(key_path, v));
       }
       claim(*param, axis, kv.first, key_path);
       axis.params.push_back(*param);
-      for (const YAML::Node& value : values) axis.labels.push_back(flow_text(value, ", "));
+      for (const YAML::Node& value : values) axis.labels.push_back(flow_text(value));
     } else {
       // A group axis: each value a mapping of parameters (and an optional `name`).
       axis.group = true;
-      std::map<std::string, size_t> index_of;
+      std::set<std::string> seen;  // the group's parameters, each claimed once
       for (size_t v = 0; v < values.size(); ++v) {
         const YAML::Node item = values[v];
         const std::string item_path = config::index_key_path(key_path, v);
         if (!item.IsMap()) {
-          std::string message = fmt::format("'{}' is not a parameter", axis.name);
-          if (auto suggestion = config::closest_match(axis.name, known)) {
-            message += fmt::format(" (did you mean '{}'?)", *suggestion);
-          }
-          message += fmt::format(
-              "; as an axis of grouped settings its values must be mappings of parameters, got "
-              "{} at index {}",
-              config::describe_node(item), v);
+          const std::string message =
+              not_a_parameter(axis.name) +
+              fmt::format(
+                  "; as an axis of grouped settings its values must be mappings of parameters, got "
+                  "{} at index {}",
+                  config::describe_node(item), v);
           throw config::error_at(kv.first, file, key_path, message);
         }
         for (const auto& setting : item) {
@@ -375,20 +372,17 @@ std::vector<AxisDef> parse_axes(const YAML::Node& sweep, const YAML::Node& input
           std::optional<Param> p = find_param(name, inputs, &why);
           if (!why.empty()) throw config::error_at(setting.first, file, setting_path, why);
           if (!p) {
-            std::string message = fmt::format("unknown parameter '{}'", name);
-            if (auto suggestion = config::closest_match(name, known)) {
-              message += fmt::format(" (did you mean '{}'?)", *suggestion);
-            }
-            throw config::error_at(setting.first, file, setting_path, message);
+            throw config::error_at(
+                setting.first, file, setting_path,
+                fmt::format("unknown parameter '{}'{}", name, did_you_mean(name)));
           }
           check_param_value(*p, setting.second, file, setting_path);
-          if (!index_of.count(name)) {
+          if (seen.insert(name).second) {
             claim(*p, axis, setting.first, setting_path);
-            index_of[name] = axis.params.size();
             axis.params.push_back(*p);
           }
         }
-        axis.labels.push_back(item["name"] ? item["name"].Scalar() : flow_text(item, ", "));
+        axis.labels.push_back(item["name"] ? item["name"].Scalar() : flow_text(item));
       }
     }
     // Two equal values would make two points that cannot be told apart.
