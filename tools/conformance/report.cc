@@ -6,10 +6,8 @@
 
 #include <chrono>
 #include <ctime>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "kiln/sdk/support/sha256.hpp"
 #include "kiln/version.h"
 
 namespace kiln::conformance {
@@ -28,17 +26,6 @@ std::string host_description() {
   utsname u{};
   if (uname(&u) != 0) return "unknown";
   return fmt::format("{} {} {} ({})", u.sysname, u.release, u.machine, u.nodename);
-}
-
-std::string file_sha256(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  sdk::Sha256 hash;
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
-    hash.update(buffer, static_cast<size_t>(in.gcount()));
-  }
-  return sdk::Sha256::hex(hash.finish());
 }
 
 const char* disposition_text(Target::Disposition d) {
@@ -145,9 +132,9 @@ std::string markdown_report(const ReportContext& context, const std::vector<Targ
     if (t.kind == Target::Kind::kCollector) {
       // Collectors have no devices or modules of their own.
     } else if (t.module) {
-      const std::string sha = file_sha256(t.module->path);
       line(fmt::format("- Module: {} (format {}, kernel {}, SHA-256 {})", t.module->path,
-                       t.module->format, t.module->kernel, sha.empty() ? "(unreadable)" : sha));
+                       t.module->format, t.module->kernel,
+                       t.module_sha256.empty() ? "(unreadable)" : t.module_sha256));
     } else {
       line("- Module: none given");
     }
@@ -225,7 +212,7 @@ std::string json_report(const ReportContext& context, const std::vector<Target>&
       jt["module"] = {{"path", t.module->path},
                       {"format", t.module->format},
                       {"kernel", t.module->kernel},
-                      {"sha256", file_sha256(t.module->path)}};
+                      {"sha256", t.module_sha256}};
     } else {
       jt["module"] = nullptr;
     }

@@ -26,6 +26,7 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// The file's SHA-256 in hex, or "" when it cannot be read (the report says "unreadable").
 std::string sha256_of_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
@@ -50,6 +51,31 @@ std::string attribute_text(const Any& v) {
     default:
       return v.str();
   }
+}
+
+// The plugin whose manifest declares `provides` ("device:cuda", "collector:perf"): a loaded one
+// if any, else the first considered (a failed or disabled one explains why it is missing).
+std::optional<PluginStatus> plugin_providing(const Runtime& runtime, const std::string& provides) {
+  std::optional<PluginStatus> found;
+  for (const PluginStatus& s : runtime.plugins()) {
+    if (std::find(s.provides.begin(), s.provides.end(), provides) == s.provides.end()) continue;
+    if (!found || s.state == PluginStatus::State::kLoaded) found = s;
+  }
+  return found;
+}
+
+// Marks `t`, which no loaded component serves, as skipped (no plugin, or one that is disabled)
+// or failed (its plugin failed to load), with the reason.
+void mark_unavailable(Target& t, const char* none_found) {
+  if (!t.plugin) {
+    t.disposition = Target::Disposition::kSkip;
+    t.reason = none_found;
+    return;
+  }
+  t.disposition = t.plugin->state == PluginStatus::State::kFailed ? Target::Disposition::kFail
+                                                                  : Target::Disposition::kSkip;
+  t.reason = fmt::format("plugin {} is {}: {}", t.plugin->name, to_string(t.plugin->state),
+                         t.plugin->reason);
 }
 
 // What every fixture shares: a target, whose disposition SetUp applies (skip or fail with the
@@ -439,17 +465,12 @@ std::vector<Target> resolve_targets(const Runtime& runtime,
     for (const ModuleSpec& m : modules) {
       if (m.device_type == type) {
         t.module = m;
+        t.module_sha256 = sha256_of_file(m.path);
         break;
       }
     }
     // The plugin meant to serve the type, loaded or not (a failed one explains the type).
-    for (const PluginStatus& s : runtime.plugins()) {
-      for (const std::string& p : s.provides) {
-        if (p != "device:" + type) continue;
-        if (!t.plugin || s.state == PluginStatus::State::kLoaded) t.plugin = s;
-      }
-    }
-    if (t.plugin) t.library_sha256 = sha256_of_file(t.plugin->library);
+    t.plugin = plugin_providing(runtime, "device:" + type);
     const std::optional<int32_t> code = runtime.device_types().find(type);
     t.backend = code ? runtime.find_backend(*code) : Ref<DeviceBackend>();
     if (t.backend) {
@@ -457,21 +478,12 @@ std::vector<Target> resolve_targets(const Runtime& runtime,
       for (const PluginStatus& s : runtime.plugins()) {
         if (s.name == t.backend->plugin_name() && s.state == PluginStatus::State::kLoaded) {
           t.plugin = s;
-          t.library_sha256 = sha256_of_file(s.library);
         }
       }
     }
+    if (t.plugin) t.library_sha256 = sha256_of_file(t.plugin->library);
     if (!t.backend) {
-      if (!t.plugin) {
-        t.disposition = Target::Disposition::kSkip;
-        t.reason = "no plugin serving it was found in the search paths";
-      } else {
-        t.disposition = t.plugin->state == PluginStatus::State::kFailed
-                            ? Target::Disposition::kFail
-                            : Target::Disposition::kSkip;
-        t.reason = fmt::format("plugin {} is {}: {}", t.plugin->name, to_string(t.plugin->state),
-                               t.plugin->reason);
-      }
+      mark_unavailable(t, "no plugin serving it was found in the search paths");
       targets.push_back(std::move(t));
       continue;
     }
@@ -512,24 +524,10 @@ std::vector<Target> resolve_collectors(const Runtime& runtime,
     Target t;
     t.kind = Target::Kind::kCollector;
     t.name = name;
-    for (const PluginStatus& s : runtime.plugins()) {
-      for (const std::string& p : s.provides) {
-        if (p != "collector:" + name) continue;
-        if (!t.plugin || s.state == PluginStatus::State::kLoaded) t.plugin = s;
-      }
-    }
+    t.plugin = plugin_providing(runtime, "collector:" + name);
     if (t.plugin) t.library_sha256 = sha256_of_file(t.plugin->library);
     if (std::find(loaded.begin(), loaded.end(), name) == loaded.end()) {
-      if (!t.plugin) {
-        t.disposition = Target::Disposition::kSkip;
-        t.reason = "no plugin providing it was found in the search paths";
-      } else {
-        t.disposition = t.plugin->state == PluginStatus::State::kFailed
-                            ? Target::Disposition::kFail
-                            : Target::Disposition::kSkip;
-        t.reason = fmt::format("plugin {} is {}: {}", t.plugin->name, to_string(t.plugin->state),
-                               t.plugin->reason);
-      }
+      mark_unavailable(t, "no plugin providing it was found in the search paths");
     }
     targets.push_back(std::move(t));
   }

@@ -51,6 +51,7 @@ struct Target {
   // Attributes of each device, as text, in the order the plugin visits them.
   std::vector<std::vector<std::pair<std::string, std::string>>> devices;
   std::optional<ModuleSpec> module;
+  std::string module_sha256;  // of module->path; empty when unreadable or no module
 
   // The GoogleTest suite of the target's tests: "DeviceConformance/<type>" or
   // "CollectorConformance/<name>".
