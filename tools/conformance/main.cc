@@ -52,41 +52,39 @@ std::string quote(const std::string& arg) {
   return out + "'";
 }
 
-// Every device type a considered plugin serves or would serve, in search order: loaded backends
-// and the `device:` entries of plugins that failed or are disabled (so that a broken vendor
-// plugin shows up as a failure instead of disappearing).
+// `loaded` followed by every name a considered plugin declares as `prefix`NAME in its manifest
+// ("device:", "collector:"), each once, in search order: plugins that failed or are disabled
+// count too, so that a broken vendor plugin shows up as a failure instead of disappearing.
+std::vector<std::string> with_declared(std::vector<std::string> loaded,
+                                       const kiln::Runtime& runtime, const std::string& prefix) {
+  for (const kiln::PluginStatus& s : runtime.plugins()) {
+    for (const std::string& p : s.provides) {
+      if (p.rfind(prefix, 0) != 0) continue;
+      const std::string name = p.substr(prefix.size());
+      if (std::find(loaded.begin(), loaded.end(), name) == loaded.end()) loaded.push_back(name);
+    }
+  }
+  return loaded;
+}
+
+// Every device type a considered plugin serves or would serve: loaded backends first.
 std::vector<std::string> all_device_types(const kiln::Runtime& runtime) {
-  std::vector<std::string> out;
-  auto add = [&out](const std::string& type) {
-    if (std::find(out.begin(), out.end(), type) == out.end()) out.push_back(type);
-  };
-  for (const kiln::BackendInfo& b : runtime.backends()) add(b.type_name);
-  for (const kiln::PluginStatus& s : runtime.plugins()) {
-    for (const std::string& p : s.provides) {
-      if (p.rfind("device:", 0) == 0) add(p.substr(7));
-    }
-  }
-  return out;
+  std::vector<std::string> loaded;
+  for (const kiln::BackendInfo& b : runtime.backends()) loaded.push_back(b.type_name);
+  return with_declared(std::move(loaded), runtime, "device:");
 }
 
-// Every collector a considered plugin provides or would provide, in search order.
+// Every collector a considered plugin provides or would provide: loaded ones first.
 std::vector<std::string> all_collectors(const kiln::Runtime& runtime) {
-  std::vector<std::string> out = runtime.collector_names();
-  for (const kiln::PluginStatus& s : runtime.plugins()) {
-    for (const std::string& p : s.provides) {
-      if (p.rfind("collector:", 0) == 0 &&
-          std::find(out.begin(), out.end(), p.substr(10)) == out.end()) {
-        out.push_back(p.substr(10));
-      }
-    }
-  }
-  return out;
+  return with_declared(runtime.collector_names(), runtime, "collector:");
 }
 
-void check_usage(const kiln::Runtime& runtime, const Options& options,
-                 const std::vector<kiln::conformance::ModuleSpec>& modules,
-                 const std::vector<std::string>& types) {
-  const std::vector<std::string> known = all_device_types(runtime);
+// Throws UsageError for a --device or --collector no plugin found provides (`known_types`,
+// `known_collectors`: all_device_types, all_collectors) and for a --module that repeats a type,
+// names a type not under test (`types`) or a file that does not exist.
+void check_usage(const Options& options, const std::vector<kiln::conformance::ModuleSpec>& modules,
+                 const std::vector<std::string>& types, const std::vector<std::string>& known,
+                 const std::vector<std::string>& collectors) {
   const std::string known_text = known.empty()
                                      ? "none: no device plugin was found in the search paths"
                                      : fmt::format("{}", fmt::join(known, ", "));
@@ -98,7 +96,6 @@ void check_usage(const kiln::Runtime& runtime, const Options& options,
           type, type, known_text));
     }
   }
-  const std::vector<std::string> collectors = all_collectors(runtime);
   for (const std::string& name : options.collectors) {
     if (std::find(collectors.begin(), collectors.end(), name) == collectors.end()) {
       throw UsageError(fmt::format(
@@ -199,11 +196,13 @@ int run(int argc, char** argv) {
   kiln::Runtime runtime(runtime_options);
 
   // Neither --device nor --collector: everything found. Naming either tests only what is named.
+  // Found once: listing the backends enumerates every device of every plugin.
+  const std::vector<std::string> known_types = all_device_types(runtime);
+  const std::vector<std::string> known_collectors = all_collectors(runtime);
   const bool everything = options.devices.empty() && options.collectors.empty();
-  const std::vector<std::string> types = everything ? all_device_types(runtime) : options.devices;
-  const std::vector<std::string> collectors =
-      everything ? all_collectors(runtime) : options.collectors;
-  check_usage(runtime, options, modules, types);
+  const std::vector<std::string>& types = everything ? known_types : options.devices;
+  const std::vector<std::string>& collectors = everything ? known_collectors : options.collectors;
+  check_usage(options, modules, types, known_types, known_collectors);
   kiln::conformance::ResolveOptions resolve;
   resolve.require_device = options.require_device;
   std::vector<kiln::conformance::Target> targets =
