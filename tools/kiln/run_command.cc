@@ -216,10 +216,7 @@ nlohmann::json outcome_json(const Runtime& runtime, const Prepared& p, const Out
     const Any& v = o.result.outputs[i];
     nlohmann::json entry{{"name", spec.inputs[i].name}};
     if (v.type_code() == KILN_TYPE_TENSOR) {
-      Tensor t = v.cast<Tensor>();
-      entry["shape"] = std::vector<int64_t>(t.shape().begin(), t.shape().end());
-      entry["dtype"] = t.dtype().str();
-      entry["summary"] = run::summarize(t);
+      entry.update(value_json(v));  // shape, dtype, summary
     } else {
       entry["value"] = v.str();
     }
@@ -271,6 +268,11 @@ nlohmann::json outcome_json(const Runtime& runtime, const Prepared& p, const Out
   return out;
 }
 
+// A value on one line of the report: a tensor's summary, anything else as Any::str() gives it.
+std::string value_text(const Any& v) {
+  return v.type_code() == KILN_TYPE_TENSOR ? run::summarize(v.cast<Tensor>()) : v.str();
+}
+
 void print_outcome(const Runtime& runtime, const Prepared& p, const Outcome& o) {
   const run::RunSpec& spec = p.spec;
   const BenchmarkResult& timing = o.result.profile;
@@ -281,17 +283,13 @@ void print_outcome(const Runtime& runtime, const Prepared& p, const Outcome& o) 
   std::cout << "outputs:\n";
   for (size_t i = 0; i < o.result.outputs.size(); ++i) {
     const Any& v = o.result.outputs[i];
-    std::cout << fmt::format(
-        "  {:<8} {}\n", spec.inputs[i].name,
-        v.type_code() == KILN_TYPE_TENSOR ? run::summarize(v.cast<Tensor>()) : v.str());
+    std::cout << fmt::format("  {:<8} {}\n", spec.inputs[i].name, value_text(v));
   }
   const auto leaves = run::result_leaves(o.result.result);
   if (!leaves.empty()) {
     std::cout << "returned:\n";
     for (const auto& [name, v] : leaves) {
-      std::cout << fmt::format(
-          "  {:<8} {}\n", name,
-          v.type_code() == KILN_TYPE_TENSOR ? run::summarize(v.cast<Tensor>()) : v.str());
+      std::cout << fmt::format("  {:<8} {}\n", name, value_text(v));
     }
   }
   // A noise rule's run says where the RSE got to, beside its target.
