@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -431,6 +433,17 @@ SweepSpec parse_sweep_config(const fs::path& path, const DeviceTypeNames& device
     }
     out.axes.push_back({axis.name, axis.labels});
   }
+  // Each point parses its own copy of the file's text, read once here (it was read and checked
+  // above); a copy keeps every node's file position for the point's errors, which YAML::Clone
+  // would not.
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    if (!in || in.bad()) throw NotFoundError("cannot read configuration file '" + file + "'");
+    text = buffer.str();
+  }
   // The first axis varies slowest, as nested loops written in the file's order.
   std::vector<size_t> at(defs.size(), 0);
   for (size_t index = 0; index < total; ++index) {
@@ -449,7 +462,7 @@ SweepSpec parse_sweep_config(const fs::path& path, const DeviceTypeNames& device
     point.label = fmt::format("{}", fmt::join(parts, ", "));
     try {
       // A fresh load per point: the settings replace nodes of this copy only.
-      YAML::Node copy = detail::load_run_file(path);
+      YAML::Node copy = config::load_yaml_string(text, file);
       const YAML::Node copy_sweep = static_cast<const YAML::Node&>(copy)["sweep"];
       copy.remove("sweep");
       for (size_t a = 0; a < defs.size(); ++a) {
