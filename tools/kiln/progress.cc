@@ -84,25 +84,26 @@ void Progress::repeat(int32_t done, int32_t total, double timeout_s) {
   const double elapsed = std::chrono::duration<double>(now - phase_start_).count();
   std::string line;
   if (last) {
-    line = fmt::format("[kiln] timing {}: repeat {}/{}, {} elapsed, done", function_, done, total,
+    line = fmt::format("timing {}: repeat {}/{}, {} elapsed, done", function_, done, total,
                        human_duration(elapsed));
   } else if (total > 0) {
     const double eta = elapsed / done * (total - done);
-    line = fmt::format("[kiln] timing {}: repeat {}/{}, {} elapsed, ETA {}", function_, done, total,
+    line = fmt::format("timing {}: repeat {}/{}, {} elapsed, ETA {}", function_, done, total,
                        human_duration(elapsed), human_duration(eta));
   } else {
     line = fmt::format(
-        "[kiln] timing {}: repeat {} (until the noise target), {} elapsed, at most "
+        "timing {}: repeat {} (until the noise target), {} elapsed, at most "
         "{} more",
         function_, done, human_duration(elapsed),
         human_duration(std::max(0.0, timeout_s - elapsed)));
   }
+  // In a sweep, the point and the sweep's time go before what the point is doing.
   if (!point_.empty()) {
-    line.insert(
-        7, fmt::format("{}, {} into the sweep{}: ", point_,
+    line = fmt::format("{}, {} into the sweep{}: {}", point_,
                        human_duration(std::chrono::duration<double>(now - sweep_start_).count()),
-                       sweep_eta_));
+                       sweep_eta_, line);
   }
+  line = "[kiln] " + line;
   if (mode_ == Mode::kRedraw) {
     std::fprintf(out_, "\r\033[K%s", line.c_str());
     drawn_ = true;
