@@ -214,22 +214,22 @@ void timer_measures_elapsed_time(ConformanceTest& t) {
   backend.timer_destroy(timer);
 }
 
-// The module of `t`'s target, or a skip: no module given, or the backend runs no device code.
-const ModuleSpec* module_or_skip(ConformanceTest& t) {
-  if (!t.target_.module) return nullptr;
-  if (!t.backend_->has_modules()) return nullptr;
-  return &*t.target_.module;
-}
-
-std::string module_skip_reason(const ConformanceTest& t) {
-  if (!t.backend_->has_modules()) return "the backend has no module slots (it runs no kernels)";
-  return fmt::format("no conformance module given for {} (--module {}:PATH:FORMAT:KERNEL)",
-                     t.target_.name, t.target_.name);
+// The module of `t`'s target, or null with `why_not` set when the module tests must skip: the
+// backend runs no device code, or no module was given for the type.
+const ModuleSpec* testable_module(const ConformanceTest& t, std::string& why_not) {
+  if (!t.backend_->has_modules()) {
+    why_not = "the backend has no module slots (it runs no kernels)";
+  } else if (!t.target_.module) {
+    why_not = fmt::format("no conformance module given for {} (--module {}:PATH:FORMAT:KERNEL)",
+                          t.target_.name, t.target_.name);
+  }
+  return why_not.empty() ? &*t.target_.module : nullptr;
 }
 
 void loads_module_and_launches_kernel(ConformanceTest& t) {
-  const ModuleSpec* m = module_or_skip(t);
-  if (m == nullptr) GTEST_SKIP() << module_skip_reason(t);
+  std::string why_not;
+  const ModuleSpec* m = testable_module(t, why_not);
+  if (m == nullptr) GTEST_SKIP() << why_not;
   const DeviceBackend& backend = *t.backend_;
   std::vector<uint8_t> bytes = read_bytes(m->path);
   ASSERT_FALSE(bytes.empty()) << "cannot read " << m->path << " (or it is empty)";
@@ -286,8 +286,9 @@ void loads_module_and_launches_kernel(ConformanceTest& t) {
 }
 
 void rejects_garbage_modules(ConformanceTest& t) {
-  const ModuleSpec* m = module_or_skip(t);
-  if (m == nullptr) GTEST_SKIP() << module_skip_reason(t);
+  std::string why_not;
+  const ModuleSpec* m = testable_module(t, why_not);
+  if (m == nullptr) GTEST_SKIP() << why_not;
   const DeviceBackend& backend = *t.backend_;
   const std::string garbage = "this is not device code";
   EXPECT_THROW(backend.module_load(t.device_.id, garbage.data(), garbage.size(), m->format, "{}"),
