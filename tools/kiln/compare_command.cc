@@ -169,20 +169,16 @@ int run_compare(const CompareOptions& options) {
   // A benchmark with results in A that failed in B (a sweep's point that broke) fails the
   // comparison: B has no time for it at all. One that failed in A only is noted.
   std::vector<std::string> failed_b, failed_a;
-  for (const std::string& name : a.order) {
-    if (b.errors.count(name) && !b.entries.count(name)) {
-      failed_b.push_back(name);
-    } else if (!b.entries.count(name)) {
-      only_a.push_back(name);
+  // The names of `from` that `other` has no results for: failed there, or missing.
+  const auto unmatched = [](const Document& from, const Document& other,
+                            std::vector<std::string>* failed, std::vector<std::string>* only) {
+    for (const std::string& name : from.order) {
+      if (other.entries.count(name)) continue;
+      (other.errors.count(name) ? failed : only)->push_back(name);
     }
-  }
-  for (const std::string& name : b.order) {
-    if (a.errors.count(name) && !a.entries.count(name)) {
-      failed_a.push_back(name);
-    } else if (!a.entries.count(name)) {
-      only_b.push_back(name);
-    }
-  }
+  };
+  unmatched(a, b, &failed_b, &only_a);
+  unmatched(b, a, &failed_a, &only_b);
   if (only_a.size() == a.order.size() && failed_b.empty()) {
     // What a file holds, for the message: its benchmarks, or that it has none (and how many
     // failed, for a sweep whose every point failed).
@@ -265,12 +261,13 @@ int run_compare(const CompareOptions& options) {
     }
     out["only_in_baseline"] = only_a;
     out["only_in_contender"] = only_b;
-    nlohmann::json failed_json = nlohmann::json::array();
-    for (const auto& n : failed_b) failed_json.push_back({{"name", n}, {"error", b.errors.at(n)}});
-    out["failed_in_contender"] = failed_json;
-    failed_json = nlohmann::json::array();
-    for (const auto& n : failed_a) failed_json.push_back({{"name", n}, {"error", a.errors.at(n)}});
-    out["failed_in_baseline"] = failed_json;
+    const auto failed_json = [](const std::vector<std::string>& names, const Document& where) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& n : names) list.push_back({{"name", n}, {"error", where.errors.at(n)}});
+      return list;
+    };
+    out["failed_in_contender"] = failed_json(failed_b, b);
+    out["failed_in_baseline"] = failed_json(failed_a, a);
     out["regressions"] = regressions;
     std::cout << out.dump(2) << "\n";
   } else {
