@@ -108,6 +108,14 @@ sweep:
         check(code == 1, f"compare with a failed point: exit {code}, expected 1\n{out}{err}")
         check(f"failed in B: {victim}: the device is gone" in out,
               f"compare does not name the failed point:\n{out}")
+        code, out, err = run(kiln, env, "compare", "--json", a, c)
+        cmp = json.loads(out)
+        check(code == 1 and cmp["failed_in_contender"] ==
+              [{"name": victim, "error": "the device is gone"}] and
+              cmp["failed_in_baseline"] == [] and victim not in cmp["only_in_baseline"],
+              f"compare --json with a failed point: exit {code}, "
+              f"failed_in_contender {cmp['failed_in_contender']}, "
+              f"failed_in_baseline {cmp['failed_in_baseline']}")
         code, out, err = run(kiln, env, "compare", c, a)
         check(f"failed in A: {victim}: the device is gone" in out,
               f"compare does not note a point that failed in A:\n{out}")
