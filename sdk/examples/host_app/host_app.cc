@@ -70,12 +70,18 @@ int main(int argc, char** argv) {
     kiln::Module m = runtime.load_module(argv[1]);
     const int64_t r = m.entry()(14).cast<int64_t>();
     std::printf("triple(14) = %lld\n", static_cast<long long>(r));
-    if (r != 42) return 1;
+    if (r != 42) {
+      std::fprintf(stderr, "triple(14): expected 42\n");
+      return 1;
+    }
     kiln::Tensor host =
         kiln::Tensor::empty({4}, kiln::DataType::Float(32), kiln::Device::cpu(), runtime);
     m["fill"](host, 1.25);
     for (float x : host.host_span<float>()) {
-      if (x != 1.25f) return 1;
+      if (x != 1.25f) {
+        std::fprintf(stderr, "fill(t, 1.25): an element is %g\n", static_cast<double>(x));
+        return 1;
+      }
     }
 
     // The collector of sdk/examples/rusage_collector, through its manifest, used like any other.
@@ -85,7 +91,12 @@ int main(int argc, char** argv) {
       auto prof = kiln::profiling::profile_function(m, kiln::Device::cpu(), {rusage}, "triple", 2);
       kiln::profiling::MetricMap metrics = prof({kiln::Any(5)});
       for (const auto& [name, value] : metrics) std::printf("collector metric %s\n", name.c_str());
-      if (!metrics.count("rusage::user (us)") || !metrics.count("rusage::minor faults")) return 1;
+      for (const char* expected : {"rusage::user (us)", "rusage::minor faults"}) {
+        if (!metrics.count(expected)) {
+          std::fprintf(stderr, "the rusage collector reported no metric '%s'\n", expected);
+          return 1;
+        }
+      }
     }
     std::printf("host app OK\n");
     return 0;
