@@ -549,50 +549,48 @@ int run_sweep(Runtime& runtime, const run::SweepSpec& sweep, const RunOptions& o
   }
   std::cout << fmt::format("sweep:    {}: {} point{} ({})\n", sweep.file.string(), total,
                            total == 1 ? "" : "s", fmt::join(sizes, " x "));
-  // One row per point: what ran where, how fast, how noisy, and whether it held.
-  struct Row {
-    std::vector<std::string> cells;
+  // One row per point: what ran where, how fast, how noisy, and whether it held. Numbers are
+  // right-aligned, text left-aligned.
+  struct Column {
+    std::string name;
+    bool numeric;
   };
-  const std::vector<std::string> header = {"#",     "point", "benchmark", "median", "CV",    "RSE",
-                                           "noise", "GB/s",  "GFLOP/s",   "timer",  "status"};
-  std::vector<Row> rows;
+  const std::vector<Column> columns = {{"#", true},      {"point", false}, {"benchmark", false},
+                                       {"median", true}, {"CV", true},     {"RSE", true},
+                                       {"noise", false}, {"GB/s", true},   {"GFLOP/s", true},
+                                       {"timer", false}, {"status", false}};
+  std::vector<std::vector<std::string>> rows;
   for (const PointRun& r : runs) {
-    Row row;
-    row.cells.push_back(std::to_string(r.point->index + 1));
-    row.cells.push_back(r.point->label);
-    row.cells.push_back(r.name);
+    std::vector<std::string> row = {std::to_string(r.point->index + 1), r.point->label, r.name};
     if (r.outcome) {
       const Outcome& o = *r.outcome;
       const stats::Summary& sum = o.verdict.summary;
-      row.cells.push_back(format_time_ns(o.result.profile.median() * 1e9));
-      row.cells.push_back(sum.n >= 2 ? format_percent(sum.cv) : "-");
-      row.cells.push_back(sum.n >= 2 ? format_percent(sum.rse) : "-");
-      row.cells.emplace_back(o.verdict.noisy ? "noisy" : "ok");
-      row.cells.push_back(o.show_throughput ? fmt::format("{:.3g}", o.throughput.gb_per_s) : "-");
-      row.cells.push_back(
-          o.throughput.gflop_per_s ? fmt::format("{:.3g}", *o.throughput.gflop_per_s) : "-");
-      row.cells.push_back(o.result.profile.timer);
+      row.push_back(format_time_ns(o.result.profile.median() * 1e9));
+      row.push_back(sum.n >= 2 ? format_percent(sum.cv) : "-");
+      row.push_back(sum.n >= 2 ? format_percent(sum.rse) : "-");
+      row.emplace_back(o.verdict.noisy ? "noisy" : "ok");
+      row.push_back(o.show_throughput ? fmt::format("{:.3g}", o.throughput.gb_per_s) : "-");
+      row.push_back(o.throughput.gflop_per_s ? fmt::format("{:.3g}", *o.throughput.gflop_per_s)
+                                             : "-");
+      row.push_back(o.result.profile.timer);
     } else {
-      for (int k = 0; k < 7; ++k) row.cells.emplace_back("-");
+      row.resize(columns.size() - 1, "-");  // nothing measured
     }
-    row.cells.push_back(r.status == "ok" ? "ok"
-                                         : fmt::format("{} (exit {})", r.status, r.exit_code));
+    row.push_back(r.status == "ok" ? "ok" : fmt::format("{} (exit {})", r.status, r.exit_code));
     rows.push_back(std::move(row));
   }
-  std::vector<size_t> width(header.size());
-  for (size_t c = 0; c < header.size(); ++c) {
-    width[c] = header[c].size();
-    for (const Row& row : rows) width[c] = std::max(width[c], row.cells[c].size());
+  std::vector<size_t> width(columns.size());
+  for (size_t c = 0; c < columns.size(); ++c) {
+    width[c] = columns[c].name.size();
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
   }
   const auto print_row = [&](const std::vector<std::string>& cells) {
     std::string line;
     for (size_t c = 0; c < cells.size(); ++c) {
-      // Numbers right-aligned, text left-aligned; the last column unpadded.
-      const bool numeric = c == 0 || (c >= 3 && c <= 5) || c == 7 || c == 8;
       if (c > 0) line += "  ";
       if (c + 1 == cells.size()) {
-        line += cells[c];
-      } else if (numeric) {
+        line += cells[c];  // the last column unpadded
+      } else if (columns[c].numeric) {
         line += fmt::format("{:>{}}", cells[c], width[c]);
       } else {
         line += fmt::format("{:<{}}", cells[c], width[c]);
@@ -600,8 +598,10 @@ int run_sweep(Runtime& runtime, const run::SweepSpec& sweep, const RunOptions& o
     }
     std::cout << line << "\n";
   };
+  std::vector<std::string> header;
+  for (const Column& column : columns) header.push_back(column.name);
   print_row(header);
-  for (const Row& row : rows) print_row(row.cells);
+  for (const auto& row : rows) print_row(row);
   // Beneath the table: what a row cannot hold. An error several points share (one that does not
   // depend on the swept values, e.g. a missing module) is printed once, with the points named.
   std::vector<std::pair<std::string, std::vector<const PointRun*>>> errors;
