@@ -101,11 +101,6 @@ std::optional<std::string> unknown_command_message(const CLI::App& app,
   return std::nullopt;
 }
 
-Device parse_device_option(const Runtime& runtime, const std::string& text) {
-  // The Runtime's device table already says which plugin would provide an unknown type.
-  return runtime.parse_device(text);
-}
-
 Device checked_device(const Runtime& runtime, const run::RunSpec& spec, bool from_option) {
   const Device device = runtime.parse_device(spec.device);
   if (spec.remote) return device;

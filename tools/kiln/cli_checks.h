@@ -39,9 +39,6 @@ std::optional<std::string> closest(const std::string& word,
 // `from_option`), "device cpu:3 does not exist: there is one (cpu:0)". A remote run's devices
 // are the server's: only the name is checked here.
 Device checked_device(const Runtime& runtime, const run::RunSpec& spec, bool from_option);
-// Parses --device TEXT; an unknown type names the plugins that would provide it and why they
-// are not loaded.
-Device parse_device_option(const Runtime& runtime, const std::string& text);
 
 // Throws a ConfigError at the config's `function` key when `module` (loaded from spec.module)
 // has no function `function`, naming the module's own path, its functions and the closest one.

@@ -108,7 +108,7 @@ int run_profile(const ProfileOptions& options, const GlobalOptions& global) {
   try {
     spec = run::parse_run_config(options.config, runtime.device_types());
     if (options.device) {
-      parse_device_option(runtime, *options.device);
+      runtime.parse_device(*options.device);  // validates; an unknown type names its plugin
       spec.device = *options.device;
     }
     checked_device(runtime, spec, options.device.has_value());

@@ -67,7 +67,7 @@ Prepared prepare(Runtime& runtime, run::RunSpec spec, const RunOptions& options)
   Prepared p;
   try {
     if (options.device) {
-      parse_device_option(runtime, *options.device);
+      runtime.parse_device(*options.device);  // validates; an unknown type names its plugin
       spec.device = *options.device;
     }
     // Refused here, not replaced by device 0: the run uses and reports the device named.
@@ -401,7 +401,7 @@ int run_sweep(Runtime& runtime, const run::SweepSpec& sweep, const RunOptions& o
   // A bad --device is the command line's fault, not each point's.
   if (options.device) {
     try {
-      parse_device_option(runtime, *options.device);
+      runtime.parse_device(*options.device);  // validates; an unknown type names its plugin
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
