@@ -196,6 +196,30 @@ void BM_Floor_Vadd1M(benchmark::State& s) {
 void BM_Tvm_Vadd1M(benchmark::State& s) { run_tvm(s, "vadd.so", "vadd", 3, kVaddElements); }
 void BM_Kiln_Vadd1M(benchmark::State& s) { run_kiln(s, "vadd.so", "vadd", 3, kVaddElements); }
 
+// ---- Parallel-launch overhead: an empty parallel loop of 2 iterations (parallel2.so) through
+// each runtime's own pool: TVM's thread pool (libtvm_runtime, loaded here, with
+// TVM_NUM_THREADS=2 unless set: TVM counts physical cores and would use 1 on a 2-thread
+// machine) and the Kiln cpu plugin's task team (its default: the process's CPUs). Both then run
+// 2 tasks. The floor: the same loop compiled serial (serial2.so), called directly.
+
+const bool tvm_threads_set = [] { return setenv("TVM_NUM_THREADS", "2", 0) == 0; }();
+
+void BM_Floor_Parallel2(benchmark::State& s) {
+  run_floor(s, "serial2.so", "__tvm_ffi_serial2", 1, 2);
+}
+void BM_Tvm_Parallel2(benchmark::State& s) {
+  if (!tvm_threads_set || dlopen(KILN_TVM_RUNTIME_LIB, RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    s.SkipWithError("cannot load TVM's runtime (its thread pool)");
+    return;
+  }
+  run_tvm(s, "parallel2.so", "parallel2", 1, 2);
+}
+void BM_Kiln_Parallel2(benchmark::State& s) { run_kiln(s, "parallel2.so", "parallel2", 1, 2); }
+
+BENCHMARK(BM_Floor_Parallel2);
+BENCHMARK(BM_Tvm_Parallel2);
+BENCHMARK(BM_Kiln_Parallel2);
+
 BENCHMARK(BM_Floor_Noop);
 BENCHMARK(BM_Tvm_Noop);
 BENCHMARK(BM_Kiln_Noop);

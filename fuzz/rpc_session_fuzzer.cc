@@ -3,21 +3,28 @@
 // encodings, handles, streamed payloads — fed to a real session server over a socket pair.
 // Every input must end the session cleanly: no crash, no sanitizer report, no hang (the
 // stream always ends, so the server must return). With the first byte odd the bytes are a
-// client hello for the handshake reader instead.
+// client hello for the handshake reader instead. The client side's socket calls survive
+// signals (libFuzzer's SIGALRM), so every input reaches the server whole.
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <system_error>
 #include <thread>
 
+#include "fuzz_setup.h"
 #include "kiln/runtime.h"
 #include "rpc/connection.h"
 #include "rpc/handshake.h"
 #include "rpc/session_server.h"
+#include "rpc/socket_io.h"
 
 namespace {
 
@@ -45,23 +52,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   kiln::Runtime& runtime = fuzz_runtime();
   int fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) std::abort();
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    // Every session closes both ends: descriptors that run out in this process leaked.
+    if (errno == EMFILE) {
+      std::fprintf(stderr, "kiln fuzz: no descriptor left: the sessions leak them\n");
+      std::abort();
+    }
+    kiln::fuzz::setup_failed("cannot create a socket pair", std::strerror(errno));
+  }
   boost::asio::io_context io;
   auto server_end = wrap(io, fds[0]);
   // The client side writes the input, then half-closes, and drains whatever comes back.
-  std::thread client([fd = fds[1], data, size] {
-    size_t sent = 0;
-    while (sent < size) {
-      const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += static_cast<size_t>(n);
-    }
+  const auto write_input = [fd = fds[1], data, size] {
+    (void)kiln::rpc::send_all(fd, data, size);  // the server may stop reading early: fine
     ::shutdown(fd, SHUT_WR);
     char sink[65536];
-    while (::recv(fd, sink, sizeof(sink), 0) > 0) {
+    while (kiln::rpc::retry_on_signal([&] { return ::recv(fd, sink, sizeof(sink), 0); }) > 0) {
     }
     ::close(fd);
-  });
+  };
+  std::thread client;
+  try {
+    client = std::thread(write_input);
+  } catch (const std::system_error& e) {
+    kiln::fuzz::setup_failed("cannot start the client thread", e.what());
+  }
   if (data[0] & 1) {
     try {
       char first;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets (VM readers, RPC session server, tracker, TVM library readers) with clang and libFuzzer in build-fuzz/ and runs each for a bounded
 # time. Exits non-zero when a target finds a crash, a sanitizer error or a broken round trip
-# (the reproducer is left in build-fuzz/fuzz-artifacts/).
+# (the reproducer is left in build-fuzz/fuzz-artifacts/), and when a harness could not set
+# itself up (exit status 75, fuzz/fuzz_setup.h: its message names the cause; no reproducer,
+# since that is no finding).
 #
 #   fuzz/run.sh                       # every target, KILN_FUZZ_SECONDS (default 60) each
 #   fuzz/run.sh kiln_fuzz_vm_asm      # one target
@@ -65,11 +67,17 @@ for t in "${targets[@]}"; do
         -print_final_stats=1 -artifact_prefix="$artifacts/$name-")
   if [ "$dict" != "-" ]; then args+=(-dict="$dict"); fi
   echo "== $name: ${seconds}s, -max_len=$max_len, seeds $seeds"
-  if ! "$build/bin/$name" "${args[@]}" "$corpus" "$seeds"; then
-    echo "== $name: FAILED (reproducer in $artifacts/; rerun with $build/bin/$name <file>)" >&2
+  rc=0
+  "$build/bin/$name" "${args[@]}" "$corpus" "$seeds" || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    echo "== $name: no crash"
+  elif [ "$rc" -eq 75 ]; then
+    echo "== $name: NOT RUN: the harness could not set itself up (not a finding; the" \
+         "'kiln fuzz:' line above names the cause)" >&2
     status=1
   else
-    echo "== $name: no crash"
+    echo "== $name: FAILED (reproducer in $artifacts/; rerun with $build/bin/$name <file>)" >&2
+    status=1
   fi
 done
 exit "$status"

@@ -3,8 +3,11 @@
 // Tracker on loopback that lives across inputs (so its bounds on held bytes, keys and
 // connections are exercised by the state inputs leave behind). After every input the tracker
 // must still answer PING on a fresh connection: a crash, a sanitizer report, a hang or a
-// tracker that stopped answering is a finding. The same bytes also go through the JSON depth
-// pre-scan and the depth-bounded parse the tracker uses.
+// tracker that stopped answering is a finding. The harness's own plumbing is not: its socket
+// calls survive signals (libFuzzer's SIGALRM interrupts them), errors of the environment are
+// retried, and a harness that cannot set itself up says so and exits with kSetupFailedExit.
+// The same bytes also go through the JSON depth pre-scan and the depth-bounded parse the
+// tracker uses.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -17,15 +20,23 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 
+#include "fuzz_setup.h"
 #include "kiln/rpc/tracker.h"
+#include "rpc/socket_io.h"
 #include "rpc/tracker_wire.h"
 
 namespace {
 
 using kiln::rpc::tracker_wire::Json;
 
+// Whether a fresh connection's PING gets its answer within `wait`.
+bool ping(int port, std::chrono::seconds wait = std::chrono::seconds(30));
+
+// The tracker, started on first use; it must answer a first PING before any input, or the
+// harness could not set itself up.
 kiln::rpc::Tracker& tracker() {
   static kiln::rpc::Tracker* t = [] {
     setenv("KILN_LOG", "off", 0);
@@ -34,52 +45,89 @@ kiln::rpc::Tracker& tracker() {
     o.port = 0;
     o.max_held_bytes = 4 << 20;  // small, so that inputs reach the bound
     o.handshake_timeout = std::chrono::milliseconds(2000);
-    return new kiln::rpc::Tracker(o);
+    kiln::rpc::Tracker* started = nullptr;
+    try {
+      started = new kiln::rpc::Tracker(o);
+    } catch (const std::exception& e) {
+      kiln::fuzz::setup_failed("cannot start the tracker on 127.0.0.1", e.what());
+    }
+    // Within 5 s: before run.sh's -timeout=10 would call this input a hang.
+    if (!ping(started->port(), std::chrono::seconds(5))) {
+      kiln::fuzz::setup_failed("the tracker just started", "it does not answer PING");
+    }
+    return started;
   }();
   return *t;
 }
 
+using Clock = std::chrono::steady_clock;
+
+// How long a connection to the tracker may take: less than run.sh's -timeout=10, so that a
+// tracker that stopped accepting is reported as such.
+constexpr auto kConnectLimit = std::chrono::seconds(5);
+
+// Failures of this machine, not of the tracker: out of ephemeral ports, kernel memory or
+// system-wide descriptors. Retried until kConnectLimit passes.
+bool environment_error(int err) {
+  return err == EADDRNOTAVAIL || err == EAGAIN || err == ENOBUFS || err == ENOMEM || err == ENFILE;
+}
+
+// A fresh connection to the tracker. Signals never end it (connect_until waits for an
+// interrupted connect). Once a connection has succeeded, a tracker that refuses one, accepts
+// none within kConnectLimit or holds every descriptor of the process (EMFILE) is a finding;
+// anything else, or any failure before the first connection, is the harness's setup.
 int connect_loopback(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  static bool connected_once = false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  // Closed with a reset: hundreds of thousands of inputs must not exhaust loopback ports in
-  // TIME_WAIT (and the tracker sees resets as well as orderly closes).
-  const linger reset{1, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-    if (errno != EADDRNOTAVAIL && errno != EAGAIN) break;
+  const auto deadline = Clock::now() + kConnectLimit;
+  int err = 0;
+  while (true) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+      // Closed with a reset: hundreds of thousands of inputs must not exhaust loopback ports
+      // in TIME_WAIT (and the tracker sees resets as well as orderly closes).
+      const linger reset{1, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+      err = kiln::rpc::connect_until(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr),
+                                     deadline);
+      if (err == 0) {
+        connected_once = true;
+        return fd;
+      }
+      ::close(fd);
+    } else {
+      err = errno;
+    }
+    if (!(environment_error(err) || err == EMFILE) || Clock::now() >= deadline) break;
     usleep(10000);
   }
-  std::fprintf(stderr, "kiln fuzz: cannot connect to the tracker on port %d: %s\n", port,
-               std::strerror(errno));
+  char what[96];
+  std::snprintf(what, sizeof(what), "cannot connect to the tracker on 127.0.0.1:%d", port);
+  const char* fault = err == ECONNREFUSED ? "the tracker no longer listens"
+                      : err == ETIMEDOUT  ? "the tracker accepts no connection"
+                      : err == EMFILE     ? "no descriptor left: the tracker holds or leaks them"
+                                          : nullptr;
+  if (!connected_once || fault == nullptr) kiln::fuzz::setup_failed(what, std::strerror(err));
+  std::fprintf(stderr, "kiln fuzz: %s: %s (%s)\n", what, std::strerror(err), fault);
   std::abort();
 }
 
-void send_all(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t sent = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (sent <= 0) return;  // the tracker closed it: fine
-    p += sent;
-    n -= static_cast<size_t>(sent);
-  }
-}
+// Writes what it can: the tracker closing the connection early is fine.
+void send_all(int fd, const void* data, size_t n) { (void)kiln::rpc::send_all(fd, data, n); }
 
 // Reads until the tracker closes `fd` or is quiet for `quiet_ms`.
 void drain(int fd, int quiet_ms) {
   char buf[65536];
-  while (true) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, quiet_ms) <= 0) return;
-    if (::recv(fd, buf, sizeof(buf), 0) <= 0) return;
+  const auto quiet = std::chrono::milliseconds(quiet_ms);
+  while (kiln::rpc::poll_until(fd, POLLIN, Clock::now() + quiet) > 0) {
+    if (kiln::rpc::retry_on_signal([&] { return ::recv(fd, buf, sizeof(buf), 0); }) <= 0) return;
   }
 }
 
-bool ping(int port) {
+bool ping(int port, std::chrono::seconds wait) {
   const int fd = connect_loopback(port);
   const std::string magic = kiln::rpc::tracker_wire::encode_int32(kiln::rpc::kTrackerMagic);
   const std::string msg = kiln::rpc::tracker_wire::frame("[1]");
@@ -87,11 +135,10 @@ bool ping(int port) {
   send_all(fd, msg.data(), msg.size());
   std::string got;
   char buf[64];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (got.size() < 9 && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  const auto deadline = Clock::now() + wait;
+  while (got.size() < 9) {
+    if (kiln::rpc::poll_until(fd, POLLIN, deadline) <= 0) break;
+    const ssize_t n = kiln::rpc::retry_on_signal([&] { return ::recv(fd, buf, sizeof(buf), 0); });
     if (n <= 0) break;
     got.append(buf, static_cast<size_t>(n));
   }

@@ -1,9 +1,11 @@
 // libkiln_tvm_ffi_abi: the tvm-ffi C functions that TVM-compiled libraries import from the
 // process (they link against nothing), implemented by Kiln so that a TVM library loads with no
-// TVM installed. libkiln loads this library with RTLD_GLOBAL just before the first TVM library,
-// and only when no tvm-ffi (libtvm_ffi.so) is in the process already; either way libkiln then
-// reads raised errors through TVMFFIErrorMoveFromRaised of whichever library answered, which is
-// why the error objects here have tvm-ffi's layout (docs/tvm-interop.md, "The tvm-ffi ABI").
+// TVM installed. They are defined under Kiln-private names ("KilnTF..." for "TVMFFI...", see
+// kFfiImports in tvm/tvm_ffi_abi.h): libkiln loads a private copy of each TVM library whose
+// imports are renamed to these, so this library, loaded with RTLD_GLOBAL, never interposes on a
+// tvm-ffi (libtvm_ffi.so) in the same process, in either loading order. libkiln reads raised
+// errors through KilnTFErrorMoveFromRaised; the error objects have tvm-ffi's layout because the
+// compiled code may read them (docs/tvm-interop.md, "The tvm-ffi ABI" and "Beside TVM").
 #include <atomic>
 #include <new>
 #include <string>
@@ -61,7 +63,7 @@ void set_raised(ErrorObject* e) {
 
 extern "C" {
 
-__attribute__((visibility("default"))) void TVMFFIErrorSetRaisedFromCStrParts(
+__attribute__((visibility("default"))) void KilnTFErrorSetRaisedFromCStrParts(
     const char* kind, const char** message_parts, int32_t num_parts) {
   std::string message;
   for (int32_t i = 0; message_parts != nullptr && i < num_parts; ++i) {
@@ -70,18 +72,18 @@ __attribute__((visibility("default"))) void TVMFFIErrorSetRaisedFromCStrParts(
   set_raised(new_error(kind, std::move(message)));
 }
 
-__attribute__((visibility("default"))) void TVMFFIErrorSetRaisedFromCStr(const char* kind,
+__attribute__((visibility("default"))) void KilnTFErrorSetRaisedFromCStr(const char* kind,
                                                                          const char* message) {
   set_raised(new_error(kind, message != nullptr ? message : ""));
 }
 
 // Moves the raised error (or NULL) into `*result`; the caller owns one reference.
-__attribute__((visibility("default"))) void TVMFFIErrorMoveFromRaised(void** result) {
+__attribute__((visibility("default"))) void KilnTFErrorMoveFromRaised(void** result) {
   *result = t_raised;
   t_raised = nullptr;
 }
 
-__attribute__((visibility("default"))) int TVMFFIObjectIncRef(void* obj) {
+__attribute__((visibility("default"))) int KilnTFObjectIncRef(void* obj) {
   if (obj != nullptr) {
     reinterpret_cast<std::atomic<uint64_t>*>(&static_cast<FfiObject*>(obj)->combined_ref_count)
         ->fetch_add(1, std::memory_order_relaxed);
@@ -89,7 +91,7 @@ __attribute__((visibility("default"))) int TVMFFIObjectIncRef(void* obj) {
   return 0;
 }
 
-__attribute__((visibility("default"))) int TVMFFIObjectDecRef(void* obj) {
+__attribute__((visibility("default"))) int KilnTFObjectDecRef(void* obj) {
   if (obj != nullptr) release(static_cast<FfiObject*>(obj));
   return 0;
 }

@@ -155,7 +155,7 @@ int64_t parse_cache_size(const std::string& text) {
   return -1;
 }
 
-std::vector<CpuAttribute> read_cpu_attributes(int32_t arena_threads) {
+std::vector<CpuAttribute> read_cpu_attributes(int32_t threads, const std::string& threads_source) {
   const std::map<std::string, std::string> info = first_cpuinfo_block();
   std::vector<CpuAttribute> out;
 
@@ -169,7 +169,8 @@ std::vector<CpuAttribute> read_cpu_attributes(int32_t arena_threads) {
 
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   out.push_back({"cores", static_cast<int64_t>(cores > 0 ? cores : 1)});
-  out.push_back({"threads", static_cast<int64_t>(arena_threads)});
+  out.push_back({"threads", static_cast<int64_t>(threads)});
+  out.push_back({"threads_source", threads_source});
   add_cache_sizes(out);
 
   const long pages = sysconf(_SC_PHYS_PAGES);

@@ -16,10 +16,11 @@ struct CpuAttribute {
 };
 
 // Reads the host CPU's attributes from /proc/cpuinfo, /sys/devices/system/cpu, uname and
-// sysconf: name, vendor, arch, cores, threads (= `arena_threads`), l1d/l2/l3_cache_bytes (each
+// sysconf: name, vendor, arch, cores, threads and threads_source (the plugin's thread count and
+// where it came from, as given), l1d/l2/l3_cache_bytes (each
 // only when the kernel reports it), memory_bytes and isa (space-separated). Missing sources
 // give "unknown" strings or leave the attribute out; never throws except std::bad_alloc.
-std::vector<CpuAttribute> read_cpu_attributes(int32_t arena_threads);
+std::vector<CpuAttribute> read_cpu_attributes(int32_t threads, const std::string& threads_source);
 
 // Parses a sysfs cache size such as "32K", "1024K", "16M" or "512"; -1 when malformed.
 int64_t parse_cache_size(const std::string& text);

@@ -1,8 +1,11 @@
 #include "plugin_options.h"
 
+#include <dirent.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <thread>
@@ -58,7 +61,7 @@ int64_t env_threads(std::string_view text) {
 }  // namespace
 
 PluginOptions resolve_options(const char* options_json, const char* env_num_threads,
-                              int32_t hardware_threads) {
+                              int32_t hardware_threads, const std::string& hardware_source) {
   const std::string_view json_text =
       options_json != nullptr && *options_json != '\0' ? options_json : "{}";
   const nlohmann::json options = nlohmann::json::parse(json_text, nullptr, false);
@@ -91,20 +94,44 @@ PluginOptions resolve_options(const char* options_json, const char* env_num_thre
     result.threads_source = "KILN_NUM_THREADS";
   } else {
     result.num_threads = hardware_threads > 0 ? hardware_threads : 1;
-    result.threads_source = "available CPUs";
+    result.threads_source = hardware_source;
   }
   return result;
 }
 
-int32_t available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    const int count = CPU_COUNT(&set);
-    if (count > 0) return count;
+ProcessCpus process_cpus() {
+  ProcessCpus out;
+  CPU_ZERO(&out.set);
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof(mine), &mine) == 0) {
+    out.set = mine;
+    out.known = true;
+    out.calling = std::max(1, CPU_COUNT(&mine));
   }
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int32_t>(hw) : 1;
+  if (DIR* tasks = opendir("/proc/self/task")) {
+    while (const dirent* entry = readdir(tasks)) {
+      const pid_t tid = static_cast<pid_t>(std::atoi(entry->d_name));
+      cpu_set_t theirs;
+      CPU_ZERO(&theirs);
+      if (tid <= 0 || sched_getaffinity(tid, sizeof(theirs), &theirs) != 0) continue;
+      CPU_OR(&out.set, &out.set, &theirs);
+      out.known = true;
+    }
+    closedir(tasks);
+  }
+  if (out.known && CPU_COUNT(&out.set) > 0) {
+    out.count = CPU_COUNT(&out.set);
+    out.describe = "the process's CPU affinity (" + std::to_string(out.count) + " CPU" +
+                   (out.count == 1 ? ")" : "s)");
+  } else {
+    out.known = false;
+    const unsigned hw = std::thread::hardware_concurrency();
+    out.count = hw > 0 ? static_cast<int32_t>(hw) : 1;
+    out.calling = out.count;
+    out.describe = "the hardware's CPUs (" + std::to_string(out.count) + ", no affinity mask)";
+  }
+  return out;
 }
 
 }  // namespace kiln::cpu

@@ -28,12 +28,22 @@ PluginState::~PluginState() {
 
 void PluginState::configure(const KilnHostServices* host, const char* options_json) {
   host_ = host;
+  const ProcessCpus cpus = process_cpus();
   const PluginOptions options =
-      resolve_options(options_json, std::getenv("KILN_NUM_THREADS"), available_cpus());
+      resolve_options(options_json, std::getenv("KILN_NUM_THREADS"), cpus.count, cpus.describe);
   for (const std::string& key : options.unknown) {
     sdk::log(KILN_LOG_WARN, "ignoring unknown option '%s'", key.c_str());
   }
   num_threads_ = options.num_threads;
+  threads_source_ = options.threads_source;
+  if (cpus.known && cpus.calling < cpus.count) {
+    // E.g. TVM pinned the main thread before this runtime was made: the plugin's threads still
+    // run on all of the process's CPUs.
+    sdk::log(KILN_LOG_INFO,
+             "the thread that loads the plugin is pinned to %d of the process's %d CPUs; the "
+             "plugin's %d threads run on all %d",
+             cpus.calling, cpus.count, num_threads_, cpus.count);
+  }
   if (num_threads_ > 1) {
     scheduler_ = tbb::task_scheduler_handle{tbb::attach{}};
     const auto wanted = static_cast<size_t>(num_threads_);
@@ -49,11 +59,15 @@ void PluginState::configure(const KilnHostServices* host, const char* options_js
                                             KilnParallelBody body, void* closure) {
         return run_parallel_for(arena, threads, host, begin, end, grain, body, closure);
       });
-  sdk::log(KILN_LOG_DEBUG, "%d threads (from %s)", num_threads_, options.threads_source.c_str());
+  team_ =
+      std::make_unique<TaskTeam>(num_threads_, cpus.known ? &cpus.set : nullptr, threads_source_);
+  device_.next = &team_->extension().header;
+  sdk::log(KILN_LOG_DEBUG, "%d threads (from %s)", num_threads_, threads_source_.c_str());
 }
 
 const std::vector<CpuAttribute>& PluginState::cpu_attributes() {
-  std::call_once(attributes_once_, [this] { attributes_ = read_cpu_attributes(num_threads_); });
+  std::call_once(attributes_once_,
+                 [this] { attributes_ = read_cpu_attributes(num_threads_, threads_source_); });
   return attributes_;
 }
 

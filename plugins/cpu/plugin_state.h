@@ -19,13 +19,15 @@
 #include "cpu_info.h"
 #include "kiln/c/kiln.h"
 #include "kiln/sdk/support/kernel_library.hpp"
+#include "task_team.h"
 
 namespace kiln::cpu {
 
-// The plugin's state: configuration, the oneTBB arena kernels run in, the component tables
-// and the kernel environments of loaded libraries. Created by kiln_plugin_negotiate and
-// destroyed by the plugin's shutdown; every table's `self` points here. Not copyable: the
-// tables hold its address.
+// The plugin's state: configuration, its CPU engine (the oneTBB arena SDK kernels'
+// parallel_for runs in and the task team TVM-compiled parallel loops run on, one thread count
+// for both), the component tables and the kernel environments of loaded libraries. Created by
+// kiln_plugin_negotiate and destroyed by the plugin's shutdown; every table's `self` points here.
+// Not copyable: the tables hold its address.
 class PluginState {
  public:
   // Builds the component tables; configure() must run before any of them is used.
@@ -43,8 +45,11 @@ class PluginState {
 
   // The host's services (borrowed).
   const KilnHostServices* host() const { return host_; }
-  // The arena size: the parallelism kernels get.
+  // The thread count of the arena and the team: the parallelism kernels get.
   int32_t num_threads() const { return num_threads_; }
+  // Where num_threads came from ("option num_threads", "KILN_NUM_THREADS", "the process's CPU
+  // affinity (2 CPUs)").
+  const std::string& threads_source() const { return threads_source_; }
   // The CPU's attributes, read once on first use. Thread-safe.
   const std::vector<CpuAttribute>& cpu_attributes();
 
@@ -60,6 +65,7 @@ class PluginState {
  private:
   const KilnHostServices* host_ = nullptr;
   int32_t num_threads_ = 1;
+  std::string threads_source_ = "default";
   // Created before the arena so that the destructor can wait for the workers.
   tbb::task_scheduler_handle scheduler_;
   // Raises oneTBB's process-wide worker limit when more threads than CPUs were asked for;
@@ -71,6 +77,8 @@ class PluginState {
   std::vector<CpuAttribute> attributes_;
   std::mutex init_mu_;
   std::unique_ptr<sdk::DefaultKernelEnvs> kernel_envs_;
+  // Chained from the device table's `next` by configure().
+  std::unique_ptr<TaskTeam> team_;
   CpuDevice device_backend_{*this};
   KilnDeviceBackend device_;
   KilnLoader loader_;

@@ -29,6 +29,7 @@
 #include "rpc/protocol.h"
 #include "rpc/raw_session.h"
 #include "rpc/rpc_test_util.h"
+#include "rpc/socket_io.h"
 
 namespace kiln::rpc {
 namespace {
@@ -72,7 +73,8 @@ int raw_connect(int port, const char* source = nullptr) {
   to.sin_family = AF_INET;
   to.sin_port = htons(static_cast<uint16_t>(port));
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+  if (connect_until(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to),
+                    std::chrono::steady_clock::now() + 5s) != 0) {
     ::close(fd);
     return -1;
   }
@@ -82,9 +84,7 @@ int raw_connect(int port, const char* source = nullptr) {
 // Whether the peer closed `fd` within `timeout` (data before the close is skipped).
 bool closed_within(int fd, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
+  while (poll_until(fd, POLLIN, deadline) > 0) {
     char buf[512];
     const ssize_t got = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return true;
@@ -176,7 +176,9 @@ class FakeServer {
     thread_ = std::thread([this, respond] {
       boost::system::error_code ec;
       boost::asio::ip::tcp::socket socket(io_);
-      acceptor_.accept(socket, ec);
+      do {
+        acceptor_.accept(socket, ec);
+      } while (ec == boost::asio::error::interrupted);  // a signal: accept again
       if (ec) return;
       Connection conn(std::move(socket), "fake-client");
       conn.set_timeouts(5s, 5s);

@@ -29,6 +29,7 @@
 #include "kiln/error.h"
 #include "kiln/rpc/tracker.h"
 #include "rpc/rpc_test_util.h"
+#include "rpc/socket_io.h"
 #include "rpc/tracker_wire.h"
 
 namespace kiln::rpc {
@@ -83,9 +84,11 @@ class RawPeer {
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = connect_until(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr),
+                                  std::chrono::steady_clock::now() + 5s);
+    if (err != 0) {
       ::close(fd_);
-      throw std::runtime_error("connect failed: " + std::string(strerror(errno)));
+      throw std::runtime_error("connect failed: " + std::string(strerror(err)));
     }
     if (handshake) {
       send(le32(kTrackerMagic));
@@ -105,10 +108,7 @@ class RawPeer {
     fd_ = -1;
   }
   // False when the tracker has closed the connection.
-  bool send(const std::string& bytes) {
-    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-           static_cast<ssize_t>(bytes.size());
-  }
+  bool send(const std::string& bytes) const { return send_all(fd_, bytes.data(), bytes.size()); }
   bool send_json(const std::string& text) {
     return send(le32(static_cast<int32_t>(text.size())) + text);
   }
@@ -117,13 +117,10 @@ class RawPeer {
     std::string out;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (out.size() < n) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+      if (poll_until(fd_, POLLIN, deadline) <= 0) return std::nullopt;
       char buf[4096];
-      const ssize_t got = ::recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0);
+      const ssize_t got = retry_on_signal(
+          [&] { return ::recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0); });
       if (got <= 0) return std::nullopt;
       out.append(buf, static_cast<size_t>(got));
     }
@@ -150,13 +147,9 @@ class RawPeer {
   bool closed_within(std::chrono::milliseconds timeout = 5s) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+      if (poll_until(fd_, POLLIN, deadline) <= 0) return false;
       char buf[4096];
-      const ssize_t got = ::recv(fd_, buf, sizeof(buf), 0);
+      const ssize_t got = retry_on_signal([&] { return ::recv(fd_, buf, sizeof(buf), 0); });
       if (got == 0 || (got < 0 && errno == ECONNRESET)) return true;
     }
   }
@@ -891,11 +884,11 @@ TEST(TrackerClient, ConnectFailuresAreClear) {
   socklen_t len = sizeof(addr);
   ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
   std::thread fake([&] {
-    const int c = ::accept(listen_fd, nullptr, nullptr);
+    const int c = retry_on_signal([&] { return ::accept(listen_fd, nullptr, nullptr); });
     char buf[4];
-    (void)::recv(c, buf, 4, MSG_WAITALL);
+    (void)retry_on_signal([&] { return ::recv(c, buf, 4, MSG_WAITALL); });
     const std::string other = le32(0xFF271);
-    (void)::send(c, other.data(), 4, MSG_NOSIGNAL);
+    (void)send_all(c, other.data(), 4);
     ::close(c);
   });
   try {

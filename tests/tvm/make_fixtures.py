@@ -74,6 +74,26 @@ def noop(a: T.Buffer((1,), "float32")):
 tvm.compile(noop, target="llvm").export_library(os.path.join(OUT, "noop.so"))
 
 
+# 1c. An empty parallel loop of two iterations, and the same loop serial: the parallel-launch
+# overhead of bench/tvm_interop_bench.cc (the serial one is its floor).
+@T.prim_func
+def parallel2(a: T.Buffer((2,), "float32")):
+    T.func_attr({"global_symbol": "parallel2", "tir.noalias": True})
+    for i in T.parallel(2):
+        a[i] = T.float32(0)
+
+
+@T.prim_func
+def serial2(a: T.Buffer((2,), "float32")):
+    T.func_attr({"global_symbol": "serial2", "tir.noalias": True})
+    for i in range(2):
+        a[i] = T.float32(0)
+
+
+tvm.compile(parallel2, target="llvm").export_library(os.path.join(OUT, "parallel2.so"))
+tvm.compile(serial2, target="llvm").export_library(os.path.join(OUT, "serial2.so"))
+
+
 # 2. Parallel row reduction (TVMBackendParallelLaunch).
 @T.prim_func
 def row_sum(x: T.Buffer((256, 512), "float32"), y: T.Buffer((256,), "float32")):

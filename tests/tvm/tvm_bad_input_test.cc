@@ -5,13 +5,19 @@
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 #include "tvm/elf_symbols.h"
 #include "tvm/library_blob.h"
 #include "tvm_fixtures.h"
@@ -32,17 +38,29 @@ std::vector<uint8_t> read_bytes(const fs::path& path) {
 
 // The bytes of `library`'s `__tvm_ffi__library_bin`: its address in the library Kiln loaded (as
 // the loader finds it) and its size from the ELF symbol table.
+// The bytes of the library's __tvm_ffi__library_bin, read from the file: the symbol's section
+// maps its address to a file offset. (Kiln loads a private copy, so there is no handle of the
+// file to dlsym in.)
 std::vector<uint8_t> blob_of(const fs::path& library) {
-  Module m = load_module(library);  // the loader validated it; re-read the symbol by dlopen
-  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  EXPECT_NE(h, nullptr);
-  const auto* p = static_cast<const uint8_t*>(dlsym(h, "__tvm_ffi__library_bin"));
-  const auto symbols = tvm_interop::read_dynamic_symbols(read_bytes(library), library.string());
-  const auto* s = tvm_interop::find_symbol(symbols, "__tvm_ffi__library_bin");
-  EXPECT_NE(s, nullptr);
-  std::vector<uint8_t> out(p, p + s->size);
-  dlclose(h);
-  return out;
+  load_module(library);  // the loader validated it
+  const std::vector<uint8_t> file = read_bytes(library);
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(file.data());
+  const auto* sections = reinterpret_cast<const Elf64_Shdr*>(file.data() + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; ++i) {
+    if (sections[i].sh_type != SHT_DYNSYM) continue;
+    const char* names =
+        reinterpret_cast<const char*>(file.data() + sections[sections[i].sh_link].sh_offset);
+    const auto* syms = reinterpret_cast<const Elf64_Sym*>(file.data() + sections[i].sh_offset);
+    for (size_t k = 0; k < sections[i].sh_size / sizeof(Elf64_Sym); ++k) {
+      if (std::strcmp(names + syms[k].st_name, "__tvm_ffi__library_bin") != 0) continue;
+      const Elf64_Shdr& home = sections[syms[k].st_shndx];
+      const size_t at = home.sh_offset + (syms[k].st_value - home.sh_addr);
+      return std::vector<uint8_t>(file.begin() + static_cast<std::ptrdiff_t>(at),
+                                  file.begin() + static_cast<std::ptrdiff_t>(at + syms[k].st_size));
+    }
+  }
+  ADD_FAILURE() << library << " has no __tvm_ffi__library_bin";
+  return {};
 }
 
 std::vector<uint8_t> u64(uint64_t v) {
@@ -119,16 +137,157 @@ TEST(TvmBadLibrary, AContextSymbolWithoutAServiceIsNamedBeforeItCanBeCalled) {
 TEST(TvmServices, ParallelTasksMeetAtTheBarrier) {
   Module m = load_module(kBad / "libkiln_tvm_bad_parallel_barrier.so");
   for (int round = 0; round < 20; ++round) {
-    Tensor slots = Tensor::empty_host({128}, DataType::Int(64));
+    Tensor slots = Tensor::empty_host({256}, DataType::Int(64));
     std::fill(slots.host_span<int64_t>().begin(), slots.host_span<int64_t>().end(), 0);
     m.get_function("main")(slots);
     const auto s = slots.host_span<const int64_t>();
-    const int64_t n = s[127];
+    const int64_t n = s[255];
     ASSERT_GE(n, 1);
     for (int64_t id = 0; id < n; ++id) {
-      ASSERT_EQ(s[64 + id], n * (n + 1) / 2) << "task " << id << " of " << n << ", round " << round;
+      ASSERT_EQ(s[128 + id], n * (n + 1) / 2)
+          << "task " << id << " of " << n << ", round " << round;
     }
   }
+}
+
+// Runs the barrier library's main once on `rt` and checks that every task saw every other;
+// returns the number of tasks the launch ran.
+int64_t run_barrier_once(const Runtime& rt) {
+  Module m = rt.load_module(kBad / "libkiln_tvm_bad_parallel_barrier.so");
+  Tensor slots = Tensor::empty({256}, DataType::Int(64), Device::cpu(), rt);
+  std::fill(slots.host_span<int64_t>().begin(), slots.host_span<int64_t>().end(), 0);
+  m.get_function("main")(slots);
+  const auto s = slots.host_span<const int64_t>();
+  const int64_t n = s[255];
+  for (int64_t id = 0; id < n; ++id) EXPECT_EQ(s[128 + id], n * (n + 1) / 2) << "task " << id;
+  return n;
+}
+
+// The cpu backend's "threads" and "threads_source" attributes.
+std::pair<int64_t, std::string> cpu_threads(const Runtime& rt) {
+  int64_t threads = -1;
+  std::string source;
+  for (const auto& [key, value] : rt.backend(kDLCPU)->attributes(0)) {
+    if (key == "threads") threads = value.cast<int64_t>();
+    if (key == "threads_source") source = value.cast<std::string>();
+  }
+  return {threads, source};
+}
+
+TEST(TvmServices, ALaunchRunsOnTheCpuPluginsTeamOfEverySize) {
+  // One thread, two, and more threads than CPUs: every launch runs one task per team thread
+  // and its barrier completes; the plugin reports the count that ran and where it came from.
+  ScopedEnv only_cpu("KILN_PLUGINS", "cpu");
+  for (const int n : {1, 2, 3, 64}) {
+    ScopedEnv threads("KILN_NUM_THREADS", std::to_string(n));
+    Runtime rt;
+    EXPECT_EQ(run_barrier_once(rt), n);
+    EXPECT_EQ(cpu_threads(rt), std::make_pair(int64_t{n}, std::string("KILN_NUM_THREADS")));
+  }
+}
+
+TEST(TvmServices, ABadThreadCountIsAnErrorNamingIt) {
+  ScopedEnv only_cpu("KILN_PLUGINS", "cpu");
+  ScopedEnv threads("KILN_NUM_THREADS", "two");
+  Runtime rt;
+  bool reported = false;
+  for (const PluginStatus& s : rt.plugins()) {
+    if (s.name != "cpu") continue;
+    EXPECT_THAT(s.reason, HasSubstr("KILN_NUM_THREADS='two' is invalid"));
+    reported = true;
+  }
+  EXPECT_TRUE(reported);
+}
+
+// Pins the calling thread to its first allowed CPU for the scope.
+class PinnedToOneCpu {
+ public:
+  PinnedToOneCpu() {
+    sched_getaffinity(0, sizeof(saved_), &saved_);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &saved_)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    }
+    sched_setaffinity(0, sizeof(one), &one);
+  }
+  ~PinnedToOneCpu() { sched_setaffinity(0, sizeof(saved_), &saved_); }
+  int allowed() const { return CPU_COUNT(&saved_); }
+
+ private:
+  cpu_set_t saved_{};
+};
+
+TEST(TvmServices, OneCpuRunsALaunchAsOneTaskAndNeverHangs) {
+  // As under `taskset -c 0` or a one-CPU cgroup: every thread of the process has one CPU.
+  // (ctest runs each test in a process of its own, and this test starts no thread first.)
+  ScopedEnv threads("KILN_NUM_THREADS", std::nullopt);
+  PinnedToOneCpu pin;
+  Runtime rt;
+  EXPECT_EQ(run_barrier_once(rt), 1);
+  const auto [count, source] = cpu_threads(rt);
+  EXPECT_EQ(count, 1);
+  EXPECT_THAT(source, HasSubstr("CPU affinity (1 CPU)"));
+}
+
+TEST(TvmServices, AMainThreadAnotherRuntimePinnedDoesNotShrinkTheTeam) {
+  // TVM pins its main thread to one CPU; its other threads keep the rest. The union of the
+  // process's threads' masks is what Kiln sizes from.
+  ScopedEnv threads("KILN_NUM_THREADS", std::nullopt);
+  std::atomic<bool> done{false};
+  std::thread other([&] {
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  int allowed = 0;
+  std::pair<int64_t, std::string> reported;
+  {
+    PinnedToOneCpu pin;
+    allowed = pin.allowed();
+    Runtime rt;
+    reported = cpu_threads(rt);
+    EXPECT_EQ(run_barrier_once(rt), allowed);
+  }
+  done = true;
+  other.join();
+  EXPECT_EQ(reported.first, allowed);
+  EXPECT_THAT(reported.second, HasSubstr("CPU affinity"));
+}
+
+// A stand-in for another runtime's launch service (TVM's): counts its calls.
+std::atomic<int> g_foreign_launches{0};
+int foreign_launch(int (*lambda)(int, void*, void*), void* cdata, int /*num_task*/) {
+  g_foreign_launches.fetch_add(1);
+  struct {
+    void* sync;
+    int32_t num_task;
+  } env{nullptr, 1};
+  return lambda(0, &env, cdata);
+}
+
+TEST(TvmServices, AFileAnotherRuntimeLoadedKeepsItsSlotsAndKilnKeepsItsOwn) {
+  // What TVM's loader does: dlopen the file and fill its context symbols with its services.
+  const fs::path path = kBad / "libkiln_tvm_bad_parallel_barrier.so";
+  void* theirs = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(theirs, nullptr) << dlerror();
+  auto** slot = static_cast<void**>(dlsym(theirs, "__TVMBackendParallelLaunch"));
+  ASSERT_NE(slot, nullptr);
+  *slot = reinterpret_cast<void*>(&foreign_launch);
+  g_foreign_launches = 0;
+
+  ScopedEnv threads("KILN_NUM_THREADS", "2");
+  Runtime rt;
+  EXPECT_EQ(run_barrier_once(rt), 2) << "Kiln's call ran on Kiln's team";
+  EXPECT_EQ(g_foreign_launches.load(), 0) << "Kiln's call reached the other runtime's service";
+  EXPECT_EQ(*slot, reinterpret_cast<void*>(&foreign_launch)) << "Kiln overwrote their slot";
+
+  // ...and a file Kiln loaded first is not shared with a later loader either.
+  void* again = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  EXPECT_EQ(again, theirs) << "the dynamic loader hands out one object per file";
+  dlclose(again);
+  dlclose(theirs);
 }
 
 TEST(TvmBadLibrary, TruncatedElfFilesAreErrorsAtEveryLength) {

@@ -4,8 +4,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include "kiln/kiln.h"
+
+#include "tvm/elf_symbols.h"
 #include "tvm/library_module.h"
+#include "tvm/private_copy.h"
 #include "tvm_fixtures.h"
 
 namespace kiln::tvm_test {
@@ -67,6 +72,29 @@ TEST_F(TvmCpuLibrary, AShapeMismatchIsAValueErrorWithTvmsMessage) {
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("softmax.so: softmax: ValueError: Invalid X.shape[1]"));
   }
+}
+
+TEST_F(TvmCpuLibrary, KilnsCopyImportsTvmFfiUnderPrivateNamesOnly) {
+  // The copy Kiln loads imports Kiln's private names and nothing else changed: no tvm-ffi name
+  // of the process is bound by it (docs/tvm-interop.md, "Beside TVM").
+  const fs::path path = library("vadd");
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto before = tvm_interop::read_dynamic_symbols(file, path.string());
+  std::vector<uint8_t> copy = file;
+  tvm_interop::rename_ffi_imports(copy, before, path.string());
+  const auto after = tvm_interop::read_dynamic_symbols(copy, path.string());
+  ASSERT_EQ(before.size(), after.size());
+  int renamed = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    if (before[i].name.rfind("TVMFFI", 0) == 0 && !before[i].defined) {
+      EXPECT_EQ(after[i].name, "KilnTF" + before[i].name.substr(6));
+      ++renamed;
+    } else {
+      EXPECT_EQ(after[i].name, before[i].name);
+    }
+  }
+  EXPECT_GE(renamed, 1) << "vadd.so raises errors through TVMFFIErrorSetRaisedFromCStrParts";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #define KILN_DEVICE_CONTEXT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -27,6 +28,11 @@ class DeviceContext {
   virtual Ref<DeviceBackend> backend(int32_t device_type) const = 0;
   // The device-type names this context knows: the built-in ones and its plugins'.
   virtual const DeviceTypeNames& device_types() const = 0;
+  // A shared reference that keeps this context, and everything it serves, alive for as long as
+  // it is held: what an object made through the context keeps instead of a reference, so that
+  // no destruction order is unsafe (a Runtime returns its shared state, which outlives the
+  // user's Runtime handle).
+  virtual std::shared_ptr<const DeviceContext> retain() const = 0;
 
   // Parses "opencl:1" or any name of device_types() (ValueError as DeviceTypeNames::parse).
   Device parse_device(std::string_view text) const { return device_types().parse(text); }

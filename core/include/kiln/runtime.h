@@ -44,23 +44,26 @@ struct BackendInfo {
 // takes a Runtime (or the DeviceContext it is) from its caller; nothing in the library reaches
 // a process-wide default (see global()).
 //
-// Lifetime: a Runtime must outlive the modules, VMs, evaluators, profilers and RPC sessions
-// made through it. Tensors and device memory keep their own backend (and so their plugin)
-// alive. Thread safety: after construction every member may be called concurrently.
+// Lifetime: a Runtime is a handle to shared state (as IREE's objects retain what they were made
+// from). Copies share it; the modules, VMs, evaluators, profilers and RPC sessions made through
+// it keep it alive (DeviceContext::retain), as tensors and device memory keep their backend.
+// The plugins are unloaded when the last handle and the last such object are gone, so dropping
+// the user's Runtime first is safe. Thread safety: after construction every member may be
+// called concurrently.
 class Runtime : public DeviceContext {
  public:
   // Discovers and loads plugins. Never throws for a broken plugin (its status says why);
   // throws ConfigError for a malformed plugin set file.
   explicit Runtime(RuntimeOptions options = {});
   ~Runtime() override;
-  Runtime(const Runtime&) = delete;
-  Runtime& operator=(const Runtime&) = delete;
+  // Another handle to the same runtime.
+  Runtime(const Runtime&) = default;
+  Runtime& operator=(const Runtime&) = default;
 
   // A process-wide Runtime with default options, created on first use and never destroyed.
   // For callers at the API edge who want one: the convenience overloads that take no runtime
   // (Module::load(path), Tensor::empty(shape, dtype, device), local_run(mod, ...), ...) use it,
-  // and are all defined in one file (core/src/runtime/default_runtime.cc). Library code never
-  // calls it.
+  // and are all defined in one file (core/src/api_defaults.cc). Library code never calls it.
   static Runtime& global();
 
   // Every plugin considered, in search order.
@@ -78,6 +81,8 @@ class Runtime : public DeviceContext {
   Ref<DeviceBackend> backend(int32_t device_type) const override;
   Ref<DeviceBackend> find_backend(int32_t device_type) const override;
   const DeviceTypeNames& device_types() const override;
+  // The runtime's shared state, as a DeviceContext that keeps it alive.
+  std::shared_ptr<const DeviceContext> retain() const override;
   // Every backend with its devices (or why it has none).
   std::vector<BackendInfo> backends() const;
 
@@ -109,7 +114,7 @@ class Runtime : public DeviceContext {
   struct Impl;
 
  private:
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace kiln

@@ -112,10 +112,11 @@ void TimeEvaluatorOptions::validate() const {
 }
 
 struct TimeEvaluator::Impl {
+  // First, so that it goes last: the runtime stays while the function is released.
+  std::shared_ptr<const DeviceContext> context;
   Function f;
   Device device;
   TimeEvaluatorOptions options;
-  const DeviceContext* context;  // outlives the evaluator
   Ref<DeviceBackend> backend;
   std::optional<Function> preproc;
   int64_t number;  // grows and stays grown (SPEC.md §1.3)
@@ -256,7 +257,7 @@ TimeEvaluator::TimeEvaluator(Function f, Device device, TimeEvaluatorOptions opt
   options.validate();
   impl_->f = std::move(f);
   impl_->device = device;
-  impl_->context = &context;
+  impl_->context = context.retain();
   impl_->backend = context.backend(device.type);
   if (!options.f_preproc.empty()) {
     impl_->preproc = registry::get(options.f_preproc);

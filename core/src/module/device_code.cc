@@ -50,13 +50,13 @@ class LoadedCode : public Object {
   };
 
   LoadedCode(DeviceCode code, const DeviceContext& context)
-      : code_(std::move(code)), context_(context) {}
+      : code_(std::move(code)), context_(context.retain()) {}
   ~LoadedCode() override {
     for (auto& [device, loaded] : per_device_) loaded.backend->module_unload(loaded.module);
   }
 
   const DeviceCode& code() const { return code_; }
-  const DeviceContext& context() const { return context_; }
+  const DeviceContext& context() const { return *context_; }
 
   // Kernel `name` loaded on `device` (loading the code there on first use).
   const Kernel& kernel(Device device, const std::string& name) {
@@ -64,7 +64,7 @@ class LoadedCode : public Object {
     const auto key = std::make_pair(device.type, device.id);
     auto it = per_device_.find(key);
     if (it == per_device_.end()) {
-      Ref<DeviceBackend> backend = context_.backend(device.type);
+      Ref<DeviceBackend> backend = context_->backend(device.type);
       void* module = backend->module_load(device.id, code_.data.data(), code_.data.size(),
                                           code_.format, code_.metadata_json);
       it = per_device_.emplace(key, PerDevice{std::move(backend), module, {}}).first;
@@ -85,7 +85,7 @@ class LoadedCode : public Object {
     std::map<std::string, Kernel> kernels;  // std::map: entries keep their address
   };
   DeviceCode code_;
-  const DeviceContext& context_;  // outlives the module (see Runtime)
+  std::shared_ptr<const DeviceContext> context_;  // kept alive by the module
   std::mutex mu_;
   std::map<std::pair<int32_t, int32_t>, PerDevice> per_device_;
 };

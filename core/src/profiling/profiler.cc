@@ -35,6 +35,8 @@ int64_t runtime_threads(const DeviceContext& context) {
 }  // namespace
 
 struct Profiler::Impl {
+  // First, so that it goes last: the runtime stays while the collectors are released.
+  std::shared_ptr<const DeviceContext> context;
   struct Frame {
     Device device;
     std::string name;
@@ -51,7 +53,6 @@ struct Profiler::Impl {
     MetricMap metrics;
   };
 
-  const DeviceContext* context;  // outlives the profiler
   std::vector<Device> devices;
   std::vector<std::shared_ptr<MetricCollector>> collectors;
   MetricMap configuration;
@@ -65,7 +66,7 @@ Profiler::Profiler(std::vector<Device> devices,
                    std::vector<std::shared_ptr<MetricCollector>> collectors,
                    MetricMap configuration, const DeviceContext& context)
     : impl_(std::make_unique<Impl>()) {
-  impl_->context = &context;
+  impl_->context = context.retain();
   for (const Device& d : devices) context.backend(d.type);  // fail early
   for (const auto& c : collectors) {
     if (!c) throw ValueError("Profiler: a collector is null");

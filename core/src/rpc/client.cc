@@ -21,7 +21,7 @@ using wire::Tag;
 
 RPCSession::Impl::~Impl() {
   close();
-  if (runtime != nullptr && index >= 0) runtime->detach_remote_session(index);
+  if (runtime && index >= 0) runtime->detach_remote_session(index);
 }
 
 RPCSession::Impl::Exclusive::Exclusive(Impl& impl) : impl_(impl), lock_(impl.mu) {
@@ -333,7 +333,7 @@ RPCSession connect(const std::string& host, int port, const ConnectOptions& opti
   conn->set_deadline(std::nullopt);
   conn->set_timeouts(limit, limit);
   impl->conn = std::move(conn);
-  impl->runtime = &runtime;
+  impl->runtime.emplace(runtime);
   impl->index = runtime.attach_remote_session(
       [weak = std::weak_ptr<RPCSession::Impl>(impl)](int32_t server_type) {
         auto session = weak.lock();

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,12 +16,9 @@
 #include "kiln/any.h"
 #include "kiln/device_backend.h"
 #include "kiln/rpc/session.h"
+#include "kiln/runtime.h"
 #include "rpc/connection.h"
 #include "rpc/protocol.h"
-
-namespace kiln {
-class Runtime;
-}
 
 namespace kiln::rpc {
 
@@ -43,10 +41,10 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
   std::vector<uint64_t> pending_frees;
   bool closed = false;
   std::string closed_reason;
-  // The runtime the session's remote devices are served through (outlives the session), and
-  // the backends it made for them, by server device type (under backends_mu: they are looked
-  // up while a request holds `mu`).
-  Runtime* runtime = nullptr;
+  // The runtime the session's remote devices are served through (kept alive by the session),
+  // and the backends it made for them, by server device type (under backends_mu: they are
+  // looked up while a request holds `mu`).
+  std::optional<Runtime> runtime;
   std::mutex backends_mu;
   std::map<int32_t, Ref<DeviceBackend>> backends;
   std::vector<uint8_t> reply;  // reused for every reply (under mu)

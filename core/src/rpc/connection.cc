@@ -1,6 +1,7 @@
 #include "rpc/connection.h"
 
 #include <fmt/format.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -8,92 +9,110 @@
 
 #include <unistd.h>
 #include <algorithm>
-#include <boost/asio/connect.hpp>
 #include <cerrno>
 #include <cstring>
+
+#include "rpc/socket_io.h"
 
 namespace kiln::rpc {
 
 namespace {
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
 constexpr size_t kBufferBytes = 64 * 1024;
 
-timeval to_timeval(std::chrono::milliseconds ms) {
+timeval to_timeval(milliseconds ms) {
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
   return tv;
 }
+
+// Sets SO_SNDTIMEO (`sending`) or SO_RCVTIMEO of `fd`; zero means none.
+void set_socket_timeout(int fd, bool sending, milliseconds limit) {
+  const timeval tv = to_timeval(limit);
+  ::setsockopt(fd, SOL_SOCKET, sending ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+// The descriptor of `socket`, in blocking mode, taken from Asio; -1 when that failed.
+int release_blocking(boost::asio::ip::tcp::socket& socket) {
+  boost::system::error_code ec;
+  socket.non_blocking(false, ec);
+  const int fd = socket.release(ec);
+  return ec ? -1 : fd;
+}
 }  // namespace
 
 Connection::Connection(boost::asio::ip::tcp::socket socket, std::string peer)
-    : peer_(std::move(peer)), buffer_(kBufferBytes) {
-  boost::system::error_code ec;
-  socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
-  socket.non_blocking(false, ec);
-  fd_ = socket.release(ec);
-  if (ec) fd_ = -1;
+    : Connection(release_blocking(socket), std::move(peer)) {}
+
+Connection::Connection(int fd, std::string peer)
+    : fd_(fd), peer_(std::move(peer)), buffer_(kBufferBytes) {
+  if (fd_ < 0) return;
+  const int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails on a local socket: fine
 }
 
 std::unique_ptr<Connection> Connection::connect(const std::string& host, int port,
-                                                std::chrono::milliseconds timeout) {
-  namespace asio = boost::asio;
-  auto io = std::make_unique<asio::io_context>();
-  asio::ip::tcp::resolver resolver(*io);
-  asio::ip::tcp::socket socket(*io);
-  boost::system::error_code result = asio::error::timed_out;
-  bool done = false;
-  resolver.async_resolve(
-      host, std::to_string(port),
-      [&](const boost::system::error_code& ec, asio::ip::tcp::resolver::results_type results) {
-        if (ec) {
-          result = ec;
-          done = true;
-          return;
-        }
-        asio::async_connect(
-            socket, results,
-            [&](const boost::system::error_code& ec2, const asio::ip::tcp::endpoint&) {
-              result = ec2;
-              done = true;
-            });
-      });
-  io->run_for(timeout);
-  if (!done) {
+                                                milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::string peer = fmt::format("{}:{}", host, port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_protocol = IPPROTO_TCP;
+  addrinfo* found = nullptr;
+  const int resolved = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (resolved != 0) {
     throw ConnectionError(
-        fmt::format("cannot connect to {}:{}: no answer within {} ms", host, port, timeout.count()),
+        fmt::format("cannot connect to {}: {}", peer,
+                    resolved == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(resolved)));
+  }
+  const std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, ::freeaddrinfo);
+  int error = EADDRNOTAVAIL;
+  for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+    // A name may resolve to an address this machine cannot reach (::1 without IPv6): the
+    // next one is tried, as long as time is left.
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      error = errno;
+      continue;
+    }
+    error = connect_until(fd, a->ai_addr, a->ai_addrlen, deadline);
+    if (error == 0) return std::unique_ptr<Connection>(new Connection(fd, std::move(peer)));
+    ::close(fd);
+    if (Clock::now() >= deadline) break;
+  }
+  if (Clock::now() >= deadline) {
+    throw ConnectionError(
+        fmt::format("cannot connect to {}: no answer within {} ms", peer, timeout.count()),
         ConnectionError::Kind::kTimedOut);
   }
-  if (result) {
-    throw ConnectionError(fmt::format("cannot connect to {}:{}: {}", host, port, result.message()),
-                          result == asio::error::connection_refused
-                              ? ConnectionError::Kind::kRefused
-                              : ConnectionError::Kind::kFailed);
-  }
-  return std::make_unique<Connection>(std::move(socket), fmt::format("{}:{}", host, port));
+  throw ConnectionError(
+      fmt::format("cannot connect to {}: {}", peer, std::strerror(error)),
+      error == ECONNREFUSED ? ConnectionError::Kind::kRefused : ConnectionError::Kind::kFailed);
 }
 
 Connection::~Connection() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void Connection::set_timeouts(std::chrono::milliseconds receive, std::chrono::milliseconds send) {
-  const timeval rtv = to_timeval(receive);
-  const timeval stv = to_timeval(send);
-  ::setsockopt(fd(), SOL_SOCKET, SO_RCVTIMEO, &rtv, sizeof(rtv));
-  ::setsockopt(fd(), SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof(stv));
+void Connection::set_timeouts(milliseconds receive, milliseconds send) {
+  set_socket_timeout(fd(), false, receive);
+  set_socket_timeout(fd(), true, send);
   receive_timeout_ = receive;
   send_timeout_ = send;
 }
 
-void Connection::set_deadline(std::optional<std::chrono::steady_clock::time_point> deadline) {
+void Connection::set_deadline(std::optional<Clock::time_point> deadline) {
   deadline_ = deadline;
   if (!deadline_) set_timeouts(receive_timeout_, send_timeout_);  // the per-call limits again
 }
 
 void Connection::apply_deadline(bool sending, const char* what) {
   if (!deadline_) return;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      *deadline_ - std::chrono::steady_clock::now());
+  const auto left = std::chrono::duration_cast<milliseconds>(*deadline_ - Clock::now());
   if (left.count() <= 0) {
     throw ConnectionError(
         fmt::format("{} did not complete the exchange within its deadline ({} {})", peer_,
@@ -103,8 +122,41 @@ void Connection::apply_deadline(bool sending, const char* what) {
   auto bound = left;
   const auto per_call = sending ? send_timeout_ : receive_timeout_;
   if (per_call.count() > 0) bound = std::min(bound, per_call);
-  const timeval tv = to_timeval(std::max(bound, std::chrono::milliseconds(1)));
-  ::setsockopt(fd(), SOL_SOCKET, sending ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, sizeof(tv));
+  set_socket_timeout(fd(), sending, std::max(bound, milliseconds(1)));
+}
+
+template <typename Call>
+ssize_t Connection::call_surviving_signals(bool sending, const char* what, Call call) {
+  apply_deadline(sending, what);
+  const auto started = Clock::now();
+  ssize_t result = call();
+  if (result >= 0 || errno != EINTR) return result;
+  const auto per_call = sending ? send_timeout_ : receive_timeout_;
+  bool shortened = false;  // the socket's limit is no longer the per-call one
+  while (result < 0 && errno == EINTR) {
+    const auto now = Clock::now();
+    auto left = milliseconds::max();
+    if (per_call.count() > 0) left = std::chrono::ceil<milliseconds>(per_call - (now - started));
+    if (deadline_) left = std::min(left, std::chrono::ceil<milliseconds>(*deadline_ - now));
+    if (left.count() <= 0) {
+      errno = EAGAIN;  // what the call itself returns once its time limit passes
+      result = -1;
+      break;
+    }
+    if (left != milliseconds::max()) {
+      set_socket_timeout(fd(), sending, left);
+      shortened = true;
+    }
+    result = call();
+  }
+  // The next call gets the whole per-call limit again (with a deadline, apply_deadline sets the
+  // limit before every call anyway).
+  if (shortened && !deadline_) {
+    const int err = errno;
+    set_socket_timeout(fd(), sending, per_call);
+    errno = err;
+  }
+  return result;
 }
 
 void Connection::fail_io(const char* op, const char* what, int err, bool eof) {
@@ -114,8 +166,7 @@ void Connection::fail_io(const char* op, const char* what, int err, bool eof) {
                     std::strcmp(op, "send") == 0 ? "sending" : "waiting for", what),
         ConnectionError::Kind::kClosed);
   }
-  if ((err == EAGAIN || err == EWOULDBLOCK) && deadline_ &&
-      std::chrono::steady_clock::now() >= *deadline_) {
+  if ((err == EAGAIN || err == EWOULDBLOCK) && deadline_ && Clock::now() >= *deadline_) {
     throw ConnectionError(
         fmt::format("{} did not complete the exchange within its deadline ({} {})", peer_,
                     std::strcmp(op, "send") == 0 ? "sending" : "waiting for", what),
@@ -142,23 +193,18 @@ void Connection::read_exact(void* dst, size_t n, const char* what) {
   out += have;
   n -= have;
   while (n > 0) {
-    apply_deadline(false, what);
     if (n >= buffer_.size() / 2) {
       // Large reads go straight to their destination: no second copy of tensor data.
-      const ssize_t got = ::recv(fd(), out, n, 0);
-      if (got <= 0) {
-        if (got < 0 && errno == EINTR) continue;
-        fail_io("recv", what, got == 0 ? 0 : errno, got == 0);
-      }
+      const ssize_t got =
+          call_surviving_signals(false, what, [&] { return ::recv(fd(), out, n, 0); });
+      if (got <= 0) fail_io("recv", what, got == 0 ? 0 : errno, got == 0);
       out += got;
       n -= static_cast<size_t>(got);
       continue;
     }
-    const ssize_t got = ::recv(fd(), buffer_.data(), buffer_.size(), 0);
-    if (got <= 0) {
-      if (got < 0 && errno == EINTR) continue;
-      fail_io("recv", what, got == 0 ? 0 : errno, got == 0);
-    }
+    const ssize_t got = call_surviving_signals(
+        false, what, [&] { return ::recv(fd(), buffer_.data(), buffer_.size(), 0); });
+    if (got <= 0) fail_io("recv", what, got == 0 ? 0 : errno, got == 0);
     begin_ = 0;
     end_ = static_cast<size_t>(got);
     const size_t take = std::min(n, end_);
@@ -183,12 +229,9 @@ void Connection::write_all(iovec* iov, int count) {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(std::min(count, 64));
-    apply_deadline(true, "a message");
-    const ssize_t sent = ::sendmsg(fd(), &msg, MSG_NOSIGNAL);
-    if (sent < 0) {
-      if (errno == EINTR) continue;
-      fail_io("send", "a message", errno, false);
-    }
+    const ssize_t sent = call_surviving_signals(
+        true, "a message", [&] { return ::sendmsg(fd(), &msg, MSG_NOSIGNAL); });
+    if (sent < 0) fail_io("send", "a message", errno, false);
     size_t left = static_cast<size_t>(sent);
     while (count > 0 && left >= iov->iov_len) {
       left -= iov->iov_len;
@@ -266,16 +309,10 @@ void Connection::shutdown() noexcept { ::shutdown(fd(), SHUT_RDWR); }
 
 void Connection::wait_for_close(std::chrono::milliseconds limit) noexcept {
   ::shutdown(fd(), SHUT_WR);
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const auto deadline = Clock::now() + limit;
   char scratch[4096];
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return;
-    pollfd p{fd(), POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return;
+    if (poll_until(fd(), POLLIN, deadline) <= 0) return;
     const ssize_t got = ::recv(fd(), scratch, sizeof(scratch), MSG_DONTWAIT);
     if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) return;
   }

@@ -45,7 +45,8 @@ class Connection {
   // Takes a connected socket; `peer` names it in errors ("127.0.0.1:9090"). The descriptor
   // leaves Asio's reactor: an io_context thread would otherwise wake on every packet.
   Connection(boost::asio::ip::tcp::socket socket, std::string peer);
-  // Resolves and connects within `timeout`. Throws ConnectionError naming host:port.
+  // Resolves and connects within `timeout` (each address of `host` in turn), signals or not
+  // (connect_until, rpc/socket_io.h). Throws ConnectionError naming host:port.
   static std::unique_ptr<Connection> connect(const std::string& host, int port,
                                              std::chrono::milliseconds timeout);
   ~Connection();
@@ -98,10 +99,18 @@ class Connection {
   // Header (length counting `payload_bytes`), body, then `payload_sent` bytes of `payload`.
   void write_frame_parts(wire::Code code, const std::vector<uint8_t>& body, const void* payload,
                          uint64_t payload_sent, uint64_t payload_bytes);
+  // Takes the connected socket `fd` (blocking; -1 for none).
+  Connection(int fd, std::string peer);
   [[noreturn]] void fail_io(const char* op, const char* what, int err, bool eof);
   // Bounds the next system call by the deadline (SO_RCVTIMEO / SO_SNDTIMEO); throws when it
   // has passed.
   void apply_deadline(bool sending, const char* what);
+  // Runs one recv or sendmsg (`call`), bounded by the deadline, again while a signal
+  // interrupts it. The retry gets what is left of the per-call limit and the deadline, not the
+  // whole limit again (a steady stream of signals would otherwise renew it forever); once
+  // nothing is left it returns -1 with errno EAGAIN, the timeout's own error.
+  template <typename Call>
+  ssize_t call_surviving_signals(bool sending, const char* what, Call call);
   std::optional<std::chrono::steady_clock::time_point> deadline_;
   int fd_ = -1;  // owned
   std::string peer_;

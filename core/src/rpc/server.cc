@@ -128,8 +128,10 @@ void register_diagnostic_functions() {
   add("rpc.test.block", Function::from_typed("rpc.test.block", [](double seconds) {
         std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
       }));
+  // Host memory from the core's own allocator: these functions are process-wide, so they
+  // belong to no server's Runtime.
   add("rpc.test.alloc", Function::from_typed("rpc.test.alloc", [](int64_t nbytes) {
-        return Tensor::empty({nbytes}, DataType::UInt(8), Device::cpu());
+        return Tensor::empty_host({nbytes}, DataType::UInt(8));
       }));
   add("rpc.test.raise", Function::from_typed("rpc.test.raise", [](const std::string& message) {
         throw ValueError(message);
@@ -144,7 +146,7 @@ struct Server::Impl {
   Impl(ServerOptions o, Runtime& r) : options(std::move(o)), runtime(r), acceptor(io) {}
 
   ServerOptions options;
-  Runtime& runtime;
+  Runtime runtime;  // a handle: the server keeps the runtime its sessions use
   asio::io_context io;
   tcp::acceptor acceptor;
   int port = 0;

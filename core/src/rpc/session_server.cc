@@ -758,7 +758,7 @@ class SessionServer {
   SessionState& state_;
   Connection& conn_;
   fs::path work_dir_;
-  Runtime& runtime_;
+  Runtime runtime_;  // a handle: the session keeps the runtime alive
   std::unordered_map<uint64_t, Entry> handles_;
   uint64_t next_handle_ = 1;
   struct Held {

@@ -1,5 +1,5 @@
 // The format loaders a Runtime registers: one per loader component of its plugins, and the
-// host's own (VM executables, device code).
+// host's own (TVM-compiled libraries, Kiln VM and TVM Relax VM executables, device code).
 #ifndef KILN_SRC_RUNTIME_MODULE_FORMATS_H_
 #define KILN_SRC_RUNTIME_MODULE_FORMATS_H_
 
@@ -13,7 +13,9 @@ namespace kiln {
 // artifacts.
 void register_plugin_loader(ModuleLoaderRegistry& registry, const Ref<plugin::LoadedPlugin>& plugin,
                             size_t index);
-// Registers the host's own readers: VM executables and device code.
+// Registers the host's own readers: TVM-compiled libraries (tvm-ffi "so" files, priority
+// kTvmLibraryPriority, ahead of plugins' "so" loaders), Kiln's VM executables and then TVM's
+// Relax VM executables (kExecutablePriority), device code (kDeviceCodePriority).
 void register_host_loaders(ModuleLoaderRegistry& registry);
 
 }  // namespace kiln

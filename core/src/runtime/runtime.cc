@@ -24,12 +24,14 @@ namespace kiln {
 namespace fs = std::filesystem;
 using plugin::LoadedPlugin;
 
-struct Runtime::Impl {
+// The shared state every handle and every object made through the runtime holds; the
+// DeviceContext they keep (retain()).
+struct Runtime::Impl : DeviceContext, std::enable_shared_from_this<Runtime::Impl> {
   std::optional<fs::path> plugin_set_path;
   std::vector<fs::path> search_dirs;
   std::vector<PluginStatus> statuses;
   std::vector<Ref<LoadedPlugin>> plugins;
-  DeviceTypeNames device_types;
+  DeviceTypeNames type_names;
   std::map<int32_t, Ref<DeviceBackend>> backends;  // by DLPack device type
   struct Component {
     const void* table;
@@ -50,6 +52,12 @@ struct Runtime::Impl {
   // Adds `plugin`'s device backends, names and components; the reason when they conflict with
   // what is already there (then nothing is added).
   std::optional<std::string> add(const Ref<LoadedPlugin>& plugin);
+
+  // DeviceContext (documented on Runtime).
+  Ref<DeviceBackend> find_backend(int32_t device_type) const override;
+  Ref<DeviceBackend> backend(int32_t device_type) const override;
+  const DeviceTypeNames& device_types() const override { return type_names; }
+  std::shared_ptr<const DeviceContext> retain() const override { return shared_from_this(); }
 };
 
 std::string Runtime::Impl::not_active_hint(const std::string& tag) const {
@@ -64,7 +72,7 @@ std::string Runtime::Impl::not_active_hint(const std::string& tag) const {
 }
 
 std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
-  DeviceTypeNames names = device_types;
+  DeviceTypeNames names = type_names;
   for (size_t i = 0; i < plugin->devices.size(); ++i) {
     const int32_t code = plugin->devices[i]->dl_device_type;
     const std::string& name = plugin->device_names[i];
@@ -107,7 +115,7 @@ std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
       }
     }
   }
-  device_types = std::move(names);
+  type_names = std::move(names);
   for (size_t i = 0; i < plugin->devices.size(); ++i) {
     const KilnDeviceBackend* table = plugin->devices[i].get();
     backends[table->dl_device_type] =
@@ -129,7 +137,7 @@ std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
   return std::nullopt;
 }
 
-Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
   const auto start = std::chrono::steady_clock::now();
   plugin::Discovery found = plugin::discover(options);
   impl_->plugin_set_path = std::move(found.plugin_set_path);
@@ -151,8 +159,8 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     for (const std::string& provided : s.provides) {
       if (provided.rfind("device:", 0) != 0) continue;
       const std::string type = provided.substr(7);
-      if (!impl_->device_types.find(type)) {
-        impl_->device_types.add_missing_hint(type, impl_->not_active_hint(provided));
+      if (!impl_->type_names.find(type)) {
+        impl_->type_names.add_missing_hint(type, impl_->not_active_hint(provided));
       }
     }
   }
@@ -167,25 +175,32 @@ const std::vector<PluginStatus>& Runtime::plugins() const { return impl_->status
 const std::vector<fs::path>& Runtime::search_paths() const { return impl_->search_dirs; }
 std::optional<fs::path> Runtime::plugin_set_path() const { return impl_->plugin_set_path; }
 double Runtime::startup_ms() const { return impl_->startup_ms; }
-const DeviceTypeNames& Runtime::device_types() const { return impl_->device_types; }
-
+const DeviceTypeNames& Runtime::device_types() const { return impl_->type_names; }
+std::shared_ptr<const DeviceContext> Runtime::retain() const { return impl_; }
 Ref<DeviceBackend> Runtime::find_backend(int32_t device_type) const {
+  return impl_->find_backend(device_type);
+}
+Ref<DeviceBackend> Runtime::backend(int32_t device_type) const {
+  return impl_->backend(device_type);
+}
+
+Ref<DeviceBackend> Runtime::Impl::find_backend(int32_t device_type) const {
   if (device_type >= kRemoteDeviceMask) {
     const Device remote{device_type, 0};
     RemoteBackendLookup lookup;
     {
-      std::lock_guard lock(impl_->remote_mu);
-      auto it = impl_->remote_sessions.find(remote.session_index());
-      if (it == impl_->remote_sessions.end()) return {};
+      std::lock_guard lock(remote_mu);
+      auto it = remote_sessions.find(remote.session_index());
+      if (it == remote_sessions.end()) return {};
       lookup = it->second;
     }
     return lookup(remote.server_device().type);
   }
-  auto it = impl_->backends.find(device_type);
-  return it == impl_->backends.end() ? Ref<DeviceBackend>() : it->second;
+  auto it = backends.find(device_type);
+  return it == backends.end() ? Ref<DeviceBackend>() : it->second;
 }
 
-Ref<DeviceBackend> Runtime::backend(int32_t device_type) const {
+Ref<DeviceBackend> Runtime::Impl::backend(int32_t device_type) const {
   if (auto b = find_backend(device_type)) return b;
   if (device_type >= kRemoteDeviceMask) {
     const Device remote{device_type, 0};
@@ -194,10 +209,10 @@ Ref<DeviceBackend> Runtime::backend(int32_t device_type) const {
                     "with this runtime",
                     device_type, remote.session_index()));
   }
-  auto name = impl_->device_types.name_of(device_type);
+  auto name = type_names.name_of(device_type);
   std::vector<std::string> loaded;
-  for (const auto& [code, b] : impl_->backends) loaded.push_back(b->name());
-  const std::string hint = name ? impl_->not_active_hint("device:" + *name) : std::string();
+  for (const auto& [code, b] : backends) loaded.push_back(b->name());
+  const std::string hint = name ? not_active_hint("device:" + *name) : std::string();
   throw NotFoundError(
       fmt::format("no backend serves device type '{}' (loaded backends: {}){}",
                   name ? *name : std::to_string(device_type),

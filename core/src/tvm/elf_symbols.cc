@@ -84,7 +84,8 @@ std::vector<ElfSymbol> read_dynamic_symbols(std::span<const uint8_t> file,
             fmt::format("{}: the name of the symbol at byte {} is not terminated", where, sym_at));
       }
       out.push_back(ElfSymbol{std::string(names + sym.st_name, len), sym.st_shndx != SHN_UNDEF,
-                              ELF64_ST_TYPE(sym.st_info) == STT_FUNC, sym.st_size});
+                              ELF64_ST_TYPE(sym.st_info) == STT_FUNC, sym.st_size,
+                              strtab.sh_offset + sym.st_name});
     }
     return out;
   }

@@ -15,6 +15,7 @@ struct ElfSymbol {
   bool defined = false;   // st_shndx != SHN_UNDEF
   bool function = false;  // STT_FUNC (else data or other)
   uint64_t size = 0;      // st_size
+  uint64_t name_at = 0;   // the byte offset of its name (in .dynstr) in the file
 };
 
 // The symbols of `file`'s .dynsym. Throws ValueError naming `where` and the byte offset when the

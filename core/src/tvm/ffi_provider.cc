@@ -14,43 +14,43 @@ namespace kiln::tvm_interop {
 namespace {
 
 constexpr const char* kAbiLibrary = "libkiln_tvm_ffi_abi.so";
-constexpr const char* kRaiseSymbol = "TVMFFIErrorSetRaisedFromCStrParts";
+
+// The private name of tvm-ffi's `name` ("TVMFFIObjectDecRef" -> "KilnTFObjectDecRef").
+std::string private_name(std::string_view name) {
+  return kPrivateFfiPrefix + std::string(name.substr(sizeof(kFfiPrefix) - 1));
+}
 
 template <typename Fn>
-Fn symbol(void* handle, const char* name, const std::string& origin) {
-  void* p = dlsym(handle, name);
+Fn symbol(void* handle, std::string_view name, const std::string& origin) {
+  const std::string renamed = private_name(name);
+  void* p = dlsym(handle, renamed.c_str());
   if (p == nullptr) {
-    throw UnavailableError(fmt::format("{} answers {} but not {}, which Kiln needs to read errors",
-                                       origin, kRaiseSymbol, name));
+    throw UnavailableError(
+        fmt::format("{} does not define {} (Kiln's name for {}): a libkiln_tvm_ffi_abi of "
+                    "another Kiln release is installed beside libkiln",
+                    origin, renamed, name));
   }
   return reinterpret_cast<Fn>(p);
 }
 
 FfiProvider load_provider() {
-  std::string origin;
-  if (void* present = dlsym(RTLD_DEFAULT, kRaiseSymbol)) {
-    Dl_info info{};
-    origin = dladdr(present, &info) != 0 && info.dli_fname != nullptr ? std::string(info.dli_fname)
-                                                                      : std::string("the process");
-  } else {
-    // Beside libkiln, in the build tree and when installed alike.
-    const auto path = boost::dll::this_line_location().parent_path() / kAbiLibrary;
-    if (dlopen(path.string().c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-      const char* why = dlerror();
-      throw UnavailableError(fmt::format(
-          "TVM-compiled libraries call {} in the process; Kiln provides it in {}, which cannot "
-          "be loaded: {}",
-          kRaiseSymbol, path.string(), why != nullptr ? why : "unknown dlopen error"));
-    }
-    origin = path.string();
+  // Beside libkiln, in the build tree and when installed alike. RTLD_GLOBAL: the renamed
+  // imports of the libraries' copies resolve against it; its names are Kiln's own, so nothing
+  // else in the process binds to them.
+  const auto path = boost::dll::this_line_location().parent_path() / kAbiLibrary;
+  void* handle = dlopen(path.string().c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    throw UnavailableError(fmt::format(
+        "TVM-compiled libraries call the tvm-ffi C functions {}...; Kiln provides them in {}, "
+        "which cannot be loaded: {}",
+        kFfiImports[0], path.string(), why != nullptr ? why : "unknown dlopen error"));
   }
   FfiProvider p;
-  p.origin = origin;
+  p.origin = path.string();
   p.move_from_raised =
-      symbol<decltype(p.move_from_raised)>(RTLD_DEFAULT, "TVMFFIErrorMoveFromRaised", origin);
-  p.set_raised_from_cstr = symbol<decltype(p.set_raised_from_cstr)>(
-      RTLD_DEFAULT, "TVMFFIErrorSetRaisedFromCStr", origin);
-  p.dec_ref = symbol<decltype(p.dec_ref)>(RTLD_DEFAULT, "TVMFFIObjectDecRef", origin);
+      symbol<decltype(p.move_from_raised)>(handle, "TVMFFIErrorMoveFromRaised", p.origin);
+  p.dec_ref = symbol<decltype(p.dec_ref)>(handle, "TVMFFIObjectDecRef", p.origin);
   return p;
 }
 

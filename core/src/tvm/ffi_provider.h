@@ -1,6 +1,7 @@
-// Who answers the tvm-ffi C functions that TVM-compiled libraries import from the process:
-// libtvm_ffi.so when TVM is already loaded here, else Kiln's libkiln_tvm_ffi_abi (loaded on
-// first use). Process state by nature: the dynamic linker binds those names process-wide.
+// Who answers the tvm-ffi C functions that Kiln's copies of TVM-compiled libraries import:
+// Kiln's libkiln_tvm_ffi_abi, under Kiln-private names (tvm/tvm_ffi_abi.h, kFfiImports), loaded
+// on first use. Never a libtvm_ffi.so in the process: Kiln and TVM keep their own error state.
+// Process state by nature: the dynamic linker binds those names process-wide.
 #ifndef KILN_TVM_FFI_PROVIDER_H_
 #define KILN_TVM_FFI_PROVIDER_H_
 
@@ -12,13 +13,12 @@ namespace kiln::tvm_interop {
 
 struct FfiProvider {
   void (*move_from_raised)(void** result);
-  void (*set_raised_from_cstr)(const char* kind, const char* message);
   int (*dec_ref)(void* object);
   std::string origin;  // the library that answers, for messages
 };
 
-// The provider, made available on first call. Throws UnavailableError saying why when neither
-// tvm-ffi nor libkiln_tvm_ffi_abi can be loaded (then no TVM library can run).
+// The provider, made available on first call. Throws UnavailableError saying why when
+// libkiln_tvm_ffi_abi cannot be loaded (then no TVM library can run).
 const FfiProvider& ffi_provider();
 
 // Takes the error raised on this thread (after compiled code returned nonzero) and throws it as

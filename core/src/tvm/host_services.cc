@@ -5,25 +5,42 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <set>
 #include <thread>
 
+#include "ffi/error_object.h"
 #include "kiln/device_backend.h"
 #include "kiln/device_context.h"
 #include "kiln/error.h"
+#include "kiln/logging.h"
 #include "tvm/ffi_provider.h"
 #include "tvm/tvm_ffi_abi.h"
 
 namespace kiln::tvm_interop {
 
-LibraryContext::~LibraryContext() = default;
+LibraryContext::LibraryContext(std::string library, const DeviceContext& devices)
+    : devices_owner(devices.retain()),
+      library(std::move(library)),
+      devices(*devices_owner),
+      cpu(devices.find_backend(kDLCPU)) {
+  if (cpu) team = kiln_find_task_team(cpu->table().next);
+}
+
+LibraryContext::~LibraryContext() {
+  if (log_level() > LogLevel::kDebug) return;
+  log(LogLevel::kDebug, "tvm",
+      fmt::format("{}: served {} workspace allocations ({} bytes) from Kiln's backends and {} "
+                  "parallel launches ({} tasks) on {}",
+                  library, workspace_allocations.load(), workspace_bytes.load(),
+                  parallel_launches.load(), parallel_tasks.load(),
+                  team != nullptr
+                      ? fmt::format("the {} plugin's task team of {} threads ({})",
+                                    cpu->plugin_name(), team->max_tasks, team->size_source)
+                      : std::string("the calling thread (no task team)")));
+}
 
 namespace {
 
@@ -194,8 +211,12 @@ void* alloc_workspace(int device_type, int device_id, uint64_t nbytes, int /*dty
                       int /*dtype_bits*/) {
   try {
     LibraryContext& lib = current_library("__TVMBackendAllocWorkspace");
-    return lib.devices.backend(device_type)
-        ->alloc(device_id, static_cast<size_t>(std::max<uint64_t>(nbytes, 1)), kWorkspaceAlignment);
+    void* p = lib.devices.backend(device_type)
+                  ->alloc(device_id, static_cast<size_t>(std::max<uint64_t>(nbytes, 1)),
+                          kWorkspaceAlignment);
+    lib.workspace_allocations.fetch_add(1, std::memory_order_relaxed);
+    lib.workspace_bytes.fetch_add(nbytes, std::memory_order_relaxed);
+    return p;
   } catch (...) {
     fail();
     return nullptr;  // TVM's code checks for NULL and returns -1
@@ -213,28 +234,19 @@ int free_workspace(int device_type, int device_id, void* ptr) {
 
 // ---- __TVMBackendParallelLaunch / ParallelBarrier -----------------------------------------
 
-// The threads parallel loops of TVM code use: KILN_NUM_THREADS when set and positive, else the
-// hardware's. Read once, when the first parallel loop runs.
-tbb::task_arena& parallel_arena() {
-  static tbb::task_arena arena([] {
-    const char* env = std::getenv("KILN_NUM_THREADS");
-    const int n = env != nullptr ? std::atoi(env) : 0;
-    return n > 0 ? n : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  }());
-  return arena;
-}
-
-// A reusable barrier for the tasks of one launch (sense counted by generation).
+// A reusable barrier for the tasks of one launch (sense counted by generation). Every task
+// stores the launch's task count before it runs, so the count is set before any task arrives.
 struct Barrier {
   std::atomic<int> arrived{0};
   std::atomic<int> generation{0};
-  int num_task = 0;
+  std::atomic<int> num_task{0};
 };
 
 int parallel_barrier(int /*task_id*/, ParallelGroupEnv* penv) {
   auto* b = static_cast<Barrier*>(penv->sync_handle);
   const int gen = b->generation.load(std::memory_order_acquire);
-  if (b->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == b->num_task) {
+  if (b->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+      b->num_task.load(std::memory_order_relaxed)) {
     b->arrived.store(0, std::memory_order_relaxed);
     b->generation.fetch_add(1, std::memory_order_acq_rel);
   } else {
@@ -243,45 +255,64 @@ int parallel_barrier(int /*task_id*/, ParallelGroupEnv* penv) {
   return 0;
 }
 
+// One __TVMBackendParallelLaunch: the compiled loop body and what its tasks share.
+struct Launch {
+  ParallelLambda lambda;
+  void* cdata;
+  LibraryContext* library;
+  Barrier barrier;
+  std::mutex error_mu;
+  std::exception_ptr first_error;
+};
+
+// A task on the team (or the caller): runs the lambda for `task` of `num_tasks` in the
+// launching library's scope; a failure's error moves to the launch (it lives in this thread's
+// slots).
+int32_t run_task(void* closure, int32_t task, int32_t num_tasks) {
+  auto& launch = *static_cast<Launch*>(closure);
+  launch.barrier.num_task.store(num_tasks, std::memory_order_relaxed);
+  LibraryContext* saved = t_state.library;
+  t_state.library = launch.library;
+  ParallelGroupEnv env{&launch.barrier, num_tasks};
+  const int rc = launch.lambda(task, &env, launch.cdata);
+  t_state.library = saved;
+  if (rc == 0) return 0;
+  std::exception_ptr e = take_pending();
+  if (!e) {
+    try {
+      raise_ffi_error(rc, "parallel task " + std::to_string(task));
+    } catch (...) {
+      e = std::current_exception();
+    }
+  }
+  std::lock_guard<std::mutex> lock(launch.error_mu);
+  if (!launch.first_error) launch.first_error = e;
+  return rc;
+}
+
+// Runs the tasks on the task team of the cpu backend the library was loaded with: every task of
+// a launch on its own thread at once, so they may meet at barriers. Without a team (a cpu
+// plugin that offers none), the launch is one task on the caller, which any loop accepts.
 int parallel_launch(ParallelLambda lambda, void* cdata, int num_task) {
   try {
-    tbb::task_arena& arena = parallel_arena();
-    // Tasks that meet at a barrier must all run at once, so a launch never has more tasks
-    // than the arena has threads (TVM's code asks for 0: "as many as there are threads").
-    const int n =
-        num_task > 0 ? std::min(num_task, arena.max_concurrency()) : arena.max_concurrency();
-    Barrier barrier;
-    barrier.num_task = n;
-    LibraryContext* library = t_state.library;
-    std::mutex error_mu;
-    std::exception_ptr first_error;
-    arena.execute([&] {
-      tbb::parallel_for(
-          tbb::blocked_range<int>(0, n, 1),
-          [&](const tbb::blocked_range<int>& r) {
-            LibraryContext* saved = t_state.library;
-            t_state.library = library;
-            for (int task = r.begin(); task != r.end(); ++task) {
-              ParallelGroupEnv env{&barrier, n};
-              if (const int rc = lambda(task, &env, cdata); rc != 0) {
-                // The error lives in this worker thread's slots; move it to the caller's.
-                std::exception_ptr e = take_pending();
-                if (!e) {
-                  try {
-                    raise_ffi_error(rc, "parallel task " + std::to_string(task));
-                  } catch (...) {
-                    e = std::current_exception();
-                  }
-                }
-                std::lock_guard<std::mutex> lock(error_mu);
-                if (!first_error) first_error = e;
-              }
-            }
-            t_state.library = saved;
-          },
-          tbb::simple_partitioner());
-    });
-    if (first_error) std::rethrow_exception(first_error);
+    LibraryContext& lib = current_library("__TVMBackendParallelLaunch");
+    Launch launch{lambda, cdata, &lib, {}, {}, {}};
+    int32_t failed = 0;
+    if (lib.team != nullptr) {
+      // TVM's code asks for 0 tasks: "as many as there are threads".
+      if (KilnError* e = lib.team->run(lib.team->self, num_task, run_task, &launch, &failed)) {
+        ffi::raise_plugin_error(e, fmt::format("{}: the task team of plugin '{}'", lib.library,
+                                               lib.cpu->plugin_name()));
+      }
+    } else {
+      failed = run_task(&launch, 0, 1);
+    }
+    lib.parallel_launches.fetch_add(1, std::memory_order_relaxed);
+    lib.parallel_tasks.fetch_add(static_cast<uint64_t>(std::max(launch.barrier.num_task.load(), 1)),
+                                 std::memory_order_relaxed);
+    if (launch.first_error) std::rethrow_exception(launch.first_error);
+    if (failed != 0)
+      throw RuntimeError(fmt::format("{}: a parallel task failed ({})", lib.library, failed));
     return 0;
   } catch (...) {
     return fail();

@@ -6,6 +6,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <atomic>
 #include <exception>
 #include <map>
 #include <memory>
@@ -13,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/c/task_team.h"
+#include "kiln/device_backend.h"
 #include "kiln/function.h"
 #include "kiln/module.h"
 
@@ -32,16 +35,28 @@ struct ImportedFunction {
   LibraryContext* library;  // the library that looked it up
 };
 
-// What `__tvm_ffi__library_ctx` points at: the library's imports (device code) and the devices
-// its workspaces and kernels use. Owned by the library's module; lives as long as its code.
+// What `__tvm_ffi__library_ctx` points at: the library's imports (device code), the devices
+// its workspaces and kernels use, and the cpu backend whose task team runs its parallel loops.
+// Owned by the library's module; lives as long as its code.
 struct LibraryContext {
-  LibraryContext(std::string library, const DeviceContext& devices)
-      : library(std::move(library)), devices(devices) {}
+  // Finds the task team of `devices`' cpu backend (none: parallel loops run as one task).
+  LibraryContext(std::string library, const DeviceContext& devices);
+  // Logs (debug) what the services did for the library.
   ~LibraryContext();
 
-  std::string library;  // the file, for messages
-  const DeviceContext& devices;
-  std::vector<Module> imports;  // searched in order by lookups from imports
+  std::shared_ptr<const DeviceContext> devices_owner;  // keeps the runtime alive
+  std::string library;                                 // the file, for messages
+  const DeviceContext& devices;                        // *devices_owner
+  Ref<DeviceBackend> cpu;              // keeps the team's plugin loaded; null without a cpu backend
+  const KilnTaskTeam* team = nullptr;  // cpu's task team, when it offers one
+
+  // What the services did, for the debug log when the library is unloaded (and the tests that
+  // check which runtime served a call).
+  std::atomic<uint64_t> workspace_allocations{0};
+  std::atomic<uint64_t> workspace_bytes{0};
+  std::atomic<uint64_t> parallel_launches{0};
+  std::atomic<uint64_t> parallel_tasks{0};  // summed over launches
+  std::vector<Module> imports;              // searched in order by lookups from imports
   // Whether the library's code can call one of Kiln's services (it defines one of their context
   // symbols): only then does a call into it need the thread's current-library scope
   // (CallScope). Set by fill_context_symbols.

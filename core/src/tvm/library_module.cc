@@ -1,5 +1,6 @@
-// Loading a TVM-compiled library: dlopen it once Kiln (or a tvm-ffi already in the process)
-// answers the C functions it imports, fill its context symbols with Kiln's services, expose its
+// Loading a TVM-compiled library: dlopen a private copy of it (tvm/private_copy.h) once Kiln
+// answers the C functions it imports, fill the copy's context symbols with Kiln's services, expose
+// its
 // `__tvm_ffi_<name>` functions, and rebuild the module tree of its embedded library blob
 // (device code, a Relax executable) on Kiln's own modules.
 #include "tvm/library_module.h"
@@ -21,6 +22,7 @@
 #include "tvm/ffi_provider.h"
 #include "tvm/host_services.h"
 #include "tvm/library_blob.h"
+#include "tvm/private_copy.h"
 #include "tvm/relax_executable.h"
 #include "tvm/tvm_ffi_abi.h"
 
@@ -35,9 +37,7 @@ constexpr std::string_view kLibrarySymbolPrefix = "__tvm_ffi__";  // blob, conte
 constexpr const char* kBlobSymbol = "__tvm_ffi__library_bin";
 
 // The C functions of tvm-ffi a library may import and the provider answers.
-const std::set<std::string> kProvidedImports = {
-    "TVMFFIErrorSetRaisedFromCStrParts", "TVMFFIErrorSetRaisedFromCStr",
-    "TVMFFIErrorMoveFromRaised", "TVMFFIObjectIncRef", "TVMFFIObjectDecRef"};
+const std::set<std::string> kProvidedImports(std::begin(kFfiImports), std::end(kFfiImports));
 
 // One exported function: what the KilnCallable's `self` points at.
 struct TvmFunction {
@@ -370,15 +370,11 @@ class TvmLibraryLoader : public FormatLoader {
     const std::vector<uint8_t> file = read_file(path);
     const std::vector<ElfSymbol> symbols = read_dynamic_symbols(file, path.string());
     check_compatible(symbols, path);
-    ffi_provider();  // before dlopen: the library imports from it (throws why it is missing)
+    ffi_provider();  // before dlopen: the copy imports from it (throws why it is missing)
 
-    const std::string abs = fs::absolute(path).string();
-    void* handle = dlopen(abs.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* why = dlerror();
-      throw RuntimeError(fmt::format("cannot load the TVM library {}: {}", path.string(),
-                                     why != nullptr ? why : "unknown dlopen error"));
-    }
+    std::vector<uint8_t> copy = file;
+    rename_ffi_imports(copy, symbols, path.string());
+    void* handle = load_private_copy(copy, path.filename().string(), path.string());
     auto library = make_object<LoadedLibrary>(
         handle, std::make_unique<LibraryContext>(path.filename().string(), load.devices()));
     std::vector<std::string> names;

@@ -95,6 +95,18 @@ struct ParallelGroupEnv {
 };
 using ParallelLambda = int (*)(int task_id, ParallelGroupEnv* penv, void* cdata);
 
+// The tvm-ffi C functions a compiled library may import from the process, and the names Kiln's
+// private copy of the library imports them by instead (the first six letters "TVMFFI" become
+// "KilnTF", so that the renamed string fits where the original was). libkiln_tvm_ffi_abi
+// defines the private names and nothing of tvm-ffi's, so a tvm-ffi in the process never binds to
+// Kiln's definitions, nor Kiln's copies to tvm-ffi's (docs/tvm-interop.md, "Beside TVM").
+inline constexpr const char* kFfiImports[] = {
+    "TVMFFIErrorSetRaisedFromCStrParts", "TVMFFIErrorSetRaisedFromCStr",
+    "TVMFFIErrorMoveFromRaised", "TVMFFIObjectIncRef", "TVMFFIObjectDecRef"};
+inline constexpr const char kFfiPrefix[] = "TVMFFI";
+inline constexpr const char kPrivateFfiPrefix[] = "KilnTF";
+static_assert(sizeof(kFfiPrefix) == sizeof(kPrivateFfiPrefix), "renamed in place");
+
 static_assert(sizeof(FfiAny) == 16, "TVMFFIAny is 16 bytes");
 static_assert(sizeof(FfiObject) == 24, "TVMFFIObject is 24 bytes");
 static_assert(offsetof(FfiAny, v_int64) == 8, "TVMFFIAny's payload is at byte 8");

@@ -533,13 +533,15 @@ const bool registered = [] {
 }  // namespace
 
 std::optional<Function> context_builtin(const std::string& name, const DeviceContext& context) {
-  const DeviceContext* c = &context;
+  // The function may outlive the VM that looked it up (a closure escapes): it keeps the runtime.
+  std::shared_ptr<const DeviceContext> c = context.retain();
   if (name == "vm.builtin.to_device") {
-    return Function::from_packed(name, [c](const Any* a, int32_t n) { return to_device(a, n, c); });
+    return Function::from_packed(name,
+                                 [c](const Any* a, int32_t n) { return to_device(a, n, c.get()); });
   }
   if (name == "vm.builtin.ensure_zero_offset") {
     return Function::from_packed(
-        name, [c](const Any* a, int32_t n) { return ensure_zero_offset(a, n, c); });
+        name, [c](const Any* a, int32_t n) { return ensure_zero_offset(a, n, c.get()); });
   }
   return std::nullopt;
 }

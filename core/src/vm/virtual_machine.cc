@@ -99,8 +99,9 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
                                        std::vector<Device> devices_in,
                                        const DeviceContext& context_in,
                                        const MemoryConfig& memory_cfg, bool profile)
-    : exec(std::move(exec_in)),
-      device_context(context_in),
+    : device_context_owner(context_in.retain()),
+      exec(std::move(exec_in)),
+      device_context(*device_context_owner),
       libraries(std::move(libraries_in)),
       devices(std::move(devices_in)),
       profiling_enabled(profile) {

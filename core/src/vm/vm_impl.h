@@ -23,7 +23,7 @@ std::optional<Function> context_builtin(const std::string& name, const DeviceCon
 
 class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImpl> {
  public:
-  // `context` serves the devices and outlives the VM.
+  // `context` serves the devices; the VM keeps it alive.
   VirtualMachineImpl(std::shared_ptr<const Executable> exec, std::vector<Module> libraries,
                      std::vector<Device> devices, const DeviceContext& context,
                      const MemoryConfig& memory_cfg, bool profile);
@@ -50,8 +50,9 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
   Allocator& allocator(size_t index) { return *allocators_[index]; }
   void clear_allocators();
 
+  std::shared_ptr<const DeviceContext> device_context_owner;  // keeps the runtime alive
   std::shared_ptr<const Executable> exec;
-  const DeviceContext& device_context;  // serves `devices`; outlives the VM
+  const DeviceContext& device_context;  // *device_context_owner: serves `devices`
   std::vector<Module> libraries;
   std::vector<Device> devices;
   bool profiling_enabled;

@@ -38,7 +38,10 @@ class ExecutablePayload : public Object {
  public:
   ExecutablePayload(std::shared_ptr<const Executable> exec, std::vector<Module> libraries,
                     const DeviceContext& context)
-      : exec(std::move(exec)), libraries(std::move(libraries)), context(context) {}
+      : context_owner(context.retain()),
+        exec(std::move(exec)),
+        libraries(std::move(libraries)),
+        context(*context_owner) {}
   const char* type_key() const override { return "vm.ExecutablePayload"; }
 
   VirtualMachine& vm_for(Device device) {
@@ -52,9 +55,11 @@ class ExecutablePayload : public Object {
     return it->second;
   }
 
+  // First, so that it goes last: the runtime stays while the VMs below are destroyed.
+  std::shared_ptr<const DeviceContext> context_owner;
   std::shared_ptr<const Executable> exec;
   std::vector<Module> libraries;
-  const DeviceContext& context;  // outlives the module (see Runtime)
+  const DeviceContext& context;  // *context_owner
   std::mutex mu;
   std::map<std::pair<int32_t, int32_t>, VirtualMachine> vms;
 };

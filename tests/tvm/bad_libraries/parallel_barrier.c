@@ -24,16 +24,17 @@ void* __TVMBackendParallelBarrier __attribute__((weak)) = 0;
 
 static int task(int id, ParallelEnv* env, void* cdata) {
   volatile int64_t* slots = (volatile int64_t*)cdata;
+  if (env->num_task > 127) return -1; /* more than the slots hold */
   slots[id] = id + 1;
   if (((int (*)(int, ParallelEnv*))__TVMBackendParallelBarrier)(id, env) != 0) return -1;
   int64_t sum = 0;
   for (int i = 0; i < env->num_task; ++i) sum += slots[i];
-  slots[64 + id] = sum;
-  if (id == 0) slots[127] = env->num_task;
+  slots[128 + id] = sum;
+  if (id == 0) slots[255] = env->num_task;
   return 0;
 }
 
-/* main(slots: int64[128]): runs the tasks over the tensor's data. */
+/* main(slots: int64[256]): runs the tasks over the tensor's data (at most 127 tasks). */
 int __tvm_ffi_main(void* self, const Any* args, int32_t num_args, Any* result) {
   (void)self;
   if (num_args != 1 || args[0].type_index != 7 /* DLTensor* */) return -1;

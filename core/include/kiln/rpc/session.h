@@ -87,7 +87,7 @@ class RPCSession {
 };
 
 // Connects to a server directly; the session's remote devices are served through `runtime`
-// (which must outlive the session). Throws RuntimeError naming host:port for a refused or
+// (which the session keeps alive). Throws RuntimeError naming host:port for a refused or
 // silent peer, a peer that is not a Kiln RPC server, a protocol version mismatch, a key
 // that does not match, a busy server or a token that is missing or wrong.
 RPCSession connect(const std::string& host, int port, const ConnectOptions& options,
@@ -102,7 +102,7 @@ RPCSession connect(const std::string& host, int port, const std::string& key,
 // on a loopback port of this process, for tests and code that treat local and remote alike.
 // Its files live in a fresh private temporary directory, removed when the session ends; only
 // this client can use the server (a random token, one session); its remote devices are this
-// process's devices of `runtime` (which must outlive the session). Data still crosses a
+// process's devices of `runtime` (which the session keeps alive). Data still crosses a
 // socket, so timings include the protocol as a remote session's would, less the network.
 RPCSession local_session(Runtime& runtime);
 
