@@ -2,6 +2,7 @@
 // forwards to its explicit form with Runtime::global(), the process-wide runtime made with
 // default options on first use. Library code never calls these (nor Runtime::global()); it
 // passes the Runtime (or DeviceContext) its caller gave it.
+#include "kiln/detail/run_config.h"
 #include "kiln/evaluator.h"
 #include "kiln/module.h"
 #include "kiln/profiling/collector.h"
@@ -10,7 +11,6 @@
 #include "kiln/rpc/server.h"
 #include "kiln/rpc/session.h"
 #include "kiln/rpc/tracker.h"
-#include "kiln/run_config.h"
 #include "kiln/runtime.h"
 #include "kiln/tensor.h"
 #include "kiln/testing.h"

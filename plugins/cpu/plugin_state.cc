@@ -1,5 +1,7 @@
 #include "plugin_state.h"
 
+#include <pthread.h>
+
 #include <cstdlib>
 #include <new>
 
@@ -17,7 +19,15 @@ PluginState::PluginState()
       components_{sdk::component(KILN_COMPONENT_DEVICE, "cpu", &device_),
                   sdk::component(KILN_COMPONENT_LOADER, "so", &loader_)} {}
 
+void ArenaPlacement::on_scheduler_entry(bool worker) {
+  thread_local bool placed = false;
+  if (!worker || placed) return;
+  placed = true;
+  pthread_setaffinity_np(pthread_self(), sizeof(cpus_), &cpus_);
+}
+
 PluginState::~PluginState() {
+  placement_.reset();
   if (arena_.is_active()) arena_.terminate();
   parallelism_.reset();
   // Waits for the workers only when no one else (e.g. a host that uses oneTBB too) still
@@ -51,6 +61,9 @@ void PluginState::configure(const KilnHostServices* host, const char* options_js
       parallelism_.emplace(tbb::global_control::max_allowed_parallelism, wanted);
     }
     arena_.initialize(num_threads_);
+    if (cpus.known && cpus.calling < cpus.count) {
+      placement_ = std::make_unique<ArenaPlacement>(arena_, cpus.set);
+    }
   }
   tbb::task_arena* arena = num_threads_ > 1 ? &arena_ : nullptr;
   kernel_envs_ = std::make_unique<sdk::DefaultKernelEnvs>(

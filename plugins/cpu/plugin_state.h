@@ -4,6 +4,8 @@
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_scheduler_observer.h>
+#include <sched.h>
 
 #include <array>
 #include <cstdint>
@@ -22,6 +24,22 @@
 #include "task_team.h"
 
 namespace kiln::cpu {
+
+// Places the arena's worker threads on `cpus` the first time each enters the arena: oneTBB's
+// workers inherit the mask of the thread that starts them, which may be one another runtime
+// pinned (TVM pins its main thread).
+class ArenaPlacement : public tbb::task_scheduler_observer {
+ public:
+  ArenaPlacement(tbb::task_arena& arena, const cpu_set_t& cpus)
+      : tbb::task_scheduler_observer(arena), cpus_(cpus) {
+    observe(true);
+  }
+  ~ArenaPlacement() override { observe(false); }
+  void on_scheduler_entry(bool worker) override;
+
+ private:
+  cpu_set_t cpus_;
+};
 
 // The plugin's state: configuration, its CPU engine (the oneTBB arena SDK kernels'
 // parallel_for runs in and the task team TVM-compiled parallel loops run on, one thread count
@@ -73,6 +91,8 @@ class PluginState {
   // force, so a host that set its own lower limit still wins.
   std::optional<tbb::global_control> parallelism_;
   tbb::task_arena arena_;
+  // Set when the loading thread's mask is narrower than the process's CPUs.
+  std::unique_ptr<ArenaPlacement> placement_;
   std::once_flag attributes_once_;
   std::vector<CpuAttribute> attributes_;
   std::mutex init_mu_;

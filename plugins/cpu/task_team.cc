@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <string>
 #include <system_error>
 
@@ -38,6 +39,34 @@ KilnError* run_task_team(void* self, int32_t num_tasks, KilnTeamTask task, void*
   return static_cast<TaskTeam*>(self)->run(num_tasks, task, closure, failed);
 }
 
+// The live teams, for the fork handler (a child process has no worker threads, and a launch
+// there must not wait for their acknowledgements). Off the run path: touched when a team is
+// made or destroyed and at fork(). glibc drops the handlers when the plugin is unloaded.
+std::mutex g_teams_mu;
+std::set<TaskTeam*>& live_teams() {
+  static std::set<TaskTeam*> teams;
+  return teams;
+}
+
+void register_team(TaskTeam* team) {
+  static const bool handlers = [] {
+    pthread_atfork([] { g_teams_mu.lock(); }, [] { g_teams_mu.unlock(); },
+                   [] {
+                     for (TaskTeam* t : live_teams()) t->forget_workers_after_fork();
+                     g_teams_mu.unlock();
+                   });
+    return true;
+  }();
+  (void)handlers;
+  std::lock_guard<std::mutex> lock(g_teams_mu);
+  live_teams().insert(team);
+}
+
+void unregister_team(TaskTeam* team) {
+  std::lock_guard<std::mutex> lock(g_teams_mu);
+  live_teams().erase(team);
+}
+
 }  // namespace
 
 TaskTeam::TaskTeam(int32_t size, const cpu_set_t* cpus, std::string size_source)
@@ -53,13 +82,23 @@ TaskTeam::TaskTeam(int32_t size, const cpu_set_t* cpus, std::string size_source)
   extension_.max_tasks = size_;
   extension_.size_source = size_source_.c_str();
   extension_.run = run_task_team;
+  register_team(this);
 }
 
 TaskTeam::~TaskTeam() {
+  unregister_team(this);
   stop_.store(true);
   generation_.fetch_add(1);
   generation_.notify_all();
   for (std::thread& t : workers_) t.join();
+}
+
+void TaskTeam::forget_workers_after_fork() noexcept {
+  for (std::thread& t : workers_) t.detach();
+  workers_.clear();
+  started_ = false;
+  pending_.store(0);
+  sleepers_.store(0);
 }
 
 void TaskTeam::start_workers() {

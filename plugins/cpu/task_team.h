@@ -22,7 +22,8 @@ namespace kiln::cpu {
 // CPUs, which may be wider than the mask of the thread that starts them) and are named
 // "kiln-cpu-<i>". One launch at a time: a launch that finds the team busy (a nested one, or one
 // from another thread) runs as a single task on its caller, so no task ever waits for a thread
-// that cannot come.
+// that cannot come. A child process made by fork() has none of the workers: its teams start
+// new ones on their next launch.
 class TaskTeam {
  public:
   // `size` >= 1 (the caller counts); `cpus` borrowed for the call (NULL: inherit);
@@ -39,6 +40,10 @@ class TaskTeam {
 
   // The extension to chain from the device backend table (self: this object).
   const KilnTaskTeam& extension() const { return extension_; }
+
+  // In a child made by fork(): forgets the workers, which did not come along (their stacks
+  // stay allocated). Called by the fork handler only.
+  void forget_workers_after_fork() noexcept;
 
  private:
   void start_workers();  // throws std::system_error

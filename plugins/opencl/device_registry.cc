@@ -1,3 +1,4 @@
+// The device registry of the opencl backend: enumeration, attributes and contexts.
 #include "device_registry.h"
 
 #include <dlfcn.h>
@@ -6,6 +7,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "cl_error.h"
 #include "kiln/c/abi.h"
@@ -180,6 +182,17 @@ void describe(DeviceRecord& r, cl_device_id d) {
   if (!r.il_version.empty()) str("il_version", r.il_version);
 }
 
+// Keeps the ICD loader (and with it the drivers it opened, whose threads may outlive this
+// plugin's objects) loaded for the rest of the process, even after this plugin is unloaded.
+void pin_icd_loader() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&clGetPlatformIDs), &info) != 0 && info.dli_fname != nullptr) {
+    if (void* handle = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE)) {
+      dlclose(handle);  // RTLD_NODELETE stays in force
+    }
+  }
+}
+
 // Called by the driver (possibly on its own threads) with asynchronous errors of a context.
 void CL_CALLBACK context_notify(const char* errinfo, const void*, size_t, void* user_data) {
   const auto* record = static_cast<const DeviceRecord*>(user_data);
@@ -218,10 +231,6 @@ ClVersion parse_cl_version(const std::string& text) {
 }
 
 DeviceRecord::~DeviceRecord() {
-  if (queue_ != nullptr) {
-    clFinish(queue_);
-    clReleaseCommandQueue(queue_);
-  }
   if (context_ != nullptr) clReleaseContext(context_);
 }
 
@@ -246,19 +255,7 @@ void DeviceRecord::create_context() {
              cl_failure("clCreateContext", err);
     return;
   }
-  // In order, with profiling for the timers. clCreateCommandQueue is the 1.2 entry point,
-  // present (deprecated) in every later version.
-  queue_ = clCreateCommandQueue(context_, device, CL_QUEUE_PROFILING_ENABLE, &err);
-  if (err != CL_SUCCESS || queue_ == nullptr) {
-    queue_ = nullptr;
-    error_code_ = kiln_code_for(err);
-    error_ = "cannot create the command queue of " + label() + ": " +
-             cl_failure("clCreateCommandQueue", err);
-    clReleaseContext(context_);
-    context_ = nullptr;
-    return;
-  }
-  sdk::log(KILN_LOG_DEBUG, "%s: context and in-order queue created", label().c_str());
+  sdk::log(KILN_LOG_DEBUG, "%s: context created", label().c_str());
 }
 
 cl_context DeviceRecord::context() {
@@ -267,13 +264,56 @@ cl_context DeviceRecord::context() {
   return context_;
 }
 
-cl_command_queue DeviceRecord::queue() {
-  std::call_once(once_, [this] { create_context(); });
-  if (queue_ == nullptr) throw sdk::Error(error_code_, error_);
-  return queue_;
+DeviceRegistry::DeviceRegistry(PluginOptions options) : options_(std::move(options)) {}
+
+DeviceRegistry::~DeviceRegistry() = default;  // the records release their contexts
+
+const DeviceRegistry::Enumeration& DeviceRegistry::enumeration() {
+  std::call_once(once_, [this] {
+    pin_icd_loader();
+    enumeration_ = enumerate(options_);
+    if (enumeration_.devices.empty()) {
+      sdk::log(KILN_LOG_DEBUG, "no devices: %s", enumeration_.why_none.c_str());
+    }
+    for (const auto& d : enumeration_.devices) {
+      sdk::log(KILN_LOG_DEBUG, "%s: %s", d->label().c_str(), d->version.c_str());
+    }
+  });
+  return enumeration_;
 }
 
-Enumeration enumerate_devices(const PluginOptions& options) {
+int32_t DeviceRegistry::count(const char** why_none) {
+  const Enumeration& e = enumeration();
+  if (e.devices.empty() && why_none != nullptr) *why_none = e.why_none.c_str();
+  return static_cast<int32_t>(e.devices.size());
+}
+
+void DeviceRegistry::visit_attributes(int32_t id, const sdk::AttributeVisitor& visit) {
+  visit.all(device(id).attributes);
+}
+
+void DeviceRegistry::require_devices() {
+  const Enumeration& e = enumeration();
+  if (e.devices.empty()) {
+    throw sdk::Error(KILN_ERROR_UNAVAILABLE, "no OpenCL devices: " + e.why_none);
+  }
+}
+
+DeviceRecord& DeviceRegistry::device(int32_t id) {
+  require_devices();
+  const auto& devices = enumeration_.devices;
+  if (id < 0 || static_cast<size_t>(id) >= devices.size()) {
+    const size_t n = devices.size();
+    throw sdk::Error(
+        KILN_ERROR_INDEX,
+        "device id " + std::to_string(id) + " is out of range: the opencl backend has " +
+            std::to_string(n) +
+            (n == 1 ? " device (id 0)" : " devices (ids 0.." + std::to_string(n - 1) + ")"));
+  }
+  return *devices[static_cast<size_t>(id)];
+}
+
+DeviceRegistry::Enumeration DeviceRegistry::enumerate(const PluginOptions& options) {
   Enumeration out;
   cl_uint num_platforms = 0;
   const cl_int err = clGetPlatformIDs(0, nullptr, &num_platforms);

@@ -1,6 +1,8 @@
-// The OpenCL devices the plugin offers: every device of every platform the ICD loader lists
-// (filtered by the plugin options), numbered in platform order, then device order. Each device
-// gets its own context and default in-order queue (with profiling) on first use.
+// The device registry of the opencl backend: every device of every platform the ICD loader
+// lists (filtered by the plugin options), numbered in platform order, then device order, with
+// its attributes and its context. Enumeration, the first OpenCL call the plugin makes, happens
+// on the first device query, never at load. Each device's context is created on first use; its
+// default queue belongs to Queues (queues.h).
 #ifndef KILN_PLUGINS_OPENCL_DEVICE_REGISTRY_H_
 #define KILN_PLUGINS_OPENCL_DEVICE_REGISTRY_H_
 
@@ -14,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/sdk/device_backend.hpp"
 #include "plugin_options.h"
 
 namespace kiln::opencl {
@@ -31,13 +34,15 @@ struct ClVersion {
   bool at_least(int m, int n) const { return major > m || (major == m && minor >= n); }
 };
 
-// One device. Everything but the context and queue is read at enumeration and never changes.
+// One device, owned by the DeviceRegistry. Everything but the context is read at enumeration
+// and never changes.
 class DeviceRecord {
  public:
   DeviceRecord() = default;
   DeviceRecord(const DeviceRecord&) = delete;
   DeviceRecord& operator=(const DeviceRecord&) = delete;
-  ~DeviceRecord();  // finishes and releases the queue and the context
+  // Releases the context. Whatever was made in it (queues, buffers, programs) must be gone.
+  ~DeviceRecord();
 
   int32_t id = 0;  // Kiln's device id
   cl_platform_id platform = nullptr;
@@ -64,29 +69,61 @@ class DeviceRecord {
   // Text identifying the device and its driver, for on-disk cache keys.
   std::string identity() const;
 
-  // The device's context and default queue, created on first call (thread-safe). Throws
-  // kiln::sdk::Error naming the device and the failed call; the failure is remembered.
+  // The device's context (owned by this record), created on first call (thread-safe: once_).
+  // Throws kiln::sdk::Error naming the device and clCreateContext: KILN_ERROR_UNAVAILABLE for
+  // CL_DEVICE_NOT_AVAILABLE, else as kiln_code_for; the failure is remembered and thrown again.
   cl_context context();
-  cl_command_queue queue();
 
  private:
   void create_context();
-  std::once_flag once_;
+  std::once_flag once_;  // guards the creation of context_ (error_code_, error_ on failure)
   cl_context context_ = nullptr;
-  cl_command_queue queue_ = nullptr;
   int32_t error_code_ = 0;  // a KilnErrorCode when creation failed
   std::string error_;
 };
 
-// The outcome of enumeration: the devices, or why there are none.
-struct Enumeration {
-  std::vector<std::unique_ptr<DeviceRecord>> devices;
-  std::string why_none;  // set when `devices` is empty
-};
+// The devices of the plugin instance. Thread-safe: enumeration runs once (once_), and the
+// records never change after it but for their contexts, which guard themselves.
+class DeviceRegistry {
+ public:
+  // Keeps a copy of `options`, whose platform, device and device_type select the devices.
+  // Touches no OpenCL API: the driver is initialised on the first call of a member below.
+  explicit DeviceRegistry(PluginOptions options);
+  DeviceRegistry(const DeviceRegistry&) = delete;
+  DeviceRegistry& operator=(const DeviceRegistry&) = delete;
+  // Releases the devices' contexts. Queues, buffers and programs made in them must be gone.
+  ~DeviceRegistry();
 
-// Lists the devices of every platform that `options` select. Never throws for a missing
-// ICD, platform or device: the reason lands in why_none (library, call, code and name).
-Enumeration enumerate_devices(const PluginOptions& options);
+  // The number of devices; when 0 and `why_none` is not NULL, `*why_none` points at the
+  // reason (owned by the registry, valid for its lifetime). Never throws for a missing ICD,
+  // platform or device.
+  int32_t count(const char** why_none);
+  // Calls `visit` (borrowed for the call) with each attribute of device `id`, in the order of
+  // docs/backends/opencl.md. Errors as device().
+  void visit_attributes(int32_t id, const sdk::AttributeVisitor& visit);
+  // Device `id`, owned by the registry (valid for its lifetime). Throws kiln::sdk::Error:
+  // KILN_ERROR_UNAVAILABLE with the reason when there is no device, KILN_ERROR_INDEX for an
+  // id outside 0..count-1.
+  DeviceRecord& device(int32_t id);
+  // Throws KILN_ERROR_UNAVAILABLE ("no OpenCL devices: <reason>") when there is no device.
+  void require_devices();
+
+ private:
+  // The devices, or why there are none.
+  struct Enumeration {
+    std::vector<std::unique_ptr<DeviceRecord>> devices;
+    std::string why_none;  // set when `devices` is empty
+  };
+  // Lists the devices of every platform that `options` select; the reason for none lands in
+  // why_none (library, call, code and name).
+  static Enumeration enumerate(const PluginOptions& options);
+  // The enumeration, done on the first call (pins the ICD loader, then enumerate()).
+  const Enumeration& enumeration();
+
+  const PluginOptions options_;
+  std::once_flag once_;      // guards the one enumeration
+  Enumeration enumeration_;  // written once under once_, read-only after
+};
 
 // Parses "OpenCL 3.0 ..." / "OpenCL C 1.2 ..." into a version; {1, 0} when unreadable.
 ClVersion parse_cl_version(const std::string& text);

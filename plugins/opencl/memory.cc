@@ -6,7 +6,6 @@
 
 #include "cl_error.h"
 #include "kiln/sdk/error.hpp"
-#include "plugin_state.h"
 
 namespace kiln::opencl {
 
@@ -56,8 +55,12 @@ MemHandle make_sub_buffer(cl_mem mem, size_t origin, size_t size, const std::str
   return sub;
 }
 
-void* PluginState::alloc(int32_t id, size_t nbytes, size_t alignment) {
-  DeviceRecord& d = device(id);
+Memory::Memory(DeviceRegistry& devices, Queues& queues) : devices_(devices), queues_(queues) {}
+
+Memory::~Memory() = default;  // the registry owns the buffers left
+
+void* Memory::alloc(int32_t id, size_t nbytes, size_t alignment) {
+  DeviceRecord& d = devices_.device(id);
   if (alignment != 0 && (alignment & (alignment - 1)) != 0) {
     throw sdk::Error(KILN_ERROR_VALUE,
                      "alloc: alignment " + std::to_string(alignment) + " is not a power of two");
@@ -80,18 +83,18 @@ void* PluginState::alloc(int32_t id, size_t nbytes, size_t alignment) {
         err == CL_OUT_OF_RESOURCES || err == CL_INVALID_BUFFER_SIZE ? KILN_ERROR_OUT_OF_MEMORY : 0);
   }
   MemHandle owned(mem);
-  std::lock_guard<std::mutex> lock(buffers_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   buffers_.emplace(mem, OwnedBuffer{Buffer{id, size}, std::move(owned)});
   return mem;
 }
 
-void PluginState::free(int32_t id, void* ptr) {
-  device(id);
+void Memory::free(int32_t id, void* ptr) {
+  devices_.device(id);
   if (ptr == nullptr) return;
   auto mem = static_cast<cl_mem>(ptr);
   MemHandle owned;
   {
-    std::lock_guard<std::mutex> lock(buffers_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     auto it = buffers_.find(mem);
     if (it == buffers_.end()) {
       throw sdk::Error(KILN_ERROR_VALUE,
@@ -105,16 +108,23 @@ void PluginState::free(int32_t id, void* ptr) {
     owned = std::move(it->second.mem);
     buffers_.erase(it);
   }
-  buffer_epoch_.fetch_add(1, std::memory_order_release);  // kernels forget buffer arguments
+  epoch_.fetch_add(1, std::memory_order_release);  // kernels forget buffer arguments
   // Commands still using the buffer keep it alive until they finish.
   const cl_int err = owned.reset();
   if (err != CL_SUCCESS)
     throw_cl("free: releasing buffer " + hex_pointer(ptr), "clReleaseMemObject", err);
 }
 
-Buffer PluginState::buffer(int32_t id, const void* ptr, const char* what) {
+std::optional<Buffer> Memory::find(cl_mem mem, int32_t device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = buffers_.find(mem);
+  if (it == buffers_.end() || it->second.info.device != device) return std::nullopt;
+  return it->second.info;
+}
+
+Buffer Memory::buffer(int32_t id, const void* ptr, const char* what) {
   if (ptr == nullptr) throw sdk::Error(KILN_ERROR_VALUE, std::string(what) + " is NULL");
-  std::lock_guard<std::mutex> lock(buffers_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = buffers_.find(static_cast<cl_mem>(const_cast<void*>(ptr)));
   if (it == buffers_.end()) {
     throw sdk::Error(KILN_ERROR_VALUE, std::string(what) + " " + hex_pointer(ptr) +
@@ -130,7 +140,7 @@ Buffer PluginState::buffer(int32_t id, const void* ptr, const char* what) {
   return it->second.info;
 }
 
-void PluginState::check_range(const Buffer& b, size_t offset, size_t nbytes, const char* what) {
+void Memory::check_range(const Buffer& b, size_t offset, size_t nbytes, const char* what) {
   if (offset > b.size || nbytes > b.size - offset) {
     throw sdk::Error(KILN_ERROR_VALUE, std::string(what) + ": bytes [" + std::to_string(offset) +
                                            ", " + std::to_string(offset) + " + " +
@@ -139,14 +149,14 @@ void PluginState::check_range(const Buffer& b, size_t offset, size_t nbytes, con
   }
 }
 
-void PluginState::copy_to_device(int32_t id, const void* host_src, void* dst, size_t dst_offset,
-                                 size_t nbytes, void* stream) {
-  DeviceRecord& d = device(id);
+void Memory::copy_to_device(int32_t id, const void* host_src, void* dst, size_t dst_offset,
+                            size_t nbytes, void* stream) {
+  DeviceRecord& d = devices_.device(id);
   const Buffer b = buffer(id, dst, "copy_to_device: destination");
   check_range(b, dst_offset, nbytes, "copy_to_device");
   if (nbytes == 0) return;
   if (host_src == nullptr) throw sdk::Error(KILN_ERROR_VALUE, "copy_to_device: source is NULL");
-  cl_command_queue q = queue_for(id, stream);
+  cl_command_queue q = queues_.queue_for(id, stream);
   // Blocking: the host source is only borrowed for the call.
   const cl_int err = clEnqueueWriteBuffer(q, static_cast<cl_mem>(dst), CL_TRUE, dst_offset, nbytes,
                                           host_src, 0, nullptr, nullptr);
@@ -156,14 +166,14 @@ void PluginState::copy_to_device(int32_t id, const void* host_src, void* dst, si
   }
 }
 
-void PluginState::copy_to_host(int32_t id, const void* src, size_t src_offset, void* host_dst,
-                               size_t nbytes, void* stream) {
-  DeviceRecord& d = device(id);
+void Memory::copy_to_host(int32_t id, const void* src, size_t src_offset, void* host_dst,
+                          size_t nbytes, void* stream) {
+  DeviceRecord& d = devices_.device(id);
   const Buffer b = buffer(id, src, "copy_to_host: source");
   check_range(b, src_offset, nbytes, "copy_to_host");
   if (nbytes == 0) return;
   if (host_dst == nullptr) throw sdk::Error(KILN_ERROR_VALUE, "copy_to_host: destination is NULL");
-  cl_command_queue q = queue_for(id, stream);
+  cl_command_queue q = queues_.queue_for(id, stream);
   // Blocking, so the data is there when the call returns (the ABI only promises it after a
   // synchronize; this is stricter).
   const cl_int err = clEnqueueReadBuffer(q, static_cast<cl_mem>(const_cast<void*>(src)), CL_TRUE,
@@ -174,15 +184,15 @@ void PluginState::copy_to_host(int32_t id, const void* src, size_t src_offset, v
   }
 }
 
-void PluginState::copy_on_device(int32_t id, const void* src, size_t src_offset, void* dst,
-                                 size_t dst_offset, size_t nbytes, void* stream) {
-  DeviceRecord& d = device(id);
+void Memory::copy_on_device(int32_t id, const void* src, size_t src_offset, void* dst,
+                            size_t dst_offset, size_t nbytes, void* stream) {
+  DeviceRecord& d = devices_.device(id);
   const Buffer sb = buffer(id, src, "copy_on_device: source");
   const Buffer db = buffer(id, dst, "copy_on_device: destination");
   check_range(sb, src_offset, nbytes, "copy_on_device (source)");
   check_range(db, dst_offset, nbytes, "copy_on_device (destination)");
   if (nbytes == 0) return;
-  cl_command_queue q = queue_for(id, stream);
+  cl_command_queue q = queues_.queue_for(id, stream);
   auto s = static_cast<cl_mem>(const_cast<void*>(src));
   auto t = static_cast<cl_mem>(dst);
   const std::string what = "copy_on_device of " + std::to_string(nbytes) + " bytes on " + d.label();

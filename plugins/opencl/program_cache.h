@@ -28,11 +28,13 @@ inline constexpr const char* kFormatSpirv = "spirv";           // clCreateProgra
 // A built program (one device). Releases it when the last holder goes.
 class Program {
  public:
+  // Takes over the reference `program` holds; `description` names it in messages.
   Program(cl_program program, std::string description)
       : program_(program), description_(std::move(description)) {}
   ~Program();
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
+  // The program, owned by this object.
   cl_program get() const { return program_; }
   // "OpenCL C source (sha256 0123abcd..., 812 bytes)", for messages.
   const std::string& description() const { return description_; }
@@ -45,6 +47,9 @@ class Program {
 // What the cache did for one request, for logs and tests.
 enum class CacheOutcome { kMemoryHit, kDiskHit, kBuilt };
 
+// Owns the programs built for every device and the caches. Thread-safe: mu_ guards the
+// memory cache; builds run outside it (two threads may build the same program, the first one
+// remembered wins).
 class ProgramCache {
  public:
   // `cache_dir`: the on-disk cache folder (created on first write), empty for none.
@@ -68,6 +73,7 @@ class ProgramCache {
   // Drops every program held in memory (modules keep theirs alive).
   void clear();
 
+  // The on-disk cache folder; empty when there is none.
   const std::filesystem::path& cache_dir() const { return dir_; }
 
  private:

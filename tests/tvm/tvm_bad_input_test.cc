@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -197,6 +199,25 @@ TEST(TvmServices, ABadThreadCountIsAnErrorNamingIt) {
     reported = true;
   }
   EXPECT_TRUE(reported);
+}
+
+TEST(TvmServices, AChildMadeByForkRunsLaunchesOnANewTeam) {
+  // The parent's team threads do not exist in the child: its launches must not wait for them.
+  ScopedEnv only_cpu("KILN_PLUGINS", "cpu");
+  ScopedEnv threads("KILN_NUM_THREADS", "2");
+  Runtime rt;
+  ASSERT_EQ(run_barrier_once(rt), 2);  // the team's worker is running now
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(30);  // a hang ends the child with SIGALRM
+    const bool ok = run_barrier_once(rt) == 2 && run_barrier_once(rt) == 2;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_EQ(run_barrier_once(rt), 2) << "the parent's team still works";
 }
 
 // Pins the calling thread to its first allowed CPU for the scope.

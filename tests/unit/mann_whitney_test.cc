@@ -1,7 +1,7 @@
 // kiln::stats::mann_whitney_u against scipy.stats.mannwhitneyu(x, y, alternative="two-sided",
 // method="auto") (scipy 1.17.1): the exact distribution for small samples without ties, the
 // normal approximation with tie and continuity corrections otherwise.
-#include "kiln/mann_whitney.h"
+#include "kiln/detail/mann_whitney.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The noise verdict and the human timing table (issue 21 item 1): thresholds and verdicts on
 // synthetic results, the unit chosen per result, and the clocks the time evaluator records.
-#include "kiln/noise_verdict.h"
+#include "kiln/detail/noise_verdict.h"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/detail/timing_table.h"
 #include "kiln/evaluator.h"
 #include "kiln/function.h"
-#include "kiln/timing_table.h"
 
 namespace kiln {
 namespace {

@@ -1,6 +1,7 @@
-// Run configurations (kiln/run_config.h): parsing with positioned errors, generated inputs,
-// output checks with numpy.allclose semantics, summaries, and the examples in configs/runs/.
-#include "kiln/run_config.h"
+// Run configurations (kiln/detail/run_config.h): parsing with positioned errors, generated
+// inputs, output checks with numpy.allclose semantics, summaries, and the examples in
+// configs/runs/.
+#include "kiln/detail/run_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -178,6 +179,12 @@ outputs:
   EXPECT_EQ(spec.extra.noise.max_repeats, 200);
   EXPECT_EQ(spec.extra.noise.plateau_window, 8);
   EXPECT_DOUBLE_EQ(spec.extra.noise.plateau_tolerance, 0.1);
+  // Code that times the run takes both together.
+  const EvaluatorSettings settings = evaluator_settings(spec);
+  EXPECT_EQ(settings.config.number, 7);
+  EXPECT_TRUE(settings.config.enable_cpu_cache_flush);
+  EXPECT_EQ(settings.options.cooldown_interval_ms, 3);
+  EXPECT_DOUBLE_EQ(settings.options.noise.timeout_s, 30);
 
   ASSERT_EQ(spec.inputs.size(), 9u);
   const InputSpec& a = spec.inputs[0];
@@ -340,10 +347,11 @@ TEST_F(RunConfigTest, FPreprocRunsBeforeEachRepeatOfALocalRun) {
                              "f_preproc: testing.run_config_preproc}\n"
                              "inputs:\n  - {shape: [16]}\n  - {shape: [16]}\n"
                              "  - {shape: [16]}\n  - {scalar: 0.5}\n");
+  const EvaluatorSettings settings = evaluator_settings(spec);
   testing::RunHooks hooks;
   hooks.function = spec.function;
-  hooks.evaluator = spec.extra;
-  testing::local_run(load_module(spec.module), spec.device, make_inputs(spec), spec.evaluator,
+  hooks.evaluator = settings.options;
+  testing::local_run(load_module(spec.module), spec.device, make_inputs(spec), settings.config,
                      spec.exporter, std::nullopt, hooks);
   registry::remove("testing.run_config_preproc");
   EXPECT_EQ(calls->load(), 3) << "once per repeat";
@@ -1015,10 +1023,11 @@ TEST(RunExamplesTest, VectorAddRunsEndToEnd) {
   spec.evaluator = EvaluatorConfig{1, 1, 0, false};  // keep the test fast
   const std::vector<Any> args = make_inputs(spec);
   const Module module = load_module(spec.module);
+  const EvaluatorSettings settings = evaluator_settings(spec);
   testing::RunHooks hooks;
   hooks.function = spec.function;
-  hooks.evaluator = spec.extra;
-  const testing::RunResult result = testing::local_run(module, spec.device, args, spec.evaluator,
+  hooks.evaluator = settings.options;
+  const testing::RunResult result = testing::local_run(module, spec.device, args, settings.config,
                                                        spec.exporter, std::nullopt, hooks);
   ASSERT_EQ(result.outputs.size(), 4u);
   // out = a + alpha * b, computed here the way the kernel does, as the expected file.

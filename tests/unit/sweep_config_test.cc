@@ -1,5 +1,5 @@
-// Sweeps and return-value checks of run configurations (kiln/run_config.h, issue 21 items 5
-// and 6): the cross product of a `sweep:` section, its points' configurations and labels,
+// Sweeps and return-value checks of run configurations (kiln/detail/run_config.h, issue 21 items
+// 5 and 6): the cross product of a `sweep:` section, its points' configurations and labels,
 // invalid points kept with their error, malformed sweep sections refused at their position,
 // and `result:` checks on tensors, scalars and (nested) tuples.
 #include <gmock/gmock.h>
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "kiln/config_error.h"
+#include "kiln/detail/run_config.h"
 #include "kiln/error.h"
 #include "kiln/kiln.h"
 #include "kiln/npy.h"
-#include "kiln/run_config.h"
 #include "kiln/vm/virtual_machine.h"
 #include "test_util.h"
 

@@ -1,7 +1,7 @@
 // Throughput (issue 21 item 2): bytes derived from the arguments or given, GB/s and GFLOP/s
 // arithmetic, the fraction of the peak memory bandwidth only where the backend reports one, and
 // the run config's `throughput:` section with its errors.
-#include "kiln/throughput.h"
+#include "kiln/detail/throughput.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kiln/config_error.h"
-#include "kiln/run_config.h"
+#include "kiln/detail/run_config.h"
 #include "kiln/tensor.h"
 #include "test_util.h"
 

@@ -101,8 +101,9 @@ std::optional<std::string> unknown_command_message(const CLI::App& app,
   return std::nullopt;
 }
 
-Device checked_device(const Runtime& runtime, const run::RunSpec& spec, bool from_option) {
-  const Device device = runtime.parse_device(spec.device);
+Device checked_device(const Runtime& runtime, const run::RunSpec& spec,
+                      const std::optional<Device>& option) {
+  const Device device = option ? *option : runtime.parse_device(spec.device);
   if (spec.remote) return device;
   const Ref<DeviceBackend> backend = runtime.find_backend(device.type);
   if (!backend) return device;  // the run says which backends are loaded
@@ -116,7 +117,7 @@ Device checked_device(const Runtime& runtime, const run::RunSpec& spec, bool fro
                   : count == 1 ? fmt::format("there is one ({})", first)
                                : fmt::format("there are {} ({} to {})", count, first,
                                              runtime.device_str(Device{device.type, count - 1})));
-  if (from_option) throw ConfigError("", 0, 0, "--device", message);
+  if (option) throw ConfigError("", 0, 0, "--device", message);
   throw run::error_at(spec, "device", message);
 }
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/detail/run_config.h"
 #include "kiln/device.h"
 #include "kiln/module.h"
-#include "kiln/run_config.h"
 #include "kiln/runtime.h"
 
 namespace kiln::tool {
@@ -34,11 +34,13 @@ std::optional<std::string> unknown_command_message(const CLI::App& app,
 std::optional<std::string> closest(const std::string& word,
                                    const std::vector<std::string>& candidates);
 
-// The device `spec.device` names, checked against the devices its backend has: an index the
-// backend lacks is a ConfigError at the config's `device` key (or about --device when
-// `from_option`), "device cpu:3 does not exist: there is one (cpu:0)". A remote run's devices
-// are the server's: only the name is checked here.
-Device checked_device(const Runtime& runtime, const run::RunSpec& spec, bool from_option);
+// The device a run of `spec` uses: `option` (--device, which the command parses once) when
+// given, else spec.device parsed here, once; a run passes the Device on and never parses the
+// name again. Checked against the devices its backend has: an index the backend lacks is a
+// ConfigError at the config's `device` key (or about --device), "device cpu:3 does not exist:
+// there is one (cpu:0)". A remote run's devices are the server's: only the name is checked here.
+Device checked_device(const Runtime& runtime, const run::RunSpec& spec,
+                      const std::optional<Device>& option);
 
 // Throws a ConfigError at the config's `function` key when `module` (loaded from spec.module)
 // has no function `function`, naming the module's own path, its functions and the closest one.

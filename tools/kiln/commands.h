@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/detail/run_config.h"
 #include "kiln/profiling/report.h"
-#include "kiln/run_config.h"
 #include "kiln/runtime.h"
 
 namespace kiln::tool {
@@ -65,10 +65,11 @@ struct ProfileOptions {
 // prints the report table.
 int run_profile(const ProfileOptions& options, const GlobalOptions& global);
 
-// Profiles `profile.calls` calls of the function `spec` names with `profile.collectors` and
-// writes the report files `profile` asks for, all through `runtime`.
+// Profiles `profile.calls` calls of the function `spec` names on `device` (the run's, parsed
+// and checked once: checked_device) with `profile.collectors` and writes the report files
+// `profile` asks for, all through `runtime`.
 profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile,
-                              Runtime& runtime);
+                              Device device, Runtime& runtime);
 
 // Options of `kiln vm asm|disasm|stats` (docs/vm.md).
 struct VmOptions {

@@ -1,9 +1,10 @@
 // `kiln compare A.json B.json`: did B get slower than A? Per benchmark the change of a statistic
-// of the per-repeat times, a two-sided Mann-Whitney U-test on those times (kiln/mann_whitney.h)
-// and a verdict; a regression beyond the threshold that is significant fails (exit 1) so that
-// CI can gate on it. Reads Google Benchmark's JSON (its own files, `kiln run --benchmark-out`,
-// BenchmarkResult::to_json) and `kiln run --json` (the same document under "benchmark"; a
-// sweep's document holds every point, its failed points as entries with error_occurred).
+// of the per-repeat times, a two-sided Mann-Whitney U-test on those times
+// (kiln/detail/mann_whitney.h) and a verdict; a regression beyond the threshold that is
+// significant fails (exit 1) so that CI can gate on it. Reads Google Benchmark's JSON (its own
+// files, `kiln run --benchmark-out`, BenchmarkResult::to_json) and `kiln run --json` (the same
+// document under "benchmark"; a sweep's document holds every point, its failed points as entries
+// with error_occurred).
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -19,7 +20,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "kiln/mann_whitney.h"
+#include "kiln/detail/mann_whitney.h"
 #include "kiln/statistics.h"
 #include "progress.h"
 

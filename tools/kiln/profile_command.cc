@@ -8,9 +8,9 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "kiln/config_error.h"
+#include "kiln/detail/run_config.h"
 #include "kiln/kiln.h"
 #include "kiln/profiling/profiler.h"
-#include "kiln/run_config.h"
 #include "kiln/vm/virtual_machine.h"
 #include "output_file.h"
 
@@ -44,10 +44,9 @@ std::shared_ptr<profiling::MetricCollector> collector_with_options(
 }  // namespace
 
 profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& profile,
-                              Runtime& runtime) {
+                              Device device, Runtime& runtime) {
   Module module = runtime.load_module(spec.module);
   const std::string function = spec.function.empty() ? module.entry_name() : spec.function;
-  const Device device = runtime.parse_device(spec.device);
   // A VM program gets a VM of its own, whose kernel calls become rows nested in each call.
   std::optional<vm::VirtualMachine> machine;
   if (vm::executable_of(module) != nullptr) machine.emplace(module, std::vector<Device>{device});
@@ -105,20 +104,21 @@ profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& 
 int run_profile(const ProfileOptions& options, const GlobalOptions& global) {
   Runtime runtime(runtime_options(global));
   run::RunSpec spec;
+  Device device;
   try {
     spec = run::parse_run_config(options.config, runtime.device_types());
-    if (options.device) {
-      runtime.parse_device(*options.device);  // validates; an unknown type names its plugin
-      spec.device = *options.device;
-    }
-    checked_device(runtime, spec, options.device.has_value());
+    // --device is parsed here, once (an unknown type names its plugin), and replaces the
+    // config's device.
+    std::optional<Device> device_option;
+    if (options.device) device_option = runtime.parse_device(*options.device);
+    device = checked_device(runtime, spec, device_option);
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
   run::ProfileSpec profile = spec.profile.value_or(run::ProfileSpec{});
   for (const auto& c : options.collectors) profile.collectors.push_back({c, ""});
   if (options.calls) profile.calls = *options.calls;
-  profiling::Report report = profile_run(spec, profile, runtime);
+  profiling::Report report = profile_run(spec, profile, device, runtime);
   std::cout << (options.json ? report.json() : report.table()) << "\n";
   return kExitOk;
 }

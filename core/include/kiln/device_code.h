@@ -51,7 +51,7 @@ DeviceCode read_device_code(const std::filesystem::path& path);
 // artifacts "<name>" (role device_blob) and "<name>.json" (role metadata) so that exporting
 // and loading it again is lossless. Throws ValueError for malformed metadata, a blob without
 // kernels or a kernel name that two blobs define. Backends are looked up in `context` (which
-// must outlive the module) when a kernel is first called.
+// the module keeps alive) when a kernel is first called.
 Module make_device_code_module(std::vector<DeviceCode> blobs, const DeviceContext& context);
 
 }  // namespace kiln

@@ -56,7 +56,7 @@ class BenchmarkResult {
   // (batches, f_preproc, cache flushes and progress callbacks; not the warm-up call nor the
   // cooldown sleeps). Wall-clock seconds, CPU seconds of the thread that measured, and CPU
   // seconds of the whole process. All 0 when not recorded (a result read from JSON or sent by
-  // an RPC server). The noise verdict compares them (kiln/noise_verdict.h).
+  // an RPC server). The noise verdict compares them (kiln/detail/noise_verdict.h, the CLI's).
   double wall_time_s = 0;
   double thread_cpu_time_s = 0;
   double process_cpu_time_s = 0;
@@ -120,7 +120,7 @@ struct TimeEvaluatorOptions {
 // A callable evaluator. Not thread-safe: `number` is state that grows across calls.
 class TimeEvaluator {
  public:
-  // Times `f` on `device` of `context` (which must outlive the evaluator; its backend times
+  // Times `f` on `device` of `context` (which the evaluator keeps alive; its backend times
   // and synchronises, and cache-flush buffers are allocated through it). Validates `options`
   // (ValueError), looks up f_preproc (NotFoundError when not registered).
   TimeEvaluator(Function f, Device device, TimeEvaluatorOptions options,

@@ -1,4 +1,4 @@
-#include "kiln/mann_whitney.h"
+#include "kiln/detail/mann_whitney.h"
 
 #include <algorithm>
 #include <cmath>

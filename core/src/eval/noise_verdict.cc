@@ -1,4 +1,4 @@
-#include "kiln/noise_verdict.h"
+#include "kiln/detail/noise_verdict.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
-// Throughput arithmetic (kiln/throughput.h).
-#include "kiln/throughput.h"
+// Throughput arithmetic (kiln/detail/throughput.h).
+#include "kiln/detail/throughput.h"
 
 #include <fmt/format.h>
 

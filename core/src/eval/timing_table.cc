@@ -1,10 +1,10 @@
-#include "kiln/timing_table.h"
+#include "kiln/detail/timing_table.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 
-#include "kiln/noise_verdict.h"
+#include "kiln/detail/noise_verdict.h"
 #include "kiln/statistics.h"
 
 namespace kiln {

@@ -17,19 +17,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Threads the cpu backend of `context` runs kernels on (its "threads" attribute), else the
-// hardware's.
-int64_t runtime_threads(const DeviceContext& context) {
+// The threads the cpu backend of `context` runs kernels on and where that count came from (its
+// "threads" and "threads_source" attributes), else the hardware's.
+std::pair<int64_t, std::string> runtime_threads(const DeviceContext& context) {
+  std::pair<int64_t, std::string> out{static_cast<int64_t>(std::thread::hardware_concurrency()),
+                                      "the hardware (no cpu backend reports its threads)"};
   if (auto cpu = context.find_backend(kDLCPU)) {
     try {
       for (const auto& [key, value] : cpu->attributes(0)) {
-        if (key == "threads" && value.type_code() == KILN_TYPE_INT) return value.cast<int64_t>();
+        if (key == "threads" && value.type_code() == KILN_TYPE_INT) {
+          out.first = value.cast<int64_t>();
+          out.second = "the " + cpu->plugin_name() + " plugin";
+        }
+        if (key == "threads_source" && value.type_code() == KILN_TYPE_STRING) {
+          out.second = value.cast<std::string>();
+        }
       }
     } catch (const Error&) {
-      // Fall through to the hardware count.
+      // The hardware count stands.
     }
   }
-  return static_cast<int64_t>(std::thread::hardware_concurrency());
+  return out;
 }
 
 }  // namespace
@@ -75,7 +83,9 @@ Profiler::Profiler(std::vector<Device> devices,
   impl_->devices = std::move(devices);
   impl_->collectors = std::move(collectors);
   impl_->configuration = std::move(configuration);
-  impl_->configuration["Number of threads"] = Count{runtime_threads(context)};
+  const auto [threads, source] = runtime_threads(context);
+  impl_->configuration["Number of threads"] = Count{threads};
+  impl_->configuration["Threads from"] = source;
 }
 
 Profiler::~Profiler() = default;

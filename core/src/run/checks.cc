@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/detail/run_config.h"
 #include "kiln/error.h"
 #include "kiln/npy.h"
-#include "kiln/run_config.h"
 #include "kiln/vm/virtual_machine.h"
 #include "run/elements.h"
 

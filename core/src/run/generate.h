@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "kiln/run_config.h"
+#include "kiln/detail/run_config.h"
 #include "kiln/tensor.h"
 
 namespace kiln::run::detail {

@@ -6,8 +6,8 @@
 #include <limits>
 #include <random>
 
+#include "kiln/detail/run_config.h"
 #include "kiln/error.h"
-#include "kiln/run_config.h"
 #include "run/elements.h"
 #include "run/generate.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/run_config.h"
+#include "kiln/detail/run_config.h"
 
 namespace kiln::run::detail {
 

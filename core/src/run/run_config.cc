@@ -1,5 +1,5 @@
 // parse_run_config: the YAML of `kiln run` into a RunSpec, with every error at its key.
-#include "kiln/run_config.h"
+#include "kiln/detail/run_config.h"
 
 #include <fmt/format.h>
 
@@ -199,7 +199,14 @@ ThroughputSpec parse_throughput(MapReader& reader) {
   return t;
 }
 
-void parse_evaluator(MapReader& reader, RunSpec* spec) {
+// Both of the spec's evaluator settings (RunSpec::evaluator and RunSpec::extra) from the
+// `evaluator:` section, or their defaults without one.
+void parse_evaluator(std::optional<MapReader> section, RunSpec* spec) {
+  if (!section) {
+    spec->extra = spec->evaluator.to_options();
+    return;
+  }
+  MapReader& reader = *section;
   reader.allow_keys(kEvaluatorKeys);
   reader.reject_unknown_keys();
   EvaluatorConfig& config = spec->evaluator;
@@ -668,6 +675,8 @@ ConfigError name_indentation_tab(const ConfigError& e, const fs::path& path) {
 
 }  // namespace
 
+EvaluatorSettings evaluator_settings(const RunSpec& spec) { return {spec.evaluator, spec.extra}; }
+
 ConfigError error_at(const RunSpec& spec, const std::string& key, const std::string& message) {
   const auto it = spec.positions.find(key);
   const auto [line, column] = it == spec.positions.end() ? std::pair{0, 0} : it->second;
@@ -728,11 +737,7 @@ RunSpec parse_run_node(const YAML::Node& root, const fs::path& path,
   }
   spec.exporter = non_empty_string(top, "export", spec.exporter, "");
 
-  if (std::optional<MapReader> evaluator = top.optional_map("evaluator")) {
-    parse_evaluator(*evaluator, &spec);
-  } else {
-    spec.extra = spec.evaluator.to_options();
-  }
+  parse_evaluator(top.optional_map("evaluator"), &spec);
 
   if (std::optional<YAML::Node> inputs = top.node("inputs"); inputs && !inputs->IsNull()) {
     if (!inputs->IsSequence()) {

@@ -13,8 +13,8 @@
 
 #include "config/yaml_reader.h"
 #include "kiln/config_error.h"
+#include "kiln/detail/run_config.h"
 #include "kiln/error.h"
-#include "kiln/run_config.h"
 #include "run/parse.h"
 
 namespace kiln::run {

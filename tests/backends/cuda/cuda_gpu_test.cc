@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "kiln/detail/run_config.h"
 #include "kiln/kiln.h"
-#include "kiln/run_config.h"
 #include "kiln/testing.h"
 #include "nvrtc_compiler.h"
 

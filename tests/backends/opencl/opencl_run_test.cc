@@ -6,8 +6,8 @@
 
 #include <cmath>
 
+#include "kiln/detail/run_config.h"
 #include "kiln/kiln.h"
-#include "kiln/run_config.h"
 #include "kiln/testing.h"
 #include "opencl_test_util.h"
 #include "test_util.h"

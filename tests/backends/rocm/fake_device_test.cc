@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "hiprtc_compiler.h"
+#include "kiln/detail/run_config.h"
 #include "kiln/kiln.h"
-#include "kiln/run_config.h"
 #include "kiln/testing.h"
 #include "rocm_test_util.h"
 #include "test_util.h"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/detail/run_config.h"
 #include "kiln/kiln.h"
-#include "kiln/run_config.h"
 #include "kiln/testing.h"
 #include "rocm_test_util.h"
 #include "test_util.h"

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/detail/run_config.h"
 #include "kiln/device_code.h"
 #include "kiln/kiln.h"
-#include "kiln/run_config.h"
 #include "rocm_test_util.h"
 #include "test_util.h"
 

@@ -24,9 +24,10 @@ namespace kiln::profiling {
 // the most recent open call. Not thread-safe.
 class Profiler {
  public:
-  // Calls init(devices) on every collector and records "Number of threads" in the
-  // configuration. Devices are timed through the backends of `context`, which must outlive
-  // the profiler. Throws NotFoundError when no backend serves one of `devices`.
+  // Calls init(devices) on every collector and records "Number of threads" (the cpu plugin's,
+  // which TVM-compiled and SDK kernels run on) and "Threads from" (where that count came from)
+  // in the configuration. Devices are timed through the backends of `context`, which the
+  // profiler keeps alive. Throws NotFoundError when no backend serves one of `devices`.
   Profiler(std::vector<Device> devices, std::vector<std::shared_ptr<MetricCollector>> collectors,
            MetricMap configuration, const DeviceContext& context);
   // API-edge default: the same with Runtime::global().

@@ -94,7 +94,7 @@ class VirtualMachine {
   VirtualMachine(const Module& exec, std::vector<Device> devices, MemoryConfig memory_cfg = {},
                  bool profile = false);
   // The same from an Executable and the modules its PackedFunc entries resolve against, on
-  // devices of `context` (which must outlive the VM).
+  // devices of `context` (which the VM keeps alive).
   VirtualMachine(Executable exec, std::vector<Module> kernel_libraries, std::vector<Device> devices,
                  const DeviceContext& context, MemoryConfig memory_cfg = {}, bool profile = false);
   // API-edge default: the same on devices of Runtime::global().
@@ -167,7 +167,7 @@ inline constexpr const char* kExecutableModuleKind = "vm.executable";
 // the device of its first tensor argument (CPU when none), created on first use. Its artifacts
 // are the bytecode (role "bytecode", `<name>`) and the libraries' own artifacts, so exporting it
 // with "tar" and loading the package gives the same module.
-// Its VMs run on devices of `context`, which must outlive the module.
+// Its VMs run on devices of `context`, which the module keeps alive.
 Module make_executable_module(Executable exec, std::vector<Module> kernel_libraries,
                               const std::string& name, const DeviceContext& context);
 // API-edge default: the same with Runtime::global().

@@ -9,5 +9,6 @@
 #include "kiln/c/kernel.h"
 #include "kiln/c/module.h"
 #include "kiln/c/plugin.h"
+#include "kiln/c/task_team.h"
 
 #endif /* KILN_C_KILN_H_ */

@@ -1,8 +1,6 @@
-// Kernel launches of the opencl backend: the kernel and stream checks, tensor arguments (with
-// sub-buffers for byte offsets), argument setting (skipping values the cl_kernel already
-// holds) and the enqueue. The launch path allocates nothing on success, and a launch that
-// repeats the previous one's kernel, stream and buffers takes one lock (the kernel's) and no
-// registry lookup: the host cost of a launch is what the bare OpenCL calls cost, or close.
+// Kernel launches of the opencl backend.
+#include "launcher.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -10,10 +8,10 @@
 #include <string>
 
 #include "cl_error.h"
+#include "handle_epoch.h"
 #include "kiln/sdk/any_cast.hpp"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/support/kernel_args.hpp"
-#include "plugin_state.h"
 
 namespace kiln::opencl {
 namespace {
@@ -22,10 +20,10 @@ std::string extents_text(const uint32_t v[3]) {
   return std::to_string(v[0]) + "x" + std::to_string(v[1]) + "x" + std::to_string(v[2]);
 }
 
-// The kernel and stream this thread last launched with, as validated while the handles epoch
-// was `epoch`; `state` tells plugin instances apart.
+// The kernel and stream this thread last launched with, as validated while HandleEpoch was
+// `epoch`, and the queue the stream stands for; `launcher` tells plugin instances apart.
 struct LastLaunch {
-  const void* state = nullptr;
+  const void* launcher = nullptr;
   void* kernel = nullptr;
   void* stream = nullptr;
   uint64_t epoch = 0;
@@ -40,50 +38,49 @@ bool same_value(const sdk::PackedArgValue& a, const sdk::PackedArgValue& b) {
 
 }  // namespace
 
-Kernel& PluginState::kernel(void* handle, void* stream, cl_command_queue* queue) {
+Launcher::Launcher(DeviceRegistry& devices, Queues& queues, Memory& memory, Modules& modules)
+    : devices_(devices), queues_(queues), memory_(memory), modules_(modules) {}
+
+Kernel& Launcher::kernel(void* handle, void* stream, cl_command_queue* queue) {
   // No kernel or stream has gone since this thread validated the same pair: both still live.
-  const uint64_t epoch = handles_epoch_.load(std::memory_order_acquire);
+  const uint64_t epoch = HandleEpoch::current();
   LastLaunch& last = last_launch;
-  if (last.kernel == handle && last.stream == stream && last.epoch == epoch && last.state == this &&
-      handle != nullptr) {
+  if (last.kernel == handle && last.stream == stream && last.epoch == epoch &&
+      last.launcher == this && handle != nullptr) {
     *queue = last.queue;
     return *static_cast<Kernel*>(handle);
   }
-  // One lock for both checks.
-  {
-    std::lock_guard<std::mutex> lock(objects_mu_);
-    auto* k = static_cast<Kernel*>(handle);
-    if (handle != nullptr && kernels_.count(k) != 0) {
-      if (stream == nullptr) {
-        *queue = nullptr;  // the caller takes the device's default queue
-        last = {this, handle, stream, epoch, nullptr};
+  // The kernel first: its error wins over the stream's.
+  if (Kernel* k = modules_.find_kernel(handle)) {
+    if (stream == nullptr) {
+      // A default queue lives as long as the plugin instance: it can be remembered too.
+      *queue = queues_.default_queue(*k->device);
+      last = {this, handle, stream, epoch, *queue};
+      return *k;
+    }
+    int32_t stream_device = 0;
+    if (queues_.find_stream(stream, &stream_device)) {
+      if (stream_device == k->device->id) {
+        *queue = static_cast<cl_command_queue>(stream);
+        last = {this, handle, stream, epoch, *queue};
         return *k;
-      }
-      auto it = streams_.find(static_cast<cl_command_queue>(stream));
-      if (it != streams_.end() && it->second.device == k->device->id) {
-        *queue = it->first;
-        last = {this, handle, stream, epoch, it->first};
-        return *k;
-      }
-      if (it != streams_.end()) {
-        throw sdk::Error(KILN_ERROR_VALUE, "launch: stream " + hex_pointer(stream) +
-                                               " belongs to device " +
-                                               std::to_string(it->second.device) +
-                                               ", but the kernel was loaded on device " +
-                                               std::to_string(k->device->id));
       }
       throw sdk::Error(KILN_ERROR_VALUE, "launch: stream " + hex_pointer(stream) +
-                                             " is not a live stream of the opencl backend");
+                                             " belongs to device " + std::to_string(stream_device) +
+                                             ", but the kernel was loaded on device " +
+                                             std::to_string(k->device->id));
     }
+    throw sdk::Error(KILN_ERROR_VALUE, "launch: stream " + hex_pointer(stream) +
+                                           " is not a live stream of the opencl backend");
   }
-  require_devices();  // without devices there are no kernels: say why
+  devices_.require_devices();  // without devices there are no kernels: say why
   throw sdk::Error(KILN_ERROR_VALUE, "launch: " + hex_pointer(handle) +
                                          " is not a live kernel of the opencl backend (was its "
                                          "module unloaded?)");
 }
 
-cl_mem PluginState::tensor_argument(Kernel& k, const DLTensor& t, size_t index,
-                                    SubBuffers& sub_buffers) {
+cl_mem Launcher::tensor_argument(Kernel& k, const DLTensor& t, size_t index,
+                                 SubBuffers& sub_buffers) {
   // Messages are built only on failure: this runs for every tensor of every launch.
   auto where = [&] { return "kernel '" + k.info->name + "' argument " + std::to_string(index); };
   const int32_t type = sdk::device_type_code(t.device);
@@ -104,15 +101,14 @@ cl_mem PluginState::tensor_argument(Kernel& k, const DLTensor& t, size_t index,
   if (k.set_valid[index] != 0 && std::bit_cast<uint64_t>(k.set_values[index]) == bits) {
     b.size = k.buffer_bytes[index];  // the buffer the cl_kernel holds, live (see Kernel)
   } else {
-    std::lock_guard<std::mutex> lock(buffers_mu_);
-    auto it = buffers_.find(static_cast<cl_mem>(t.data));
-    if (it == buffers_.end() || it->second.info.device != k.device->id) {
+    const std::optional<Buffer> found = memory_.find(static_cast<cl_mem>(t.data), k.device->id);
+    if (!found) {
       throw sdk::Error(KILN_ERROR_VALUE,
                        where() + ": tensor data " + hex_pointer(t.data) +
                            " is not a live buffer of opencl:" + std::to_string(k.device->id) +
                            " (freed, or not allocated by this backend)");
     }
-    b = it->second.info;
+    b = *found;
     k.buffer_bytes[index] = b.size;
   }
   const std::optional<uint64_t> extent = tensor_extent_bytes(t);
@@ -148,13 +144,11 @@ cl_mem PluginState::tensor_argument(Kernel& k, const DLTensor& t, size_t index,
       where() + ": cannot make a sub-buffer at byte_offset " + std::to_string(t.byte_offset)));
 }
 
-void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
-                         const uint32_t grid[3], const uint32_t block[3],
-                         uint32_t dynamic_shared_bytes, void* stream) {
+void Launcher::launch(void* handle, const KilnAny* args, int32_t num_args, const uint32_t grid[3],
+                      const uint32_t block[3], uint32_t dynamic_shared_bytes, void* stream) {
   cl_command_queue q = nullptr;
   Kernel& k = kernel(handle, stream, &q);
-  DeviceRecord& d = *k.device;
-  if (q == nullptr) q = d.queue();
+  const DeviceRecord& d = *k.device;
   const std::string& name = k.info->name;
   if (grid == nullptr || block == nullptr) {
     throw sdk::Error(KILN_ERROR_VALUE, "launch of kernel '" + name + "': grid or block is NULL");
@@ -214,7 +208,7 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
     k.set_valid.assign(count, 0);
     k.buffer_bytes.assign(count, 0);
   }
-  const uint64_t epoch = buffer_epoch_.load(std::memory_order_acquire);
+  const uint64_t epoch = memory_.epoch();
   if (epoch != k.set_epoch) {
     for (size_t i = 0; i < count; ++i) {
       if (k.info->args[i] == sdk::ArgKind::kTensor) k.set_valid[i] = 0;
@@ -223,7 +217,7 @@ void PluginState::launch(void* handle, const KilnAny* args, int32_t num_args,
   }
   SubBuffers subs;  // released once the launch is enqueued (or has failed)
   struct Context {
-    PluginState* self;
+    Launcher* self;
     Kernel* kernel;
     SubBuffers* subs;
   } ctx{this, &k, &subs};

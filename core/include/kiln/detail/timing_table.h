@@ -1,8 +1,10 @@
 // The human timing table of `kiln run` (docs/evaluator.md "The timing table"): times per call
 // in a unit chosen per result (ns, us, ms or s) so that small kernels keep their digits, with
 // percentiles, CV and RSE. BenchmarkResult::to_string() keeps the reference's exact format.
-#ifndef KILN_TIMING_TABLE_H_
-#define KILN_TIMING_TABLE_H_
+// Not installed (kiln/detail/, docs/architecture.md "The public surface"): libkiln implements it
+// for `kiln run` and the tests; no API or ABI promise.
+#ifndef KILN_DETAIL_TIMING_TABLE_H_
+#define KILN_DETAIL_TIMING_TABLE_H_
 
 #include <string>
 
@@ -26,4 +28,4 @@ std::string timing_table(const BenchmarkResult& result);
 
 }  // namespace kiln
 
-#endif  // KILN_TIMING_TABLE_H_
+#endif  // KILN_DETAIL_TIMING_TABLE_H_

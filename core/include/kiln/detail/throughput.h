@@ -1,8 +1,10 @@
 // Throughput of a timed run (issue 21 item 2): bytes and flops per call over the median time,
 // as GB/s and GFLOP/s, and the fraction of the device's peak memory bandwidth where its backend
 // reports one.
-#ifndef KILN_THROUGHPUT_H_
-#define KILN_THROUGHPUT_H_
+// Not installed (kiln/detail/, docs/architecture.md "The public surface"): libkiln implements it
+// for `kiln run` (and run configs' `throughput:` section) and the tests; no API or ABI promise.
+#ifndef KILN_DETAIL_THROUGHPUT_H_
+#define KILN_DETAIL_THROUGHPUT_H_
 
 #include <cstdint>
 #include <optional>
@@ -57,4 +59,4 @@ Throughput compute_throughput(const ThroughputSpec& spec, double derived_bytes, 
 
 }  // namespace kiln
 
-#endif  // KILN_THROUGHPUT_H_
+#endif  // KILN_DETAIL_THROUGHPUT_H_

@@ -3,8 +3,10 @@
 // outputs. parse_run_config() reads and validates the YAML, make_inputs() builds the arguments,
 // check_outputs() compares and saves the results. The YAML format is documented in
 // docs/run-config.md.
-#ifndef KILN_RUN_CONFIG_H_
-#define KILN_RUN_CONFIG_H_
+// Not installed (kiln/detail/, docs/architecture.md "The public surface"): libkiln implements it
+// for `kiln run`, `kiln profile` and the tests; no API or ABI promise.
+#ifndef KILN_DETAIL_RUN_CONFIG_H_
+#define KILN_DETAIL_RUN_CONFIG_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -16,10 +18,10 @@
 
 #include "kiln/any.h"
 #include "kiln/config_error.h"
+#include "kiln/detail/throughput.h"
 #include "kiln/dtype.h"
 #include "kiln/evaluator.h"
 #include "kiln/tensor.h"
-#include "kiln/throughput.h"
 
 namespace kiln::run {
 
@@ -131,7 +133,9 @@ struct RunSpec {
   std::string function;          // the function to run; empty: the module's entry function
   std::string device = "cpu";    // "cpu", "cpu:0", "opencl:1", ... (Device::parse accepts it)
   std::string exporter = "tar";  // the YAML key `export`: "tar", "so", "ndk" or another name
-  EvaluatorConfig evaluator;     // number, repeat, min_repeat_ms, enable_cpu_cache_flush
+  // How the function is timed, both read from the `evaluator:` section by one function of the
+  // parser; code that times a run takes them together from evaluator_settings(spec).
+  EvaluatorConfig evaluator;  // number, repeat, min_repeat_ms, enable_cpu_cache_flush
   // The complete evaluator options: evaluator.to_options() plus the YAML's extra evaluator
   // keys (limit_zero_time_iterations, cooldown, cache_flush_bytes, keep_raw_samples, noise).
   TimeEvaluatorOptions extra;
@@ -147,6 +151,19 @@ struct RunSpec {
   // parsing (a device the backend lacks, a function the module lacks): see error_at().
   std::map<std::string, std::pair<int, int>> positions;
 };
+
+// How a run of a configuration is timed, in one place: what testing::local_run and rpc_run take
+// as their EvaluatorConfig (`config`), and the complete evaluator options for
+// RunHooks::evaluator (`options`: the noise rule, cooldown, cache flush, raw samples, f_preproc;
+// local_run and rpc_run take number, repeat, min_repeat_ms and the CPU cache flush from
+// `config`). Progress and reports read the noise rule's timeout and target from `options`.
+struct EvaluatorSettings {
+  EvaluatorConfig config;
+  TimeEvaluatorOptions options;
+};
+
+// The evaluator settings of `spec` (its `evaluator` and `extra`).
+EvaluatorSettings evaluator_settings(const RunSpec& spec);
 
 // A ConfigError about the top-level `key` of `spec`, at its value's position in spec.file
 // (without line and column when the key is absent, e.g. a default or a command-line override).
@@ -256,4 +273,4 @@ std::string summarize(const Tensor& host_tensor, size_t max_values = 6);
 
 }  // namespace kiln::run
 
-#endif  // KILN_RUN_CONFIG_H_
+#endif  // KILN_DETAIL_RUN_CONFIG_H_

@@ -4,8 +4,10 @@
 // method covers: the exact distribution of U when both samples are shorter than 8 and there are
 // no ties, otherwise the normal approximation with the tie correction and a continuity
 // correction of 0.5.
-#ifndef KILN_MANN_WHITNEY_H_
-#define KILN_MANN_WHITNEY_H_
+// Not installed (kiln/detail/, docs/architecture.md "The public surface"): libkiln implements it
+// for `kiln compare` and the tests; no API or ABI promise.
+#ifndef KILN_DETAIL_MANN_WHITNEY_H_
+#define KILN_DETAIL_MANN_WHITNEY_H_
 
 #include <cstddef>
 #include <vector>
@@ -28,4 +30,4 @@ double min_p_value(size_t nx, size_t ny);
 
 }  // namespace kiln::stats
 
-#endif  // KILN_MANN_WHITNEY_H_
+#endif  // KILN_DETAIL_MANN_WHITNEY_H_

@@ -2,8 +2,10 @@
 // its repeats, the machine's load or the time the measuring thread spent off the CPU make its
 // numbers doubtful, with the reasons in words ("noisy: CV 13%; load 3.3 on 2 cores"). The
 // statistics come from kiln::stats::summarize.
-#ifndef KILN_NOISE_VERDICT_H_
-#define KILN_NOISE_VERDICT_H_
+// Not installed (kiln/detail/, docs/architecture.md "The public surface"): libkiln implements it
+// for `kiln run` and the tests; no API or ABI promise.
+#ifndef KILN_DETAIL_NOISE_VERDICT_H_
+#define KILN_DETAIL_NOISE_VERDICT_H_
 
 #include <cstdint>
 #include <optional>
@@ -72,4 +74,4 @@ std::string format_percent(double fraction);
 
 }  // namespace kiln
 
-#endif  // KILN_NOISE_VERDICT_H_
+#endif  // KILN_DETAIL_NOISE_VERDICT_H_

@@ -1,6 +1,6 @@
 // Modules (programs from the program cache, with their metadata) and kernels of the opencl
 // backend.
-#include "programs.h"
+#include "modules.h"
 
 #include <cstring>
 #include <memory>
@@ -8,11 +8,13 @@
 #include <utility>
 
 #include "cl_error.h"
+#include "handle_epoch.h"
 #include "kiln/sdk/error.hpp"
-#include "plugin_state.h"
 
 namespace kiln::opencl {
+namespace {
 
+// Names from CL_PROGRAM_KERNEL_NAMES ("a;b"), as "a, b"; empty when unavailable.
 std::string program_kernel_names(cl_program program) {
   size_t size = 0;
   if (clGetProgramInfo(program, CL_PROGRAM_KERNEL_NAMES, 0, nullptr, &size) != CL_SUCCESS ||
@@ -29,36 +31,47 @@ std::string program_kernel_names(cl_program program) {
   for (char c : names) out += c == ';' ? std::string(", ") : std::string(1, c);
   return out;
 }
-// ---- device code ----
 
-void* PluginState::module_load(int32_t id, const void* data, size_t size, const char* format,
-                               const char* metadata_json) {
-  DeviceRecord& d = device(id);
+}  // namespace
+
+Modules::Modules(DeviceRegistry& devices, ProgramCache& cache, std::string build_options)
+    : devices_(devices), cache_(cache), build_options_(std::move(build_options)) {}
+
+Modules::~Modules() {
+  // What is left was leaked by the host; each module owns its kernels.
+  for (Kernel* k : kernels_) k->module = nullptr;
+  HandleEpoch::advance();  // no launch may skip a lookup now
+  kernels_.clear();
+  modules_.clear();
+}
+
+void* Modules::load(int32_t id, const void* data, size_t size, const char* format,
+                    const char* metadata_json) {
+  DeviceRecord& d = devices_.device(id);
   if (format == nullptr) throw sdk::Error(KILN_ERROR_VALUE, "module_load: format is NULL");
   sdk::ModuleMetadata metadata =
       sdk::parse_module_metadata(metadata_json != nullptr ? metadata_json : "");
-  const std::string build_options =
-      join_build_options(metadata.build_options, options_.build_options);
-  std::shared_ptr<Program> program = cache_->get(d, format, data, size, build_options);
+  const std::string build_options = join_build_options(metadata.build_options, build_options_);
+  std::shared_ptr<Program> program = cache_.get(d, format, data, size, build_options);
   auto m = std::make_unique<Module>(d, std::move(program), std::move(metadata));
   Module* handle = m.get();
-  std::lock_guard<std::mutex> lock(objects_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   modules_.emplace(handle, std::move(m));
   return handle;
 }
 
-Module& PluginState::module(void* handle, const char* slot) {
+Module& Modules::module(void* handle, const char* slot) {
   {
-    std::lock_guard<std::mutex> lock(objects_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     auto* m = static_cast<Module*>(handle);
     if (handle != nullptr && modules_.count(m) != 0) return *m;
   }
-  require_devices();  // without devices there are no modules: say why
+  devices_.require_devices();  // without devices there are no modules: say why
   throw sdk::Error(KILN_ERROR_VALUE, std::string(slot) + ": " + hex_pointer(handle) +
                                          " is not a live module of the opencl backend");
 }
 
-void* PluginState::module_get_kernel(void* handle, const char* name_cstr) {
+void* Modules::get_kernel(void* handle, const char* name_cstr) {
   Module& m = module(handle, "module_get_kernel");
   if (name_cstr == nullptr) throw sdk::Error(KILN_ERROR_VALUE, "module_get_kernel: name is NULL");
   const std::string name = name_cstr;
@@ -113,21 +126,27 @@ void* PluginState::module_get_kernel(void* handle, const char* name_cstr) {
   kernel->work_group_size = err == CL_SUCCESS && wg > 0 ? wg : d.max_work_group_size;
   Kernel* out = kernel.get();
   kernels.emplace(name, std::move(kernel));
-  std::lock_guard<std::mutex> reg(objects_mu_);
+  std::lock_guard<std::mutex> reg(mu_);
   kernels_.insert(out);
   return out;
 }
 
-void PluginState::module_unload(void* handle) noexcept {
+Kernel* Modules::find_kernel(void* handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto* k = static_cast<Kernel*>(handle);
+  return handle != nullptr && kernels_.count(k) != 0 ? k : nullptr;
+}
+
+void Modules::unload(void* handle) noexcept {
   // Released on return, outside the lock: its kernels and its reference to the program.
   std::unique_ptr<Module> owned;
-  std::lock_guard<std::mutex> lock(objects_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = modules_.find(static_cast<Module*>(handle));
   if (handle == nullptr || it == modules_.end()) return;  // not ours: nothing to release
   owned = std::move(it->second);
   modules_.erase(it);
   for (auto& [name, k] : owned->kernels()) kernels_.erase(k.get());
-  handles_epoch_.fetch_add(1, std::memory_order_release);  // launches look kernels up again
+  HandleEpoch::advance();  // launches look kernels up again
 }
 
 }  // namespace kiln::opencl

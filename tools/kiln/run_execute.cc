@@ -1,0 +1,135 @@
+// `kiln run`: one configuration (a single run or one point of a sweep) checked against the
+// runtime, run through local_run or rpc_run, and judged: checks, noise verdict, throughput and
+// the optional profile.
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "cli_checks.h"
+#include "kiln/device_backend.h"
+#include "kiln/error.h"
+#include "kiln/rpc/rpc_config.h"
+#include "run_command.h"
+
+namespace kiln::tool {
+namespace {
+
+// The peak memory bandwidth the backend reports for `device`, if any
+// (kiln/detail/throughput.h). Asks the one backend that runs, so a CPU run starts no GPU driver.
+std::optional<double> device_peak_bandwidth(const Runtime& runtime, const Device& device) {
+  const Ref<DeviceBackend> backend = runtime.find_backend(device.type);
+  if (!backend) return std::nullopt;
+  try {
+    if (device.id < 0 || device.id >= backend->device_count()) return std::nullopt;
+    return peak_memory_bandwidth(backend->attributes(device.id));
+  } catch (const Error&) {
+    return std::nullopt;  // no figure; the run itself reports why the device fails
+  }
+}
+
+// The tracker settings of a `remote:` section; missing ones are usage errors.
+rpc::RPCConfig remote_config(const run::RunSpec& spec) {
+  const run::RemoteSpec& remote = *spec.remote;
+  rpc::RPCConfig rpc;
+  rpc.tracker_host = remote.tracker_host;
+  rpc.tracker_port = remote.tracker_port;
+  rpc.tracker_key = remote.key;
+  rpc.session_priority = remote.priority;
+  rpc.session_timeout_sec = remote.session_timeout;
+  rpc.request_wait_sec = remote.wait;
+  rpc.token = remote.token;
+  try {
+    return rpc::RPCConfig::normalized(rpc);
+  } catch (const ValueError& e) {
+    throw UsageError(fmt::format("{}: remote: {}", spec.file.string(), e.what()));
+  }
+}
+
+}  // namespace
+
+Prepared prepare(Runtime& runtime, run::RunSpec spec, const std::optional<Device>& device_option) {
+  Prepared p;
+  try {
+    // Refused here, not replaced by device 0: the run uses and reports the device named.
+    p.device = checked_device(runtime, spec, device_option);
+    check_exporter(runtime, spec);
+    p.inputs = run::make_inputs(spec);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  p.module = runtime.load_module(spec.module);
+  p.function = spec.function.empty() ? p.module.entry_name() : spec.function;
+  if (p.function.empty()) {
+    throw ValueError(
+        fmt::format("{}: the module {} has no entry function; name one with "
+                    "`function:`",
+                    spec.file.string(), spec.module.string()));
+  }
+  // Before the export, and naming the module the config gives rather than the exported copy.
+  if (!spec.function.empty()) {
+    try {
+      check_function(p.module, p.function, spec);
+    } catch (const ConfigError& e) {
+      throw UsageError(e.what());
+    }
+  }
+  p.evaluator = run::evaluator_settings(spec);
+  p.spec = std::move(spec);
+  return p;
+}
+
+Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress) {
+  const run::RunSpec& spec = p.spec;
+  Outcome o;
+  testing::RunHooks hooks;
+  hooks.function = p.function;
+  hooks.evaluator = p.evaluator.options;
+  hooks.device_index = p.device.id;
+  hooks.on_step = [&](const std::string& step, double seconds) {
+    o.steps.emplace_back(step, seconds);
+    progress.step_done();
+  };
+  if (progress.enabled()) {
+    const double timeout_s = p.evaluator.options.noise.timeout_s;
+    hooks.on_repeat = [&progress, timeout_s](int32_t done, int32_t total) {
+      progress.repeat(done, total, timeout_s);
+    };
+  }
+  // local_run and rpc_run take the device by name (their index comes from hooks.device_index):
+  // the name of the Device parsed once, not the text it was parsed from.
+  const std::string device = runtime.device_str(p.device);
+  if (spec.remote) {
+    const rpc::RPCConfig rpc = remote_config(spec);
+    o.where = fmt::format("remote, key '{}' via tracker {}:{}", *rpc.tracker_key, *rpc.tracker_host,
+                          *rpc.tracker_port);
+    progress.note(fmt::format("requesting a '{}' server from {}:{}", *rpc.tracker_key,
+                              *rpc.tracker_host, *rpc.tracker_port));
+    o.result = testing::rpc_run(runtime, p.module, device, p.inputs, p.evaluator.config, rpc,
+                                spec.exporter, std::nullopt, hooks);
+  } else {
+    o.result = testing::local_run(runtime, p.module, device, p.inputs, p.evaluator.config,
+                                  spec.exporter, std::nullopt, hooks);
+  }
+  progress.finish();
+  o.check = run::check_outputs(spec, o.result.outputs);
+  const run::CheckResult result_check = run::check_result(spec, o.result.result);
+  o.check.ok = o.check.ok && result_check.ok;
+  if (!result_check.summary.empty()) {
+    o.check.summary += (o.check.summary.empty() ? "" : "\n") + result_check.summary;
+  }
+  const BenchmarkResult& timing = o.result.profile;
+  // This machine's load says nothing about a remote server's measurement.
+  o.verdict = noise_verdict(timing, spec.remote ? std::nullopt : host_load());
+  // From the median; a remote server's device attributes are not known here: no peak.
+  o.throughput =
+      compute_throughput(spec.throughput, argument_bytes(p.inputs), timing.median(),
+                         spec.remote ? std::nullopt : device_peak_bandwidth(runtime, p.device));
+  // Nothing to say for a function of scalars without given bytes or flops.
+  o.show_throughput = o.throughput.bytes > 0 || o.throughput.flops.has_value();
+  if (spec.profile) o.profile = profile_run(spec, *spec.profile, p.device, runtime);
+  return o;
+}
+
+}  // namespace kiln::tool

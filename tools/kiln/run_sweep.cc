@@ -1,0 +1,184 @@
+// `kiln run RUN.yaml` with a `sweep:` section: every point of its cross product, with one
+// progress display, then one table (sweep_table.cc) or one JSON document, and one Google
+// Benchmark document for --benchmark-out.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "output_file.h"
+#include "run_command.h"
+
+namespace kiln::tool {
+namespace {
+
+// Names every point: the Google Benchmark name of its run, and where two points would share
+// one (points that differ only in an evaluator setting, a scalar argument, a second input's
+// shape), "/axis=value" for each axis whose value differs among them, so that `kiln compare`
+// matches points one to one.
+void name_points(Runtime& runtime, const run::SweepSpec& sweep, std::vector<PointRun>* runs) {
+  // "/shape=[1024,1024]": axis a's value in a name, without spaces.
+  const auto name_part = [&](const PointRun& r, size_t a) {
+    std::string value = r.point->values[a];
+    value.erase(std::remove(value.begin(), value.end(), ' '), value.end());
+    return fmt::format("/{}={}", sweep.axes[a].name, value);
+  };
+  std::map<std::string, std::vector<size_t>> by_base;
+  std::vector<std::string> base(runs->size());
+  for (size_t i = 0; i < runs->size(); ++i) {
+    PointRun& r = (*runs)[i];
+    if (r.prepared) {
+      base[i] = benchmark_name(r.prepared->function, r.prepared->inputs,
+                               runtime.device_str(r.prepared->device));
+    } else if (r.point->spec) {
+      const run::RunSpec& spec = *r.point->spec;
+      base[i] = fmt::format("{}/{}", spec.function.empty() ? "entry" : spec.function, spec.device);
+    } else {
+      // No run to name it after: every axis, so that the name still says which point it is.
+      base[i] = "invalid";
+      for (size_t a = 0; a < sweep.axes.size(); ++a) base[i] += name_part(r, a);
+    }
+    by_base[base[i]].push_back(i);
+  }
+  for (const auto& [name, members] : by_base) {
+    std::vector<size_t> differing;
+    for (size_t a = 0; a < sweep.axes.size(); ++a) {
+      std::set<std::string> values;
+      for (size_t i : members) values.insert((*runs)[i].point->values[a]);
+      if (values.size() > 1) differing.push_back(a);
+    }
+    for (size_t i : members) {
+      std::string full = name;
+      for (size_t a : differing) full += name_part((*runs)[i], a);
+      (*runs)[i].name = full;
+    }
+  }
+}
+
+// Runs point `i` of `total` into `r`; a failing point is recorded there and the sweep goes on.
+void run_point(Runtime& runtime, const std::optional<Device>& device_option, size_t i, size_t total,
+               Progress& progress, PointRun* r) {
+  if (!r->point->spec) {
+    r->exit_code = kExitUsage;
+    r->status = "invalid";
+    r->error = r->point->error;
+    progress.note(fmt::format("point {}/{} is invalid: {}", i + 1, total, r->error));
+    return;
+  }
+  try {
+    r->prepared = prepare(runtime, *r->point->spec, device_option);
+    progress.start_point(i + 1, total, r->point->label, r->prepared->function);
+    r->outcome = execute(runtime, *r->prepared, progress);
+    if (!r->outcome->check.ok) {
+      r->exit_code = kExitCheckFailed;
+      r->status = "check_failed";
+    }
+  } catch (const UsageError& e) {
+    r->exit_code = kExitUsage;
+    r->status = "invalid";
+    r->error = e.what();
+  } catch (const std::exception& e) {
+    r->exit_code = kExitRuntime;
+    r->status = "error";
+    r->error = e.what();
+  }
+  progress.finish();
+  if (!r->error.empty()) {
+    progress.note(fmt::format("point {}/{} failed: {}", i + 1, total, r->error));
+  }
+}
+
+// The JSON document of a point: its run's (outcome_json) as far as it got, and where it sits in
+// the sweep.
+nlohmann::json point_json(const Runtime& runtime, const run::SweepSpec& sweep, const PointRun& r) {
+  nlohmann::json point;
+  if (r.prepared && r.outcome) {
+    point = outcome_json(runtime, *r.prepared, *r.outcome);
+  } else if (r.point->spec) {
+    // It failed before or while running: still say what was to run where (the device as
+    // configured when it was not checked).
+    point["config"] = sweep.file.string();
+    point["module"] = r.point->spec->module.string();
+    point["function"] = r.prepared ? r.prepared->function : r.point->spec->function;
+    point["device"] = r.prepared ? runtime.device_str(r.prepared->device) : r.point->spec->device;
+  }
+  point["index"] = r.point->index;
+  point["point"] = r.point->label;
+  nlohmann::json settings = nlohmann::json::object();
+  for (size_t a = 0; a < sweep.axes.size(); ++a) {
+    settings[sweep.axes[a].name] = r.point->values[a];
+  }
+  point["settings"] = settings;
+  point["name"] = r.name;
+  point["status"] = r.status;
+  point["exit_code"] = r.exit_code;
+  if (!r.error.empty()) point["error"] = r.error;
+  return point;
+}
+
+// The sweep's `kiln run --json` document: the axes, every point, the exit code and the Google
+// Benchmark document of all points.
+nlohmann::json sweep_json(const Runtime& runtime, const run::SweepSpec& sweep,
+                          const std::vector<PointRun>& runs, int exit_code, size_t failed,
+                          const nlohmann::json& benchmark) {
+  nlohmann::json out;
+  out["config"] = sweep.file.string();
+  nlohmann::json axes = nlohmann::json::array();
+  for (const run::SweepAxis& axis : sweep.axes) {
+    axes.push_back({{"name", axis.name}, {"values", axis.values}});
+  }
+  out["sweep"] = {{"axes", axes}, {"points", runs.size()}, {"failed", failed}};
+  out["points"] = nlohmann::json::array();
+  for (const PointRun& r : runs) out["points"].push_back(point_json(runtime, sweep, r));
+  out["exit_code"] = exit_code;
+  out["benchmark"] = benchmark;
+  return out;
+}
+
+}  // namespace
+
+void refuse_swept_device(const run::SweepSpec& sweep, const std::string& device_text) {
+  for (const run::SweepAxis& axis : sweep.axes) {
+    if (axis.name == "device") {
+      throw UsageError(fmt::format(
+          "--device {}: {} sweeps the device (sweep.device); leave --device out or the axis",
+          device_text, sweep.file.string()));
+    }
+  }
+}
+
+int run_sweep(Runtime& runtime, const run::SweepSpec& sweep,
+              const std::optional<Device>& device_option, const RunOptions& options) {
+  const size_t total = sweep.points.size();
+  Progress progress(Progress::choose(options.progress, options.json, stderr), "", stderr);
+  std::vector<PointRun> runs(total);
+  for (size_t i = 0; i < total; ++i) {
+    runs[i].point = &sweep.points[i];
+    run_point(runtime, device_option, i, total, progress, &runs[i]);
+  }
+  name_points(runtime, sweep, &runs);
+
+  const nlohmann::json benchmark = sweep_benchmark_document(runtime, runs);
+  if (options.benchmark_out) write_output_file(*options.benchmark_out, benchmark.dump(2) + "\n");
+
+  int exit_code = kExitOk;
+  size_t failed = 0;
+  for (const PointRun& r : runs) {
+    exit_code = std::max(exit_code, r.exit_code);
+    if (r.exit_code != kExitOk) ++failed;
+  }
+  if (options.json) {
+    std::cout << sweep_json(runtime, sweep, runs, exit_code, failed, benchmark).dump(2) << "\n";
+  } else {
+    print_sweep_table(sweep, runs, exit_code, failed);
+  }
+  return exit_code;
+}
+
+}  // namespace kiln::tool
