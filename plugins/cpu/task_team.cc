@@ -103,6 +103,16 @@ void TaskTeam::forget_workers_after_fork() noexcept {
 
 void TaskTeam::start_workers() {
   const uint32_t generation = generation_.load();
+  // Where the process has a CPU for every team thread, the workers keep off the CPU the caller
+  // runs on now: a worker started beside its caller may stay there (the load balancer sees two
+  // threads that mostly spin and yield), and every launch then pays two context switches
+  // (about 1 us instead of 0.3 us on 2 CPUs). The caller itself is never pinned.
+  cpu_set_t workers_cpus = cpus_;
+  bool place = has_cpus_;
+  if (has_cpus_ && CPU_COUNT(&cpus_) >= size_) {
+    const int caller_cpu = sched_getcpu();
+    if (caller_cpu >= 0 && CPU_ISSET(caller_cpu, &workers_cpus)) CPU_CLR(caller_cpu, &workers_cpus);
+  }
   workers_.reserve(static_cast<size_t>(size_ - 1));
   for (int32_t i = 1; i < size_; ++i) {
     workers_.emplace_back([this, i, generation] {
@@ -131,7 +141,7 @@ void TaskTeam::start_workers() {
     const pthread_t handle = workers_.back().native_handle();
     const std::string name = "kiln-cpu-" + std::to_string(i);
     pthread_setname_np(handle, name.c_str());
-    if (has_cpus_) pthread_setaffinity_np(handle, sizeof(cpus_), &cpus_);
+    if (place) pthread_setaffinity_np(handle, sizeof(workers_cpus), &workers_cpus);
   }
 }
 

@@ -71,7 +71,7 @@ def check(kiln, library, num_threads, taskset, expected_tasks, expected_source):
 
 
 def main():
-    kiln, library = sys.argv[1], sys.argv[2]
+    kiln, library = sys.argv[1], os.path.abspath(sys.argv[2])
     cpus = len(os.sched_getaffinity(0))
     for n in (1, 2, 64):
         check(kiln, library, n, None, n, "option num_threads")
