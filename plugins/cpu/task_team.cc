@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <set>
 #include <string>
 #include <system_error>
@@ -99,6 +100,7 @@ void TaskTeam::forget_workers_after_fork() noexcept {
   started_ = false;
   pending_.store(0);
   sleepers_.store(0);
+  busy_.store(false);
 }
 
 void TaskTeam::start_workers() {
@@ -157,8 +159,8 @@ KilnError* TaskTeam::run(int32_t num_tasks, KilnTeamTask task, void* closure,
     return sdk::make_error(KILN_ERROR_VALUE, "task team: task or failed is NULL");
   }
   const int32_t n = num_tasks <= 0 ? size_ : std::min(num_tasks, size_);
-  std::unique_lock<std::mutex> lock(launch_mu_, std::try_to_lock);
-  if (n <= 1 || !lock.owns_lock()) {
+  bool idle = false;
+  if (n <= 1 || !busy_.compare_exchange_strong(idle, true, std::memory_order_acquire)) {
     *failed = task(closure, 0, 1);
     return nullptr;
   }
@@ -174,9 +176,11 @@ KilnError* TaskTeam::run(int32_t num_tasks, KilnTeamTask task, void* closure,
       for (std::thread& t : workers_) t.join();
       workers_.clear();
       stop_.store(false);
-      return sdk::make_error(KILN_ERROR_RUNTIME, "cannot start the task team's threads (" +
-                                                     std::to_string(running + 1) + " of " +
-                                                     std::to_string(size_) + "): " + e.what());
+      busy_.store(false, std::memory_order_release);
+      return sdk::make_error(
+          KILN_ERROR_RUNTIME,
+          "cannot start the task team's threads (" + std::to_string(running + 1) + " of " +
+              std::to_string(size_) + "): " + e.what());
     }
   }
   task_ = task;
@@ -191,6 +195,7 @@ KilnError* TaskTeam::run(int32_t num_tasks, KilnTeamTask task, void* closure,
   record_failure(task(closure, 0, n));
   spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; });
   *failed = failed_.load(std::memory_order_relaxed);
+  busy_.store(false, std::memory_order_release);
   return nullptr;
 }
 

@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,9 +55,11 @@ class TaskTeam {
   bool has_cpus_ = false;
   KilnTaskTeam extension_{};
 
-  std::mutex launch_mu_;  // held by the running launch (try_lock: busy means run serially)
-  std::vector<std::thread> workers_;
-  bool started_ = false;
+  // Set by the running launch; a launch that finds it set runs serially. An atomic, not a
+  // mutex: a nested launch comes from a thread that may be the running launch's caller.
+  std::atomic<bool> busy_{false};
+  std::vector<std::thread> workers_;  // under busy_
+  bool started_ = false;              // under busy_
 
   // The current launch, written by the caller before it bumps generation_.
   KilnTeamTask task_ = nullptr;

@@ -26,7 +26,7 @@ ServerOptions loopback() {
   ServerOptions o;
   o.port = 0;
   o.key = "sandbox";
-  o.enable_test_functions = true;  // testing.echo shows the session still serves
+  o.test_hooks.test_functions = true;  // testing.echo shows the session still serves
   return o;
 }
 

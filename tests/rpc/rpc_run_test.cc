@@ -44,7 +44,7 @@ ServerOptions board(int tracker_port, const std::string& key, int max_sessions =
   o.key = key;
   o.tracker = fmt::format("127.0.0.1:{}", tracker_port);
   o.max_sessions = max_sessions;
-  o.enable_test_functions = true;
+  o.test_hooks.test_functions = true;
   return o;
 }
 

@@ -44,7 +44,7 @@ ServerOptions loopback(std::string key = "test") {
   ServerOptions o;
   o.port = 0;
   o.key = std::move(key);
-  o.enable_test_functions = true;
+  o.test_hooks.test_functions = true;
   return o;
 }
 
@@ -542,7 +542,7 @@ TEST(RpcHardening, TheSessionTimeoutBoundsARunningCall) {
 
 TEST(RpcHardening, TestFunctionsOnlyOnRequest) {
   ServerOptions o = loopback();
-  o.enable_test_functions = false;
+  o.test_hooks.test_functions = false;
   Server server(o);
   RPCSession s = connect("127.0.0.1", server.port(), with_key("test"));
   EXPECT_THROW(s.get_function("rpc.test.sleep"), RPCError);

@@ -33,7 +33,7 @@ ServerOptions loopback(std::string key = "test") {
   ServerOptions o;
   o.port = 0;
   o.key = std::move(key);
-  o.enable_test_functions = true;
+  o.test_hooks.test_functions = true;
   return o;
 }
 

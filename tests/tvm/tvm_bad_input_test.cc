@@ -18,6 +18,7 @@
 #include <iterator>
 #include <thread>
 
+#include "kiln/c/task_team.h"
 #include "kiln/kiln.h"
 #include "test_util.h"
 #include "tvm/elf_symbols.h"
@@ -218,6 +219,43 @@ TEST(TvmServices, AChildMadeByForkRunsLaunchesOnANewTeam) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   EXPECT_EQ(run_barrier_once(rt), 2) << "the parent's team still works";
+}
+
+// What the nested-launch test's tasks share.
+struct NestedLaunches {
+  const KilnTaskTeam* team;
+  std::atomic<int> outer{0};
+  std::atomic<int> inner_single{0};
+};
+
+int32_t inner_task(void* closure, int32_t /*task*/, int32_t n) {
+  if (n == 1) static_cast<NestedLaunches*>(closure)->inner_single.fetch_add(1);
+  return 0;
+}
+
+int32_t outer_task(void* closure, int32_t /*task*/, int32_t n) {
+  auto* shared = static_cast<NestedLaunches*>(closure);
+  shared->outer.fetch_add(1);
+  int32_t failed = -1;
+  if (shared->team->run(shared->team->self, 0, inner_task, shared, &failed) != nullptr) return 1;
+  return failed == 0 && n == 2 ? 0 : 2;
+}
+
+TEST(TaskTeam, ANestedLaunchRunsAsOneTaskOnItsCaller) {
+  // From every task of a launch, the caller's task 0 included, a launch on the same team: the
+  // team is busy, so it runs as one task where it was called, and nothing waits.
+  ScopedEnv only_cpu("KILN_PLUGINS", "cpu");
+  ScopedEnv threads("KILN_NUM_THREADS", "2");
+  Runtime rt;
+  const KilnTaskTeam* team = kiln_find_task_team(rt.backend(kDLCPU)->table().next);
+  ASSERT_NE(team, nullptr);
+  EXPECT_EQ(team->max_tasks, 2);
+  NestedLaunches shared{team};
+  int32_t failed = -1;
+  ASSERT_EQ(team->run(team->self, 0, outer_task, &shared, &failed), nullptr);
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(shared.outer.load(), 2);
+  EXPECT_EQ(shared.inner_single.load(), 2) << "each nested launch ran as one task";
 }
 
 // Pins the calling thread to its first allowed CPU for the scope.

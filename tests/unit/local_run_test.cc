@@ -75,24 +75,29 @@ TEST(LocalRun, CustomExporterNeedsAnOutputFormat) {
   expect_vector_add_result(r, 8);
 }
 
+// An exporter that copies the library and records the folder it was asked to write into: the
+// run's temporary directory.
+ExportFunction copy_library_into(std::string* dir) {
+  return [dir](const Module& mod, const std::string& path) {
+    *dir = fs::path(path).parent_path().string();
+    fs::copy_file(mod.get()->source(), path);
+  };
+}
+
 TEST(LocalRun, TempDirIsRemovedAfterSuccessAndAfterFailure) {
   Module m = load_module(kKernels + "/libvector_add.so");
   std::string dir;
-  RunHooks hooks;
-  hooks.temp_dir_out = &dir;
-  ExportFunction copy_library = [](const Module& mod, const std::string& path) {
-    fs::copy_file(mod.get()->source(), path);
-  };
-  local_run(m, "cpu", vector_add_args(4), EvaluatorConfig{1, 1, 0, false}, copy_library,
-            std::string("so"), hooks);
+  local_run(m, "cpu", vector_add_args(4), EvaluatorConfig{1, 1, 0, false},
+            copy_library_into(&dir), std::string("so"));
   ASSERT_FALSE(dir.empty());
   EXPECT_FALSE(fs::exists(dir));
   // A function that fails: the directory goes all the same.
   Module calls = load_module(kKernels + "/libcalls.so");
+  RunHooks hooks;
   hooks.function = "fail_value";
   dir.clear();
-  EXPECT_THROW(local_run(calls, "cpu", {}, EvaluatorConfig{1, 1, 0, false}, copy_library,
-                         std::string("so"), hooks),
+  EXPECT_THROW(local_run(calls, "cpu", {}, EvaluatorConfig{1, 1, 0, false},
+                         copy_library_into(&dir), std::string("so"), hooks),
                ValueError);
   ASSERT_FALSE(dir.empty());
   EXPECT_FALSE(fs::exists(dir));
@@ -103,29 +108,23 @@ TEST(LocalRun, TempDirHonoursTmpdir) {
   ScopedEnv tmpdir("TMPDIR", base.path().string());
   Module m = load_module(kKernels + "/libvector_add.so");
   std::string dir;
-  RunHooks hooks;
-  hooks.temp_dir_out = &dir;
-  ExportFunction copy_library = [](const Module& mod, const std::string& path) {
-    fs::copy_file(mod.get()->source(), path);
-  };
-  local_run(m, "cpu", vector_add_args(4), EvaluatorConfig{1, 1, 0, false}, copy_library,
-            std::string("so"), hooks);
+  local_run(m, "cpu", vector_add_args(4), EvaluatorConfig{1, 1, 0, false},
+            copy_library_into(&dir), std::string("so"));
   EXPECT_EQ(fs::path(dir).parent_path(), base.path());
   EXPECT_FALSE(fs::exists(dir));
 }
 
 TEST(LocalRun, RejectsBadArgumentsBeforeAnyWork) {
+  TempDir base;
+  ScopedEnv tmpdir("TMPDIR", base.path().string());
   Module m = load_module(kKernels + "/libvector_add.so");
-  std::string dir;
-  RunHooks hooks;
-  hooks.temp_dir_out = &dir;
   try {
-    local_run(m, "cpu", {Any("text")}, std::nullopt, std::string("tar"), std::nullopt, hooks);
+    local_run(m, "cpu", {Any("text")}, std::nullopt, std::string("tar"));
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_STREQ(e.what(), "Unsupported input type: string");
   }
-  EXPECT_TRUE(dir.empty()) << "no temporary directory was made";
+  EXPECT_TRUE(fs::is_empty(base.path())) << "no temporary directory was made";
   EXPECT_THROW(local_run(m, "cpu", {}, std::nullopt, std::string("zip")), ValueError);
   try {
     normalize_export_func(std::string("zip"), std::nullopt, Runtime::global());

@@ -57,7 +57,7 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
   server_options.write_timeout_s = options.write_timeout;
   server_options.max_handles = options.max_handles;
   server_options.max_upload_bytes = options.max_upload_bytes;
-  server_options.enable_test_functions = options.enable_test_functions;
+  server_options.test_hooks.test_functions = options.enable_test_functions;
   server_options.allow_insecure = options.allow_insecure;
   server_options.token = read_token(options);
 

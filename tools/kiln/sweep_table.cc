@@ -70,6 +70,7 @@ void print_rows(const std::vector<std::vector<std::string>>& rows) {
     std::cout << line << "\n";
   };
   std::vector<std::string> header;
+  header.reserve(cols.size());
   for (const Column& column : cols) header.push_back(column.name);
   print_row(header);
   for (const auto& row : rows) print_row(row);
@@ -131,6 +132,7 @@ void print_sweep_table(const run::SweepSpec& sweep, const std::vector<PointRun>&
   std::cout << fmt::format("sweep:    {}: {} point{} ({})\n", sweep.file.string(), total,
                            total == 1 ? "" : "s", fmt::join(sizes, " x "));
   std::vector<std::vector<std::string>> rows;
+  rows.reserve(runs.size());
   for (const PointRun& r : runs) rows.push_back(row_of(r));
   print_rows(rows);
   print_errors(runs);

@@ -54,7 +54,7 @@ class Runtime : public DeviceContext {
  public:
   // Discovers and loads plugins. Never throws for a broken plugin (its status says why);
   // throws ConfigError for a malformed plugin set file.
-  explicit Runtime(RuntimeOptions options = {});
+  explicit Runtime(const RuntimeOptions& options = {});
   ~Runtime() override;
   // Another handle to the same runtime.
   Runtime(const Runtime&) = default;

@@ -51,15 +51,13 @@ struct RunResult {
   Any result;
 };
 
-// Hooks for progress reporting and for tests. All optional.
+// Hooks for progress reporting and the run's settings beyond the reference's. All optional.
 struct RunHooks {
   // Called with a step name ("export", "load", "upload", "time", "call", "download") and its
   // wall time in seconds once the step is done.
   std::function<void(const std::string& step, double seconds)> on_step;
   // Passed to the evaluator (repeats done, total).
   std::function<void(int32_t, int32_t)> on_repeat;
-  // Keeps the temporary directory's path for tests that check it is removed.
-  std::string* temp_dir_out = nullptr;
   // The function to time and call (default: the module's entry function).
   std::string function;
   // Evaluator options beyond EvaluatorConfig (noise rule, raw samples); number, repeat,

@@ -248,7 +248,7 @@ struct Server::Impl {
     state->max_upload_bytes = options.max_upload_bytes;
     state->idle_timeout = seconds_to_ms(options.idle_timeout_s);
     state->write_timeout = seconds_to_ms(options.write_timeout_s);
-    state->enable_test_functions = options.enable_test_functions;
+    state->enable_test_functions = options.test_hooks.test_functions;
     connections.push_back(Running{state, {}});
     connections.back().thread = std::thread([this, state] { run_connection(*state); });
   }
@@ -587,7 +587,7 @@ Server::Server(ServerOptions options, Runtime& runtime)
                     "it can run code on this machine",
                     s.options.host));
   }
-  if (s.options.enable_test_functions) register_diagnostic_functions();
+  if (s.options.test_hooks.test_functions) register_diagnostic_functions();
   s.port =
       listen_on_first_free_port(s.acceptor, s.options.host, s.options.port, s.options.port_end);
   if (s.options.work_dir.empty()) {

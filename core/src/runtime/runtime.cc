@@ -137,7 +137,7 @@ std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
   return std::nullopt;
 }
 
-Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>()) {
+Runtime::Runtime(const RuntimeOptions& options) : impl_(std::make_shared<Impl>()) {
   const auto start = std::chrono::steady_clock::now();
   plugin::Discovery found = plugin::discover(options);
   impl_->plugin_set_path = std::move(found.plugin_set_path);

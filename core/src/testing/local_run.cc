@@ -96,7 +96,6 @@ RunResult local_run(Runtime& runtime, const Module& mod, const std::string& devi
 
   // 2.
   const TemporaryDirectory temp("kiln_local_run_");
-  if (hooks.temp_dir_out != nullptr) *hooks.temp_dir_out = temp.path().string();
   const fs::path artifact = temp.path() / ("kiln_tmp_mod." + plan.output_format);
 
   // 3.

@@ -30,7 +30,6 @@ RunResult rpc_run(Runtime& runtime, const Module& mod, const std::string& device
 
   // 2.
   const TemporaryDirectory temp("kiln_rpc_run_");
-  if (hooks.temp_dir_out != nullptr) *hooks.temp_dir_out = temp.path().string();
   const std::string remote_path = "kiln_tmp_mod." + plan.output_format;
   const std::filesystem::path artifact = temp.path() / remote_path;
 

@@ -16,6 +16,15 @@ class Runtime;
 
 namespace kiln::rpc {
 
+namespace detail {
+// Hooks for Kiln's own tests, outside the stable API: they may change or go without notice.
+struct ServerTestHooks {
+  // Offer the diagnostic functions "rpc.test.*" and "testing.*" (rpc.test.sleep can hold a
+  // session for as long as it is asked to). `kiln rpc-server --enable-test-functions` sets it.
+  bool test_functions = false;
+};
+}  // namespace detail
+
 struct ServerOptions {
   // Address or name; loopback unless asked otherwise. A non-loopback address needs a token
   // or allow_insecure (whoever can connect without a token can run code on this machine).
@@ -51,9 +60,8 @@ struct ServerOptions {
   uint64_t max_handles = 65536;
   // Bytes one session may upload over its life; 0 = unlimited.
   uint64_t max_upload_bytes = 4ull << 30;
-  // Offer the diagnostic functions "rpc.test.*" and "testing.*" (rpc.test.sleep can hold a
-  // session for as long as it is asked to): for tests only.
-  bool enable_test_functions = false;
+  // Test hooks: not a stable API (see detail::ServerTestHooks).
+  detail::ServerTestHooks test_hooks;
   // Listen on a non-loopback address without a token (logged as a warning).
   bool allow_insecure = false;
   // Seconds stop() waits for running calls to return after telling them to end.
