@@ -12,6 +12,9 @@
 #                          cache ($CCACHE_DIR or ~/.cache/ccache) and its configuration, so the
 #                          build reuses what this machine compiled; 0: build from scratch
 #   KILN_FRESH_MIRROR      Debian mirror (default http://deb.debian.org/debian)
+#   KILN_FRESH_CA_BUNDLE   a PEM bundle the root trusts for HTTPS too (pip and curl), for a
+#                          machine whose network goes through a TLS-inspecting proxy (default:
+#                          none; the root trusts Debian's ca-certificates only)
 #   KILN_JOBS, KILN_SKIP_ASAN, KILN_SKIP_FUZZ, KILN_SKIP_TIDY, KILN_FUZZ_SECONDS: passed on to
 #                          tools/dev.sh test
 # The log is written to ROOT.log as well as to standard output. Exits with the status of
@@ -85,6 +88,11 @@ env_args=(HOME=/root LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:
 for v in KILN_JOBS KILN_SKIP_ASAN KILN_SKIP_FUZZ KILN_SKIP_TIDY KILN_FUZZ_SECONDS; do
   if [ -n "${!v:-}" ]; then env_args+=("$v=${!v}"); fi
 done
+if [ -n "${KILN_FRESH_CA_BUNDLE:-}" ]; then
+  cp "$KILN_FRESH_CA_BUNDLE" "$root/etc/ssl/kiln-fresh-ca.pem"
+  env_args+=(PIP_CERT=/etc/ssl/kiln-fresh-ca.pem SSL_CERT_FILE=/etc/ssl/kiln-fresh-ca.pem
+             CURL_CA_BUNDLE=/etc/ssl/kiln-fresh-ca.pem)
+fi
 if [ "$use_ccache" = "1" ]; then
   cache="${CCACHE_DIR:-$HOME/.cache/ccache}"
   mkdir -p "$cache"
