@@ -177,10 +177,9 @@ KilnError* TaskTeam::run(int32_t num_tasks, KilnTeamTask task, void* closure,
       workers_.clear();
       stop_.store(false);
       busy_.store(false, std::memory_order_release);
-      return sdk::make_error(
-          KILN_ERROR_RUNTIME,
-          "cannot start the task team's threads (" + std::to_string(running + 1) + " of " +
-              std::to_string(size_) + "): " + e.what());
+      return sdk::make_error(KILN_ERROR_RUNTIME, "cannot start the task team's threads (" +
+                                                     std::to_string(running + 1) + " of " +
+                                                     std::to_string(size_) + "): " + e.what());
     }
   }
   task_ = task;

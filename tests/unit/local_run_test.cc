@@ -87,8 +87,8 @@ ExportFunction copy_library_into(std::string* dir) {
 TEST(LocalRun, TempDirIsRemovedAfterSuccessAndAfterFailure) {
   Module m = load_module(kKernels + "/libvector_add.so");
   std::string dir;
-  local_run(m, "cpu", vector_add_args(4), EvaluatorConfig{1, 1, 0, false},
-            copy_library_into(&dir), std::string("so"));
+  local_run(m, "cpu", vector_add_args(4), EvaluatorConfig{1, 1, 0, false}, copy_library_into(&dir),
+            std::string("so"));
   ASSERT_FALSE(dir.empty());
   EXPECT_FALSE(fs::exists(dir));
   // A function that fails: the directory goes all the same.
@@ -96,8 +96,8 @@ TEST(LocalRun, TempDirIsRemovedAfterSuccessAndAfterFailure) {
   RunHooks hooks;
   hooks.function = "fail_value";
   dir.clear();
-  EXPECT_THROW(local_run(calls, "cpu", {}, EvaluatorConfig{1, 1, 0, false},
-                         copy_library_into(&dir), std::string("so"), hooks),
+  EXPECT_THROW(local_run(calls, "cpu", {}, EvaluatorConfig{1, 1, 0, false}, copy_library_into(&dir),
+                         std::string("so"), hooks),
                ValueError);
   ASSERT_FALSE(dir.empty());
   EXPECT_FALSE(fs::exists(dir));
@@ -108,8 +108,8 @@ TEST(LocalRun, TempDirHonoursTmpdir) {
   ScopedEnv tmpdir("TMPDIR", base.path().string());
   Module m = load_module(kKernels + "/libvector_add.so");
   std::string dir;
-  local_run(m, "cpu", vector_add_args(4), EvaluatorConfig{1, 1, 0, false},
-            copy_library_into(&dir), std::string("so"));
+  local_run(m, "cpu", vector_add_args(4), EvaluatorConfig{1, 1, 0, false}, copy_library_into(&dir),
+            std::string("so"));
   EXPECT_EQ(fs::path(dir).parent_path(), base.path());
   EXPECT_FALSE(fs::exists(dir));
 }
