@@ -13,7 +13,7 @@ packages=(
   # scipy in the tests' virtual environment instead.
   libbenchmark-tools
   libboost1.81-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libtbb-dev
-  nlohmann-json3-dev libcli11-dev libarchive-dev libdlpack-dev
+  nlohmann-json3-dev libcli11-dev libarchive-dev libdlpack-dev libssl-dev
   python3-numpy python3-venv python3-dev libpapi-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libamdhip64-dev hipcc rocm-device-libs

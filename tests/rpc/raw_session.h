@@ -22,7 +22,7 @@ inline std::unique_ptr<Connection> raw_session(const std::string& host, int port
   conn->set_timeouts(std::chrono::seconds(5), std::chrono::seconds(5));
   ConnectOptions options;
   options.key = key;
-  handshake::client(*conn, options);
+  handshake::client(*conn, options, std::chrono::steady_clock::now() + std::chrono::seconds(5));
   return conn;
 }
 

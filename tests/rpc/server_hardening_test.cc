@@ -162,131 +162,7 @@ TEST(RpcHardening, SlowLorisFromManyAddressesCannotLockOutAClient) {
   EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{2}).cast<int64_t>(), 3);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Item 8: a client with a token accepts only a server that proves it holds the token.
-
-// A fake server on loopback that answers one client hello with `respond`.
-class FakeServer {
- public:
-  explicit FakeServer(std::function<void(Connection&)> respond) {
-    acceptor_.open(boost::asio::ip::tcp::v4());
-    acceptor_.bind({boost::asio::ip::make_address("127.0.0.1"), 0});
-    acceptor_.listen();
-    port_ = acceptor_.local_endpoint().port();
-    thread_ = std::thread([this, respond] {
-      boost::system::error_code ec;
-      boost::asio::ip::tcp::socket socket(io_);
-      do {
-        acceptor_.accept(socket, ec);
-      } while (ec == boost::asio::error::interrupted);  // a signal: accept again
-      if (ec) return;
-      Connection conn(std::move(socket), "fake-client");
-      conn.set_timeouts(5s, 5s);
-      try {
-        handshake::read_client_hello(conn);
-        respond(conn);
-        char sink[256];
-        conn.read_exact(sink, 1, "anything");  // waits until the client gives up
-      } catch (const std::exception&) {
-      }
-    });
-  }
-  ~FakeServer() {
-    boost::system::error_code ec;
-    acceptor_.close(ec);
-    thread_.join();
-  }
-  int port() const { return port_; }
-
- private:
-  boost::asio::io_context io_;
-  boost::asio::ip::tcp::acceptor acceptor_{io_};
-  int port_ = 0;
-  std::thread thread_;
-};
-
-TEST(RpcHardening, AClientWithATokenRefusesAServerThatNeverChallenges) {
-  FakeServer impostor([](Connection& conn) {
-    handshake::send_server_hello(conn, wire::HelloStatus::kAccepted, "server:board",
-                                 handshake::random_nonce());
-  });
-  EXPECT_THAT([&] { connect("127.0.0.1", impostor.port(), with_key("board", "s3cret")); },
-              ::testing::ThrowsMessage<ValueError>(HasSubstr("without asking for the token")));
-}
-
-TEST(RpcHardening, AClientWithATokenRefusesAServerThatCannotProveIt) {
-  FakeServer impostor([](Connection& conn) {
-    handshake::send_server_hello(conn, wire::HelloStatus::kAuthRequired, "",
-                                 handshake::random_nonce());
-    handshake::read_proof(conn);  // accepts any proof, but cannot compute its own
-    handshake::send_auth_result(conn, wire::HelloStatus::kAccepted, "server:board",
-                                handshake::Mac{});
-  });
-  EXPECT_THAT([&] { connect("127.0.0.1", impostor.port(), with_key("board", "s3cret")); },
-              ::testing::ThrowsMessage<ValueError>(HasSubstr("did not prove")));
-}
-
-TEST(RpcHardening, TheRealServerProvesItHoldsTheToken) {
-  ServerOptions o = loopback("board");
-  o.token = "s3cret";
-  Server server(o);
-  RPCSession s = connect("127.0.0.1", server.port(), with_key("board", "s3cret"));
-  EXPECT_EQ(s.server_key(), "server:board");
-}
-
-// Weak point: nothing about a server with a token (its key, whether it is busy) is told
-// before the client proved it holds the token.
-TEST(RpcHardening, NothingIsToldBeforeAuthentication) {
-  ServerOptions o = loopback("hidden-key");
-  o.token = "s3cret";
-  Server server(o);
-  RPCSession holder = connect("127.0.0.1", server.port(), with_key("hidden-key", "s3cret"));
-  // The server is busy and the key is wrong: a client without the token learns neither.
-  auto conn = Connection::connect("127.0.0.1", server.port(), 5s);
-  conn->set_timeouts(5s, 5s);
-  std::vector<uint8_t> hello(wire::kMagic, wire::kMagic + sizeof(wire::kMagic));
-  wire::Writer w(hello);
-  w.u16(wire::kProtocolVersion);
-  w.u16(0);
-  const std::string key = "client:guess";
-  w.u32(static_cast<uint32_t>(key.size()));
-  w.raw(key.data(), key.size());
-  w.f64(0);
-  const handshake::Nonce nonce = handshake::random_nonce();
-  w.raw(nonce.data(), nonce.size());
-  conn->write_all(hello.data(), hello.size());
-  char magic[8];
-  conn->read_exact(magic, 8, "magic");
-  uint16_t version = 0, status = 0;
-  uint32_t len = 0;
-  conn->read_exact(&version, 2, "version");
-  conn->read_exact(&status, 2, "status");
-  conn->read_exact(&len, 4, "message length");
-  ASSERT_LE(len, 4096u);
-  std::string message(len, '\0');
-  if (len > 0) conn->read_exact(message.data(), len, "message");
-  EXPECT_EQ(status, static_cast<uint16_t>(wire::HelloStatus::kAuthRequired)) << message;
-  EXPECT_THAT(message, Not(HasSubstr("hidden-key")));
-  EXPECT_THAT(message, Not(HasSubstr("busy")));
-  // The client API says "token", not "does not match" or "busy".
-  EXPECT_THAT([&] { connect("127.0.0.1", server.port(), with_key("guess")); },
-              ::testing::ThrowsMessage<ValueError>(HasSubstr("requires a token")));
-}
-
-// Weak point: wrong tokens were answered ~1,100 times a second; an address that guesses wrong
-// repeatedly must wait.
-TEST(RpcHardening, RepeatedWrongTokensFromOneAddressMustWait) {
-  ServerOptions o = loopback("board");
-  o.token = "s3cret";
-  Server server(o);
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_THAT([&] { connect("127.0.0.1", server.port(), with_key("board", "guess")); },
-                ::testing::ThrowsMessage<ValueError>(HasSubstr("wrong token")));
-  }
-  // Even the right token is not checked while the address waits: guesses are not answered.
-  EXPECT_THAT([&] { connect("127.0.0.1", server.port(), with_key("board", "s3cret")); },
-              ::testing::ThrowsMessage<ValueError>(HasSubstr("too many wrong tokens")));
-}
+// Tokens, the encrypted channel and the throttle of guesses: secure_channel_test.cc.
 
 // ---------------------------------------------------------------------------------------------
 // Item 9: session directories are unique (mkdtemp), private, and never an existing one.
@@ -421,6 +297,7 @@ TEST(RpcHardening, TensorsInsideReturnedTuplesCountToo) {
                             }),
       true);
   ServerOptions o = loopback();
+  o.isolation = SessionIsolation::kThread;  // the function above lives in this process
   o.max_session_memory = 16 << 20;
   Server server(o);
   RPCSession s = connect("127.0.0.1", server.port(), with_key("test"));

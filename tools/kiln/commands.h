@@ -105,11 +105,21 @@ struct RpcServerOptions {
   std::optional<std::string> token;
   std::optional<std::filesystem::path> token_file;
   std::optional<std::filesystem::path> plugins;  // plugin set YAML
+  std::string session_isolation = "process";     // "process" or "thread"
+  // The tracker's token (else $KILN_TRACKER_TOKEN), when the tracker requires one.
+  std::optional<std::filesystem::path> tracker_token_file;
   bool verbose = false;
 };
 
 // `kiln rpc-server`: serves RPC sessions until SIGINT or SIGTERM.
 int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global);
+
+// Options of `kiln rpc-token`.
+struct RpcTokenOptions {
+  std::optional<std::filesystem::path> output;  // a new file (0600); unset: stdout
+};
+// `kiln rpc-token`: prints (or writes) a new random token.
+int run_rpc_token(const RpcTokenOptions& options);
 
 // Options of `kiln tracker` (docs/tracker.md).
 struct TrackerCommandOptions {
@@ -118,19 +128,29 @@ struct TrackerCommandOptions {
   int port_end = 9199;
   std::string stop_key;                      // empty: a random one
   double handshake_timeout = 10;             // seconds for the magic and first message
+  double idle_timeout = 30;  // seconds a client that neither serves nor waits may stay silent
   size_t max_connections = 4096;             // open at once
   size_t max_connections_per_address = 256;  // open at once from one peer address
   size_t max_held_bytes = 64u << 20;         // free values and requests, all peers
+  // The tracker token (else $KILN_TRACKER_TOKEN): peers must hold it (TLS 1.3).
+  std::optional<std::filesystem::path> token_file;
 };
 
 // `kiln tracker`: serves the tracker protocol until SIGINT, SIGTERM or STOP.
 int run_tracker(const TrackerCommandOptions& options);
+
+// The tracker token: the first line of `file` when given (UsageError naming `flag` when it
+// cannot be read), else $KILN_TRACKER_TOKEN, else empty (no token).
+std::string read_tracker_token(const std::optional<std::filesystem::path>& file,
+                               const char* flag);
 
 // Options of `kiln query` (docs/tracker.md).
 struct QueryOptions {
   std::optional<std::string> tracker;  // HOST:PORT; default from the environment
   bool json = false;
   double timeout = 5;  // seconds to connect
+  // The tracker's token (else $KILN_TRACKER_TOKEN), when it requires one.
+  std::optional<std::filesystem::path> tracker_token_file;
 };
 
 // `kiln query`: prints the tracker's text summary (or its SUMMARY JSON); exit 3 when the

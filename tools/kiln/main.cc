@@ -185,6 +185,16 @@ int main(int argc, char** argv) {
       ->excludes(token_opt);
   server->add_option("--plugins", server_options.plugins,
                      "Plugin set YAML for the sessions' runtime (default: as --plugin-set)");
+  server
+      ->add_option("--session-isolation", server_options.session_isolation,
+                   "process: each session in a process of its own (a crash or a backdoor ends "
+                   "with it; it cannot read the token or other sessions' files); thread: in "
+                   "this process, sharing it (docs/rpc.md, \"Sessions are processes\")")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"process", "thread"}));
+  server->add_option("--tracker-token-file", server_options.tracker_token_file,
+                     "Read the tracker's token from this file's first line, when the tracker "
+                     "requires one (default: $KILN_TRACKER_TOKEN)");
   server->add_flag("-v,--verbose", server_options.verbose, "Log sessions as they start and end");
 
   TrackerCommandOptions tracker_options;
@@ -219,6 +229,22 @@ int main(int argc, char** argv) {
                    "Bytes of free servers and waiting requests held for all peers")
       ->capture_default_str()
       ->check(at_least_one());
+  tracker
+      ->add_option("--idle-timeout", tracker_options.idle_timeout,
+                   "Seconds a connection that neither serves (PUT) nor waits (REQUEST) may stay "
+                   "silent before it is closed; 0 = unlimited")
+      ->capture_default_str()
+      ->check(not_negative());
+  tracker->add_option("--token-file", tracker_options.token_file,
+                      "Require the tracker token in this file's first line: peers must complete "
+                      "a TLS 1.3 handshake keyed by it (TVM's clients cannot). Default: "
+                      "$KILN_TRACKER_TOKEN, else none");
+  RpcTokenOptions token_options;
+  auto* token = app.add_subcommand(
+      "rpc-token", "Print a new random token (256 bits) for rpc-server / tracker --token-file");
+  token->add_option("-o,--output", token_options.output,
+                    "Write it to this new file (mode 0600) instead of printing it");
+
   QueryOptions query_options;
   auto* query = app.add_subcommand(
       "query", "Print a tracker's servers and queues (like TVM's query_rpc_tracker)");
@@ -228,6 +254,9 @@ int main(int argc, char** argv) {
   query->add_flag("--json", query_options.json, "Print the SUMMARY reply's JSON instead of text");
   query->add_option("--timeout", query_options.timeout, "Seconds to wait for the tracker")
       ->capture_default_str();
+  query->add_option("--tracker-token-file", query_options.tracker_token_file,
+                    "Read the tracker's token from this file's first line, when the tracker "
+                    "requires one (default: $KILN_TRACKER_TOKEN)");
 
   try {
     app.parse(argc, argv);
@@ -252,6 +281,7 @@ int main(int argc, char** argv) {
   try {
     if (plugins->parsed()) return run_plugins(options);
     if (server->parsed()) return run_rpc_server(server_options, options);
+    if (token->parsed()) return run_rpc_token(token_options);
     if (tracker->parsed()) return run_tracker(tracker_options);
     if (query->parsed()) return run_query(query_options);
     if (compare->parsed()) return run_compare(compare_options);

@@ -1,6 +1,11 @@
 // `kiln rpc-server`: docs/rpc.md.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <pthread.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <csignal>
 #include <cstdio>
@@ -14,6 +19,8 @@
 #include "kiln/rpc/server.h"
 
 namespace kiln::tool {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -47,6 +54,8 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
   server_options.port_end = options.port_end;
   server_options.key = options.key;
   server_options.tracker = options.tracker;
+  server_options.tracker_token =
+      read_tracker_token(options.tracker_token_file, "--tracker-token-file");
   server_options.custom_addr = options.custom_addr;
   if (options.work_dir) server_options.work_dir = *options.work_dir;
   server_options.session_timeout_s = options.session_timeout;
@@ -60,6 +69,13 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
   server_options.test_hooks.test_functions = options.enable_test_functions;
   server_options.allow_insecure = options.allow_insecure;
   server_options.token = read_token(options);
+  if (options.token_file) server_options.secret_files.push_back(fs::absolute(*options.token_file));
+  if (options.tracker_token_file) {
+    server_options.secret_files.push_back(fs::absolute(*options.tracker_token_file));
+  }
+  server_options.isolation = options.session_isolation == "thread"
+                                 ? rpc::SessionIsolation::kThread
+                                 : rpc::SessionIsolation::kProcess;
 
   // Signals are taken by sigwait below, not by whichever thread they land on.
   sigset_t signals;
@@ -91,6 +107,32 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
     std::fflush(stderr);
     std::_Exit(kExitOk);
   }
+  return kExitOk;
+}
+
+int run_rpc_token(const RpcTokenOptions& options) {
+  const std::string token = rpc::generate_token();
+  if (!options.output) {
+    std::printf("%s\n", token.c_str());
+    return kExitOk;
+  }
+  // O_EXCL: never over an existing file (a token in use, or a link planted there).
+  const int fd = ::open(options.output->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw UsageError(fmt::format("--output: cannot create '{}': {}", options.output->string(),
+                                 std::strerror(errno)));
+  }
+  const std::string line = token + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  const bool closed = ::close(fd) == 0;
+  if (!ok || !closed) {
+    const int err = errno;
+    ::unlink(options.output->c_str());
+    throw RuntimeError(
+        fmt::format("cannot write '{}': {}", options.output->string(), std::strerror(err)));
+  }
+  std::fprintf(stderr, "kiln rpc-token: wrote a 256-bit token to %s (mode 0600)\n",
+               options.output->c_str());
   return kExitOk;
 }
 

@@ -40,6 +40,7 @@ rpc::RPCConfig remote_config(const run::RunSpec& spec) {
   rpc.session_timeout_sec = remote.session_timeout;
   rpc.request_wait_sec = remote.wait;
   rpc.token = remote.token;
+  rpc.tracker_token = remote.tracker_token;
   try {
     return rpc::RPCConfig::normalized(rpc);
   } catch (const ValueError& e) {

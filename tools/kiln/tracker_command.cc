@@ -1,11 +1,13 @@
 // `kiln tracker` and `kiln query`: docs/tracker.md.
 #include <fmt/format.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 
@@ -26,12 +28,47 @@ int parse_port(const std::string& text, const std::string& what) {
   }
 }
 
+// Each connection takes a descriptor: raises the soft limit so that --max-connections fit
+// (the tracker makes room by closing idle connections when descriptors run out anyway).
+void raise_descriptor_limit(size_t max_connections) {
+  constexpr rlim_t kReserve = 64;  // the listener, logs, what the runtime opens
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(max_connections) + kReserve;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < wanted) {
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+    (void)::setrlimit(RLIMIT_NOFILE, &limit);
+    (void)::getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < wanted) {
+    log(LogLevel::kWarn, "tracker",
+        fmt::format("only {} file descriptors (ulimit -n) for --max-connections {}: when they run "
+                    "out, the connection idle the longest is closed for a new one",
+                    limit.rlim_cur, max_connections));
+  }
+}
+
 }  // namespace
+
+std::string read_tracker_token(const std::optional<std::filesystem::path>& file, const char* flag) {
+  if (file) {
+    try {
+      return rpc::read_token_file(*file);
+    } catch (const ValueError& e) {
+      throw UsageError(fmt::format("{}: {}", flag, e.what()));
+    }
+  }
+  if (const char* env = std::getenv("KILN_TRACKER_TOKEN"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return {};
+}
 
 int run_tracker(const TrackerCommandOptions& options) {
   if (options.port < 0 || options.port > 65535) {
     throw UsageError(fmt::format("--port {} is out of range (0-65535)", options.port));
   }
+  raise_descriptor_limit(options.max_connections);
   // Signals are taken by sigtimedwait below; the tracker's thread inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
@@ -49,8 +86,18 @@ int run_tracker(const TrackerCommandOptions& options) {
   tracker_options.max_connections = options.max_connections;
   tracker_options.max_connections_per_address = options.max_connections_per_address;
   tracker_options.max_held_bytes = options.max_held_bytes;
-  rpc::Tracker tracker(tracker_options);
-  std::printf("kiln tracker listening on %s:%d\n", options.host.c_str(), tracker.port());
+  tracker_options.idle_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(options.idle_timeout * 1000));
+  tracker_options.token = read_tracker_token(options.token_file, "--token-file");
+  std::optional<rpc::Tracker> started;
+  try {
+    started.emplace(tracker_options);
+  } catch (const ValueError& e) {
+    throw UsageError(e.what());  // a token too short
+  }
+  rpc::Tracker& tracker = *started;
+  std::printf("kiln tracker listening on %s:%d%s\n", options.host.c_str(), tracker.port(),
+              tracker_options.token.empty() ? "" : " (tracker token: TLS)");
   std::fflush(stdout);
   log(LogLevel::kDebug, "tracker", fmt::format("stop key: {}", tracker.stop_key()));
 
@@ -88,8 +135,10 @@ int run_query(const QueryOptions& options) {
   if (!(options.timeout > 0)) throw UsageError("--timeout must be > 0");
   std::optional<rpc::TrackerSession> session;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout * 1000));
+  const std::string tracker_token =
+      read_tracker_token(options.tracker_token_file, "--tracker-token-file");
   try {
-    session.emplace(rpc::TrackerSession::connect(host, port, timeout));
+    session.emplace(rpc::TrackerSession::connect(host, port, timeout, tracker_token));
     if (options.json) {
       std::printf("%s\n", session->summary().json.c_str());
     } else {

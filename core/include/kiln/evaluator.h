@@ -131,7 +131,10 @@ class TimeEvaluator {
   TimeEvaluator(TimeEvaluator&&) noexcept;
   TimeEvaluator& operator=(TimeEvaluator&&) noexcept;
 
-  // Runs the measurement loop with `args` (passed unchanged to the function).
+  // Runs the measurement loop with `args` (passed unchanged to the function). Run for an RPC
+  // session, it ends early with a RuntimeError once the session ends (timeout, client gone,
+  // server stopping): cancellation is looked at before every batch and during cooldown sleeps
+  // (docs/evaluator.md, "Cancellation"). Elsewhere nothing cancels it.
   BenchmarkResult operator()(const std::vector<Any>& args);
   template <typename... Args>
   BenchmarkResult call(Args&&... args) {

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <thread>
 
 #include "eval/timer.h"
+#include "kiln/detail/cancellation.h"
 #include "kiln/device_context.h"
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
@@ -145,6 +145,11 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
   packed.reserve(args.size());
   for (const Any& a : args) packed.push_back(a.to_abi());
   const auto num_args = static_cast<int32_t>(packed.size());
+  // Cancellation (an RPC session that ended, kiln/detail/cancellation.h) is polled before every
+  // batch and during cooldown sleeps, never inside a timed batch: an evaluation whose session
+  // is gone stops within one batch instead of running its whole plan.
+  constexpr const char* kWhat = "time_evaluator";
+  detail::throw_if_cancelled(kWhat);
 
   // 1. Warm-up: exactly one call.
   f.call_abi(packed.data(), num_args);
@@ -185,6 +190,8 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
                      static_cast<double>(number) * kGrowth);
         number = std::min<int64_t>(static_cast<int64_t>(grown), kMaxNumber);
       }
+      // Also while min_repeat_ms grows `number`.
+      detail::throw_if_cancelled(kWhat);
       if (flush_a.defined()) flush_a.copy_from(flush_b);  // not timed
       backend->synchronize(device.id);
       timer.start();
@@ -204,7 +211,10 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
     numbers.push_back(number);
     if (options.cooldown_interval_ms > 0 && i % options.repeats_to_cooldown == 0) {
       const Clocks before = Clocks::now();
-      std::this_thread::sleep_for(std::chrono::milliseconds(options.cooldown_interval_ms));
+      if (!detail::sleep_unless_cancelled(
+              std::chrono::milliseconds(options.cooldown_interval_ms))) {
+        detail::throw_if_cancelled(kWhat);
+      }
       cooldowns += Clocks::now() - before;
     }
     if (options.on_repeat) options.on_repeat(i + 1, total);

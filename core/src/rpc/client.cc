@@ -315,12 +315,13 @@ RPCSession connect(const std::string& host, int port, const ConnectOptions& opti
   // The handshake is bounded too: a peer that accepts and stays silent is not a server.
   conn->set_timeouts(options.connect_timeout, options.connect_timeout);
   // ...as a whole: a peer that drips bytes cannot stretch it past connect_timeout either.
-  conn->set_deadline(std::chrono::steady_clock::now() + options.connect_timeout);
+  const auto handshake_deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  conn->set_deadline(handshake_deadline);
   auto impl = std::make_shared<RPCSession::Impl>();
   impl->peer = conn->peer();
   impl->session_timeout_s = options.session_timeout_s;
   try {
-    impl->server_key = handshake::client(*conn, options);
+    impl->server_key = handshake::client(*conn, options, handshake_deadline);
   } catch (const ConnectionError& e) {
     throw RuntimeError(fmt::format("RPC handshake with {}:{} failed: {}", host, port, e.what()));
   }

@@ -95,6 +95,7 @@ std::unique_ptr<Connection> Connection::connect(const std::string& host, int por
 }
 
 Connection::~Connection() {
+  tls_.reset();  // before the descriptor it uses
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -125,8 +126,36 @@ void Connection::apply_deadline(bool sending, const char* what) {
   set_socket_timeout(fd(), sending, std::max(bound, milliseconds(1)));
 }
 
+Connection::Message Connection::start_message(bool sending, uint64_t bytes) const {
+  Message m;
+  m.bytes = bytes;
+  m.left = bytes;
+  const milliseconds per_call = sending ? send_timeout_ : receive_timeout_;
+  if (min_bytes_per_s_ == 0 || per_call.count() <= 0) return m;
+  // Clamped to a century: a length from the network must not overflow the clock.
+  const double seconds = std::min(
+      static_cast<double>(bytes) / static_cast<double>(min_bytes_per_s_), 100.0 * 365 * 24 * 3600);
+  m.deadline = Clock::now() + per_call +
+               std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  return m;
+}
+
+void Connection::check_message_deadline(bool sending, const char* what) const {
+  const Message& m = sending ? writing_ : reading_;
+  if (!m.deadline || Clock::now() < *m.deadline) return;
+  throw ConnectionError(
+      fmt::format("{} {} too slowly: a message of {} bytes must pass within the {} timeout of "
+                  "{} ms plus 1 s per {} bytes ({} {})",
+                  peer_, sending ? "took data" : "sent data", m.bytes,
+                  sending ? "write" : "receive",
+                  (sending ? send_timeout_ : receive_timeout_).count(), min_bytes_per_s_,
+                  sending ? "sending" : "waiting for", what),
+      ConnectionError::Kind::kTimedOut);
+}
+
 template <typename Call>
 ssize_t Connection::call_surviving_signals(bool sending, const char* what, Call call) {
+  check_message_deadline(sending, what);
   apply_deadline(sending, what);
   const auto started = Clock::now();
   ssize_t result = call();
@@ -159,7 +188,60 @@ ssize_t Connection::call_surviving_signals(bool sending, const char* what, Call 
   return result;
 }
 
+ssize_t Connection::transport_recv(void* data, size_t n) {
+  if (tls_) return tls_->recv(data, n);
+  return ::recv(fd(), data, n, 0);
+}
+
+ssize_t Connection::transport_send(const iovec* iov, int count) {
+  if (!tls_) {
+    msghdr msg{};
+    msg.msg_iov = const_cast<iovec*>(iov);
+    msg.msg_iovlen = static_cast<size_t>(count);
+    return ::sendmsg(fd(), &msg, MSG_NOSIGNAL);
+  }
+  // Small pieces (a frame header and its body) go out as one TLS record: one system call and
+  // 22 bytes of record overhead instead of one per piece.
+  constexpr size_t kCoalesceBytes = 16 * 1024;
+  size_t total = 0;
+  int small = 0;
+  while (small < count && total + iov[small].iov_len <= kCoalesceBytes) {
+    total += iov[small].iov_len;
+    ++small;
+  }
+  if (small <= 1) return tls_->send(iov[0].iov_base, iov[0].iov_len);
+  uint8_t joined[kCoalesceBytes];
+  size_t at = 0;
+  for (int i = 0; i < small; ++i) {
+    std::memcpy(joined + at, iov[i].iov_base, iov[i].iov_len);
+    at += iov[i].iov_len;
+  }
+  return tls_->send(joined, at);
+}
+
+void Connection::start_tls(const tls::Context& context, Clock::time_point deadline) {
+  if (end_ != begin_) {
+    throw ConnectionError(fmt::format("{} sent data before the TLS handshake", peer_));
+  }
+  auto limit = std::chrono::ceil<milliseconds>(deadline - Clock::now());
+  limit = std::max(limit, milliseconds(1));
+  // Each wait of the handshake is bounded by what is left of the deadline.
+  set_socket_timeout(fd(), false, limit);
+  set_socket_timeout(fd(), true, limit);
+  tls_ = std::make_unique<tls::Session>(context, fd(), deadline);
+  set_socket_timeout(fd(), false, receive_timeout_);
+  set_socket_timeout(fd(), true, send_timeout_);
+}
+
 void Connection::fail_io(const char* op, const char* what, int err, bool eof) {
+  if (err == EPROTO && tls_) {
+    throw ConnectionError(
+        fmt::format("the encrypted channel with {} failed its integrity check while {} {} ({}): "
+                    "bytes were altered on the way (a relay or a faulty network); the session "
+                    "cannot go on",
+                    peer_, std::strcmp(op, "send") == 0 ? "sending" : "waiting for", what,
+                    tls_->error()));
+  }
   if (eof || err == ECONNRESET || err == EPIPE) {
     throw ConnectionError(
         fmt::format("{} closed the connection while {} {}", peer_,
@@ -196,14 +278,14 @@ void Connection::read_exact(void* dst, size_t n, const char* what) {
     if (n >= buffer_.size() / 2) {
       // Large reads go straight to their destination: no second copy of tensor data.
       const ssize_t got =
-          call_surviving_signals(false, what, [&] { return ::recv(fd(), out, n, 0); });
+          call_surviving_signals(false, what, [&] { return transport_recv(out, n); });
       if (got <= 0) fail_io("recv", what, got == 0 ? 0 : errno, got == 0);
       out += got;
       n -= static_cast<size_t>(got);
       continue;
     }
     const ssize_t got = call_surviving_signals(
-        false, what, [&] { return ::recv(fd(), buffer_.data(), buffer_.size(), 0); });
+        false, what, [&] { return transport_recv(buffer_.data(), buffer_.size()); });
     if (got <= 0) fail_io("recv", what, got == 0 ? 0 : errno, got == 0);
     begin_ = 0;
     end_ = static_cast<size_t>(got);
@@ -225,13 +307,27 @@ void Connection::skip(uint64_t n, const char* what) {
 }
 
 void Connection::write_all(iovec* iov, int count) {
+  if (writing_.left == 0) {
+    // Not part of a frame being written: a message of its own.
+    uint64_t total = 0;
+    for (int i = 0; i < count; ++i) total += iov[i].iov_len;
+    writing_ = start_message(true, total);
+  }
   while (count > 0) {
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(std::min(count, 64));
-    const ssize_t sent = call_surviving_signals(
-        true, "a message", [&] { return ::sendmsg(fd(), &msg, MSG_NOSIGNAL); });
-    if (sent < 0) fail_io("send", "a message", errno, false);
+    ssize_t sent = -1;
+    try {
+      sent = call_surviving_signals(true, "a message",
+                                    [&] { return transport_send(iov, std::min(count, 64)); });
+    } catch (...) {
+      writing_ = {};
+      throw;
+    }
+    if (sent < 0) {
+      writing_ = {};
+      fail_io("send", "a message", errno, false);
+    }
+    writing_.left -= std::min<uint64_t>(writing_.left, static_cast<uint64_t>(sent));
+    if (writing_.left == 0) writing_.deadline.reset();
     size_t left = static_cast<size_t>(sent);
     while (count > 0 && left >= iov->iov_len) {
       left -= iov->iov_len;
@@ -251,6 +347,7 @@ void Connection::write_all(const void* data, size_t n) {
 }
 
 Connection::FrameHeader Connection::read_frame_header(uint64_t max_length) {
+  reading_ = {};  // between frames: the receive timeout alone
   uint8_t raw[wire::kFrameHeaderBytes];
   read_exact(raw, sizeof(raw), "a message header");
   FrameHeader h;
@@ -261,6 +358,7 @@ Connection::FrameHeader Connection::read_frame_header(uint64_t max_length) {
         fmt::format("{} sent a frame of {} bytes (code {}); frames are 4 to {} bytes", peer_,
                     h.length, h.code, max_length));
   }
+  reading_ = start_message(false, h.body_length());
   return h;
 }
 
@@ -296,6 +394,7 @@ void Connection::write_frame_parts(wire::Code code, const std::vector<uint8_t>& 
                                    uint64_t payload_bytes) {
   uint8_t header[wire::kFrameHeaderBytes];
   const uint64_t length = 4 + body.size() + payload_bytes;
+  writing_ = start_message(true, sizeof(header) + body.size() + payload_bytes);
   const auto code_value = static_cast<uint32_t>(code);
   std::memcpy(header, &length, 8);
   std::memcpy(header + 8, &code_value, 4);

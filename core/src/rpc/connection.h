@@ -18,6 +18,7 @@
 
 #include "kiln/error.h"
 #include "rpc/protocol.h"
+#include "rpc/tls_psk.h"
 
 namespace kiln::rpc {
 
@@ -49,6 +50,10 @@ class Connection {
   // (connect_until, rpc/socket_io.h). Throws ConnectionError naming host:port.
   static std::unique_ptr<Connection> connect(const std::string& host, int port,
                                              std::chrono::milliseconds timeout);
+  // Takes the connected socket `fd` (a session worker's descriptor 3).
+  static std::unique_ptr<Connection> adopt(int fd, std::string peer) {
+    return std::unique_ptr<Connection>(new Connection(fd, std::move(peer)));
+  }
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -60,6 +65,18 @@ class Connection {
   // a handshake (the per-call timeouts alone restart with every byte). Passing it throws
   // ConnectionError (timed out) naming `what`.
   void set_deadline(std::optional<std::chrono::steady_clock::time_point> deadline);
+  // The slowest rate, in bytes per second, at which a whole message may pass; 0 (the default):
+  // no such bound. With it, a frame written (write_frame, or write_frame_start and the payload
+  // written after it; a lone write_all counts as one message) must be taken by the peer within
+  // the send timeout plus its size at this rate, and a frame read must have arrived within the
+  // receive timeout plus its size at this rate, counted from its header; past that the next
+  // read or write throws ConnectionError (timed out). The per-call timeouts alone restart with
+  // every byte: a peer that takes or sends a little now and then would hold the connection as
+  // long as it likes. Checked before each system call, each still bounded by its per-call
+  // timeout, so a message may overrun its deadline by one per-call timeout at most. No bound in
+  // a direction whose per-call timeout is zero. Between frames (waiting for a header) only the
+  // receive timeout applies: an idle peer is the idle timeout's business.
+  void set_min_throughput(uint64_t bytes_per_s) { min_bytes_per_s_ = bytes_per_s; }
 
   // Reads exactly `n` bytes (`what` names them in errors).
   void read_exact(void* dst, size_t n, const char* what);
@@ -85,6 +102,14 @@ class Connection {
   // Writes the header and body of a frame whose payload the caller then writes itself.
   void write_frame_start(wire::Code code, const std::vector<uint8_t>& body, uint64_t payload_bytes);
 
+  // Runs a TLS handshake (tls_psk.h) on the connection and sends every later byte through
+  // it. Call it before anything was read or written. Throws tls::HandshakeError when the peer
+  // does not hold the key or the handshake does not finish by `deadline`.
+  void start_tls(const tls::Context& context, std::chrono::steady_clock::time_point deadline);
+  bool encrypted() const { return tls_ != nullptr; }
+  // The TLS session once start_tls() ran (nullptr before): relay() reads and writes it
+  // directly, on a non-blocking socket.
+  tls::Session* tls_session() { return tls_.get(); }
   // Stops reads and writes in both directions (wakes a thread blocked in a read).
   void shutdown() noexcept;
   // Stops writing, then reads and discards until the peer closes or `limit` passes: after a
@@ -92,8 +117,8 @@ class Connection {
   void wait_for_close(std::chrono::milliseconds limit) noexcept;
   int fd() const { return fd_; }
   const std::string& peer() const { return peer_; }
-  // Bytes already received but not yet consumed.
-  size_t buffered() const { return end_ - begin_; }
+  // Bytes already received but not yet consumed (decrypted ones included).
+  size_t buffered() const { return end_ - begin_ + (tls_ ? tls_->pending() : 0); }
 
  private:
   // Header (length counting `payload_bytes`), body, then `payload_sent` bytes of `payload`.
@@ -102,6 +127,10 @@ class Connection {
   // Takes the connected socket `fd` (blocking; -1 for none).
   Connection(int fd, std::string peer);
   [[noreturn]] void fail_io(const char* op, const char* what, int err, bool eof);
+  // One recv or one gathered send, through TLS once start_tls() ran (errno as recv/sendmsg;
+  // EPROTO when a TLS record failed its integrity check).
+  ssize_t transport_recv(void* data, size_t n);
+  ssize_t transport_send(const iovec* iov, int count);
   // Bounds the next system call by the deadline (SO_RCVTIMEO / SO_SNDTIMEO); throws when it
   // has passed.
   void apply_deadline(bool sending, const char* what);
@@ -111,8 +140,23 @@ class Connection {
   // nothing is left it returns -1 with errno EAGAIN, the timeout's own error.
   template <typename Call>
   ssize_t call_surviving_signals(bool sending, const char* what, Call call);
+  // A message in one direction and its deadline (set_min_throughput).
+  struct Message {
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    uint64_t bytes = 0;  // its size, for errors
+    uint64_t left = 0;   // writing: bytes not sent yet (0: no message is being written)
+  };
+  // A message of `bytes` starting now in the direction `sending`: its deadline, or none.
+  Message start_message(bool sending, uint64_t bytes) const;
+  // Throws ConnectionError (timed out) when the message in the direction `sending` is past
+  // its deadline.
+  void check_message_deadline(bool sending, const char* what) const;
   std::optional<std::chrono::steady_clock::time_point> deadline_;
+  uint64_t min_bytes_per_s_ = 0;
+  Message reading_;  // the frame being read, from its header on
+  Message writing_;  // the frame (or lone write_all) being written
   int fd_ = -1;  // owned
+  std::unique_ptr<tls::Session> tls_;
   std::string peer_;
   std::vector<uint8_t> buffer_;
   size_t begin_ = 0;

@@ -21,10 +21,11 @@ namespace kiln::rpc::wire {
 
 // The first 8 bytes either side sends.
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', '-', 'R', 'P', 'C'};
-// Version 2 (issue 16): the client hello carries a client nonce and a server that requires a
-// token proves it holds it too (docs/rpc-protocol.md §2). Version 1 peers are refused with
+// Version 3 (issue 27): under a token the whole connection is TLS 1.3 keyed by the token
+// (rpc/tls_psk.h), and the hello inside it carries no challenge; without a token the hello is
+// version 2's without its nonce (docs/rpc-protocol.md §2). Other versions are refused with
 // kVersionMismatch.
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;
 // TVM's RPC magic (0xFF271 as little-endian int32): what a TVM client sends first.
 inline constexpr uint32_t kTvmRpcMagic = 0xFF271;
 inline constexpr uint32_t kTvmCodeMismatch = 0xFF273;
@@ -32,15 +33,13 @@ inline constexpr uint32_t kTvmCodeMismatch = 0xFF273;
 // Handshake status codes (server hello and auth reply).
 enum class HelloStatus : uint16_t {
   kAccepted = 0,         // session starts
-  kAuthRequired = 1,     // prove the token (handshake.h); the server then proves it too
+  kAuthRequired = 1,     // the server takes only TLS keyed by its token (a plaintext hello came)
   kVersionMismatch = 2,  // message says which versions
   kKeyMismatch = 3,      // the key is not this server's
   kBusy = 4,             // --max-sessions sessions are running
-  kAuthFailed = 5,       // wrong or missing token, or too many wrong tokens from the address
+  kAuthFailed = 5,       // too many wrong tokens: try again later
 };
 
-inline constexpr size_t kNonceBytes = 32;
-inline constexpr size_t kMacBytes = 32;
 inline constexpr uint32_t kMaxKeyBytes = 4096;
 inline constexpr uint32_t kMaxHelloMessageBytes = 4096;
 

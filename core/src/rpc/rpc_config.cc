@@ -1,4 +1,5 @@
 #include "kiln/rpc/rpc_config.h"
+#include "rpc/tls_psk.h"
 
 #include <fmt/format.h>
 
@@ -87,6 +88,10 @@ RPCConfig RPCConfig::normalized(const std::optional<RPCConfig>& config) {
     c.tracker_key.reset();
     if (auto key = tracker_env("KEY")) c.tracker_key = key->value;
   }
+  if (c.tracker_token.empty()) {
+    const char* env = std::getenv("KILN_TRACKER_TOKEN");
+    if (env != nullptr) c.tracker_token = env;
+  }
   if (!c.tracker_host) throw missing("tracker_host", "TVM_TRACKER_HOST");
   if (!c.tracker_port) throw missing("tracker_port", "TVM_TRACKER_PORT");
   if (!c.tracker_key) throw missing("tracker_key", "TVM_TRACKER_KEY");
@@ -102,7 +107,7 @@ TrackerSession RPCConfig::connect_tracker() const {
   const auto timeout = std::chrono::milliseconds(
       c.session_timeout_sec > 0 ? int64_t{c.session_timeout_sec} * 1000 : int64_t{60000});
   try {
-    return TrackerSession::connect(*c.tracker_host, *c.tracker_port, timeout);
+    return TrackerSession::connect(*c.tracker_host, *c.tracker_port, timeout, c.tracker_token);
   } catch (const std::exception& e) {
     throw ValueError(
         fmt::format("Unable to connect to the tracker using the following configuration:\n{}"
@@ -164,5 +169,7 @@ RPCSession TrackerSession::request(Runtime& runtime, const std::string& key, int
   throw RuntimeError(
       fmt::format("Cannot request {} after {} retry, last_error:{}", key, max_retry, last_error));
 }
+
+std::string generate_token() { return tls::generate_token(); }
 
 }  // namespace kiln::rpc

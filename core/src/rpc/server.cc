@@ -1,7 +1,10 @@
 // kiln::rpc::Server: kiln/rpc/server.h.
 #include "kiln/rpc/server.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,9 +27,14 @@
 #include "kiln/rpc/tracker.h"
 #include "kiln/runtime.h"
 #include "kiln/tensor.h"
+#include "rpc/auth_throttle.h"
 #include "rpc/handshake.h"
 #include "rpc/listen.h"
+#include "rpc/log_throttle.h"
+#include "rpc/session_process.h"
 #include "rpc/session_server.h"
+#include "rpc/socket_io.h"
+#include "rpc/tls_psk.h"
 
 namespace kiln::rpc {
 
@@ -45,11 +53,10 @@ constexpr int kMaxHandshakes = 32;
 // Handshakes from one peer address at once: one host cannot take every handshake slot.
 constexpr int kMaxHandshakesPerAddress = 8;
 constexpr auto kHousekeepingPeriod = std::chrono::milliseconds(100);
-// Wrong tokens from one address before it must wait, and how long: guesses are not answered
-// at network speed.
-constexpr int kMaxAuthFailures = 5;
-constexpr auto kAuthFailureWindow = std::chrono::seconds(60);
-constexpr auto kAuthBackoff = std::chrono::seconds(30);
+// How long past its deadline a session worker may run before it is killed: it ends itself at
+// the deadline, and a call that ignores cancellation gets 2 s (session_worker.cc).
+constexpr auto kWorkerKillAfterDeadline = std::chrono::seconds(4);
+constexpr auto kWorkerTellsAfter = 2 * kHousekeepingPeriod;
 
 std::chrono::milliseconds seconds_to_ms(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
@@ -102,48 +109,12 @@ void remove_leftover_work_dirs(const fs::path& temp) {
   }
 }
 
-// Functions every server offers for diagnostics and tests (SPEC.md §4.8's names).
-void register_diagnostic_functions() {
-  const auto add = [](const std::string& name, Function f) {
-    if (!registry::get(name)) registry::set(name, std::move(f), true);
-  };
-  add("testing.echo", Function::from_packed("testing.echo", [](const Any* args, int32_t n) {
-        return n > 0 ? args[0] : Any();
-      }));
-  add("rpc.test.addone", Function::from_typed("rpc.test.addone", [](int64_t x) { return x + 1; }));
-  add("rpc.test.strcat",
-      Function::from_typed("rpc.test.strcat", [](const std::string& s, int64_t x) {
-        return s + ":" + std::to_string(x);
-      }));
-  add("rpc.test.sleep", Function::from_typed("rpc.test.sleep", [](double seconds) {
-        // In steps, so that a session timeout or a server stop ends it.
-        const auto end = std::chrono::steady_clock::now() +
-                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                             std::chrono::duration<double>(seconds));
-        while (std::chrono::steady_clock::now() < end && !call_cancelled()) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-      }));
-  // Like a kernel: does not look at call_cancelled(), so that stop()'s bound is testable.
-  add("rpc.test.block", Function::from_typed("rpc.test.block", [](double seconds) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-      }));
-  // Host memory from the core's own allocator: these functions are process-wide, so they
-  // belong to no server's Runtime.
-  add("rpc.test.alloc", Function::from_typed("rpc.test.alloc", [](int64_t nbytes) {
-        return Tensor::empty_host({nbytes}, DataType::UInt(8));
-      }));
-  add("rpc.test.raise", Function::from_typed("rpc.test.raise", [](const std::string& message) {
-        throw ValueError(message);
-      }));
-  add("rpc.test.nop",
-      Function::from_packed("rpc.test.nop", [](const Any*, int32_t) { return Any(); }));
-}
-
 }  // namespace
 
 struct Server::Impl {
   Impl(ServerOptions o, Runtime& r) : options(std::move(o)), runtime(r), acceptor(io) {}
+
+  bool isolated() const { return options.isolation == SessionIsolation::kProcess; }
 
   ServerOptions options;
   Runtime runtime;  // a handle: the server keeps the runtime its sessions use
@@ -153,6 +124,11 @@ struct Server::Impl {
   fs::path work_dir;
   bool own_work_dir = false;
   std::unique_ptr<TrackerRegistration> registration;
+  std::unique_ptr<tls::Context> tls;  // with a token: the key sessions' TLS is checked with
+  fs::path worker_path;               // process isolation: kiln-rpc-session
+  AuthThrottle auth;
+  // Peers can provoke refusals at will: a flood must not flood the log too.
+  LogThrottle refusals{LogLevel::kWarn, "rpc-server", "refused connections"};
 
   struct Running {
     std::shared_ptr<SessionState> state;
@@ -163,12 +139,6 @@ struct Server::Impl {
   std::list<Running> connections;
   int handshakes = 0;
   std::map<std::string, int> handshakes_by_address;
-  struct AuthFailures {
-    int count = 0;
-    std::chrono::steady_clock::time_point first{};
-    std::chrono::steady_clock::time_point blocked_until{};
-  };
-  std::map<std::string, AuthFailures> auth_failures;  // by peer address
   bool stuck = false;                                 // stop() left a call running
   int active = 0;
   bool stopping = false;
@@ -209,8 +179,9 @@ struct Server::Impl {
     // find(), not []: a refused address must not leave an entry behind.
     const auto from_here = handshakes_by_address.find(ip);
     if (from_here != handshakes_by_address.end() && from_here->second >= kMaxHandshakesPerAddress) {
-      warn(fmt::format("{} handshakes from {} are in progress; closing the connection from {}",
-                       from_here->second, ip, peer));
+      refusals.log(fmt::format(
+          "{} handshakes from {} are in progress; closing the connection from {}",
+          from_here->second, ip, peer));
       return;
     }
     if (handshakes >= kMaxHandshakes) {
@@ -224,11 +195,11 @@ struct Server::Impl {
         }
       }
       if (oldest == nullptr) {
-        warn(fmt::format("{} handshakes are in progress; closing the connection from {}",
-                         handshakes, peer));
+        refusals.log(fmt::format("{} handshakes are in progress; closing the connection from {}",
+                                 handshakes, peer));
         return;
       }
-      warn(
+      refusals.log(
           fmt::format("{} handshakes are in progress: ending the oldest, from {}, to make room "
                       "for {}",
                       handshakes, oldest->state->conn->peer(), peer));
@@ -264,7 +235,7 @@ struct Server::Impl {
     try {
       holds_slot = handshake(state);
     } catch (const std::exception& e) {
-      warn(fmt::format("handshake with {} failed: {}", state.conn->peer(), e.what()));
+      refusals.log(fmt::format("handshake with {} failed: {}", state.conn->peer(), e.what()));
     }
     {
       std::lock_guard lock(mu);
@@ -274,7 +245,11 @@ struct Server::Impl {
       if (it != handshakes_by_address.end() && --it->second <= 0) handshakes_by_address.erase(it);
     }
     if (holds_slot) {
-      serve_session(state, work_dir, runtime);
+      if (isolated()) {
+        serve_in_worker(state);
+      } else {
+        serve_session(state, work_dir, runtime);
+      }
       {
         std::lock_guard lock(mu);
         release_slot(state);
@@ -287,60 +262,76 @@ struct Server::Impl {
     cv.notify_all();
   }
 
-  // Whether `ip` must wait before its next token attempt; records nothing.
-  bool auth_blocked(const std::string& ip, std::chrono::seconds* left) {
-    std::lock_guard lock(mu);
-    auto it = auth_failures.find(ip);
-    if (it == auth_failures.end()) return false;
-    const auto now = std::chrono::steady_clock::now();
-    if (now < it->second.blocked_until) {
-      *left = std::chrono::duration_cast<std::chrono::seconds>(it->second.blocked_until - now) +
-              std::chrono::seconds(1);
-      return true;
+  // Runs the TLS handshake of a client that says it holds the token, at the time the
+  // throttle admits it. Returns false (having logged why) when it is refused.
+  bool authenticate(SessionState& state, std::chrono::steady_clock::time_point deadline) {
+    Connection& conn = *state.conn;
+    const auto at = auth.admit(state.peer_ip, std::chrono::steady_clock::now());
+    if (at >= deadline) {
+      refusals.log(fmt::format("refused {}: too many wrong tokens lately; its token is checked "
+                               "again in {} s",
+                               conn.peer(),
+                               std::chrono::ceil<std::chrono::seconds>(
+                                   at - std::chrono::steady_clock::now())
+                                   .count()));
+      return false;
     }
-    return false;
-  }
-
-  void record_auth_result(const std::string& ip, bool ok) {
-    std::lock_guard lock(mu);
-    if (ok) {
-      auth_failures.erase(ip);
-      return;
+    while (std::chrono::steady_clock::now() < at) {
+      {
+        std::lock_guard lock(mu);
+        if (stopping || !state.in_handshake) return false;
+      }
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+          at - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
     }
-    const auto now = std::chrono::steady_clock::now();
-    AuthFailures& f = auth_failures[ip];
-    if (now - f.first > kAuthFailureWindow) {
-      f.count = 0;
-      f.first = now;
+    try {
+      conn.start_tls(*tls, deadline);
+    } catch (const tls::HandshakeError& e) {
+      const bool wrong_key = e.kind() == tls::HandshakeError::Kind::kWrongKey;
+      if (wrong_key) auth.record(state.peer_ip, false, std::chrono::steady_clock::now());
+      refusals.log(fmt::format("refused {}: {} ({})", conn.peer(),
+                               wrong_key ? "the TLS handshake failed: it does not hold the token"
+                                         : "the TLS handshake did not complete",
+                               e.what()));
+      return false;
     }
-    if (++f.count >= kMaxAuthFailures) {
-      f.blocked_until = now + kAuthBackoff;
-      f.count = 0;
-      f.first = now;
-      warn(fmt::format("{} wrong tokens from {}: its next attempts wait {} s", kMaxAuthFailures, ip,
-                       kAuthBackoff.count()));
-    }
-    if (auth_failures.size() > 4096) {  // bounded: forget addresses that are not blocked
-      std::erase_if(auth_failures, [&](const auto& kv) { return kv.second.blocked_until < now; });
-    }
+    auth.record(state.peer_ip, true, std::chrono::steady_clock::now());
+    return true;
   }
 
   // Returns whether the client got a session slot. With a token nothing about the server
-  // (its key, whether it is busy) is said before the client proved it holds the token.
+  // (its key, whether it is busy) is said before the client proved it holds the token: the
+  // connection is TLS keyed by the token, and the hello comes inside it.
   bool handshake(SessionState& state) {
     Connection& conn = *state.conn;
     const auto limit = seconds_to_ms(options.handshake_timeout_s);
     conn.set_timeouts(limit, limit);
     // One deadline for the whole handshake: dripping bytes does not extend it.
-    conn.set_deadline(std::chrono::steady_clock::now() + limit);
-    const handshake::ClientHello hello = handshake::read_client_hello(conn);
-    const handshake::Nonce nonce = handshake::random_nonce();
-    const bool with_token = !options.token.empty();
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    conn.set_deadline(deadline);
     const auto refuse = [&](wire::HelloStatus status, const std::string& message) {
-      info(fmt::format("refused {}: {}", conn.peer(), message));
-      handshake::send_server_hello(conn, status, message, nonce);
+      refusals.log(fmt::format("refused {}: {}", conn.peer(), message));
+      handshake::send_server_hello(conn, status, message);
       return false;
     };
+    if (tls) {
+      uint8_t first = 0;
+      if (poll_until(conn.fd(), POLLIN, deadline) <= 0 ||
+          ::recv(conn.fd(), &first, 1, MSG_PEEK) != 1) {
+        refusals.log(fmt::format("{} sent nothing during the handshake", conn.peer()));
+        return false;
+      }
+      if (!tls::starts_tls(first)) {
+        // A plaintext hello: a client without the token (or a TVM client, answered by
+        // read_client_hello). Told only that a token is needed.
+        handshake::read_client_hello(conn);
+        return refuse(wire::HelloStatus::kAuthRequired,
+                      "this server requires a token: connect with it (the channel is then TLS "
+                      "1.3 keyed by the token)");
+      }
+      if (!authenticate(state, deadline)) return false;
+    }
+    const handshake::ClientHello hello = handshake::read_client_hello(conn);
     if (hello.version != wire::kProtocolVersion) {
       return refuse(wire::HelloStatus::kVersionMismatch,
                     fmt::format("this server speaks Kiln RPC protocol version {}, the client {}",
@@ -350,69 +341,31 @@ struct Server::Impl {
     const bool from_client = hello.key.rfind(prefix, 0) == 0;
     const std::string key = from_client ? hello.key.substr(prefix.size()) : std::string();
     const std::string server_key = "server:" + options.key;
-    // With a token the final answer is the authentication result, with the server's proof;
-    // without, the hello.
-    const auto answer = [&](wire::HelloStatus status, const std::string& message) {
-      if (!with_token) {
-        handshake::send_server_hello(conn, status, message, nonce);
-        return;
-      }
-      const std::string sent = message.substr(0, wire::kMaxHelloMessageBytes);
-      handshake::send_auth_result(
-          conn, status, sent,
-          handshake::server_proof(options.token, hello.nonce, nonce, status, sent));
-    };
-    const auto refuse_after_auth = [&](wire::HelloStatus status, const std::string& message) {
-      info(fmt::format("refused {}: {}", conn.peer(), message));
-      answer(status, message);
-      return false;
-    };
-    if (with_token) {
-      std::chrono::seconds left{0};
-      if (auth_blocked(state.peer_ip, &left)) {
-        return refuse(wire::HelloStatus::kAuthFailed,
-                      fmt::format("too many wrong tokens from {}: try again in {} s", state.peer_ip,
-                                  left.count()));
-      }
-      handshake::send_server_hello(conn, wire::HelloStatus::kAuthRequired, "", nonce);
-      const handshake::Mac got = handshake::read_proof(conn);
-      const bool ok =
-          handshake::equal(got, handshake::proof(options.token, nonce, hello.nonce, hello.key));
-      record_auth_result(state.peer_ip, ok);
-      if (!ok) {
-        handshake::send_auth_result(conn, wire::HelloStatus::kAuthFailed,
-                                    "wrong token: the client does not hold the server's token",
-                                    handshake::Mac{});
-        warn(fmt::format("refused {}: wrong token", conn.peer()));
-        // The tracker handed this key out and will not again: retire it so that the next
-        // maintain() registers a fresh one at once instead of after the unmatch timeout.
-        if (registration && from_client) registration->claim(key);
-        return false;
-      }
-    }
     bool key_ok = key == options.key;
     if (registration) {
       const auto keys = registration->outstanding();
       key_ok = std::find(keys.begin(), keys.end(), key) != keys.end();
     }
     if (!from_client || !key_ok) {
-      return refuse_after_auth(
-          wire::HelloStatus::kKeyMismatch,
-          fmt::format("key '{}' does not match this server{}", key,
-                      registration ? " (request a server through the tracker)"
-                                   : fmt::format(" (its key is '{}')", options.key)));
+      return refuse(wire::HelloStatus::kKeyMismatch,
+                    fmt::format("key '{}' does not match this server{}", key,
+                                registration ? " (request a server through the tracker)"
+                                             : fmt::format(" (its key is '{}')", options.key)));
     }
     {
       std::lock_guard lock(mu);
       if (active >= options.max_sessions || (registration && !registration->claim(key))) {
-        return refuse_after_auth(wire::HelloStatus::kBusy,
-                                 fmt::format("the server is busy: {} of {} sessions are running",
-                                             active, options.max_sessions));
+        const std::string message =
+            fmt::format("the server is busy: {} of {} sessions are running", active,
+                        options.max_sessions);
+        info(fmt::format("refused {}: {}", conn.peer(), message));
+        handshake::send_server_hello(conn, wire::HelloStatus::kBusy, message);
+        return false;
       }
       ++active;
     }
     try {
-      answer(wire::HelloStatus::kAccepted, server_key);
+      handshake::send_server_hello(conn, wire::HelloStatus::kAccepted, server_key);
     } catch (...) {
       std::lock_guard lock(mu);
       release_slot(state);  // the client left before its session started: the slot is free
@@ -432,35 +385,122 @@ struct Server::Impl {
                              std::chrono::duration<double>(timeout));
       }
     }
-    info(fmt::format("session {} with {} started (timeout {})", state.id, conn.peer(),
-                     timeout > 0 ? fmt::format("{} s", timeout) : "none"));
+    info(fmt::format("session {} with {} started (timeout {}{})", state.id, conn.peer(),
+                     timeout > 0 ? fmt::format("{} s", timeout) : "none",
+                     conn.encrypted() ? ", encrypted" : ""));
     return true;
   }
 
-  // Ends `state` at its deadline: tells the client why, then closes the connection.
-  static void expire(SessionState& state) {
-    state.timed_out = true;
-    state.cancelled = true;
+  // Serves the session in a worker process (session_process.h), waits for it to end, and
+  // removes its directory, crashed or not.
+  void serve_in_worker(SessionState& state) {
+    Connection& conn = *state.conn;
+    fs::path dir;
+    try {
+      dir = make_session_directory(work_dir);
+    } catch (const std::exception& e) {
+      warn(fmt::format("session {} with {} not served: {}", state.id, conn.peer(), e.what()));
+      return;
+    }
+    WorkerConfig config;
+    config.sessions_root = work_dir;
+    config.work_dir = dir;
+    config.id = state.id;
+    config.peer = conn.peer();
+    config.timeout_s = state.timeout_s;
+    if (state.deadline) {
+      // The worker tells the client a moment after this server freed the slot at the deadline
+      // (housekeeping), so that a client told its session expired finds the slot free.
+      config.time_left_s =
+          std::max(0.001, std::chrono::duration<double>(*state.deadline + kWorkerTellsAfter -
+                                                        std::chrono::steady_clock::now())
+                              .count());
+    }
+    config.max_memory_bytes = options.max_session_memory;
+    config.max_handles = options.max_handles;
+    config.max_upload_bytes = options.max_upload_bytes;
+    config.idle_timeout_ms = seconds_to_ms(options.idle_timeout_s).count();
+    config.write_timeout_ms = seconds_to_ms(options.write_timeout_s).count();
+    config.test_functions = options.test_hooks.test_functions;
+    config.plugin_set = runtime.plugin_set_path();
+    config.search_paths = runtime.search_paths();
+    config.log_level = log_level();
+    config.hidden_files = options.secret_files;
+    config.server_pid = ::getpid();
+    // Under a token the server keeps the TLS channel and relays plaintext over a socket pair.
+    int pair[2] = {-1, -1};
+    if (conn.encrypted() && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+      warn(fmt::format("session {}: cannot make a socket pair: {}", state.id,
+                       std::strerror(errno)));
+      remove_session_directory(dir);
+      return;
+    }
+    std::shared_ptr<SessionProcess> worker;
+    try {
+      worker = std::make_shared<SessionProcess>(worker_path, config,
+                                                conn.encrypted() ? pair[1] : conn.fd());
+    } catch (const std::exception& e) {
+      warn(fmt::format("session {} with {} not served: {}", state.id, conn.peer(), e.what()));
+    }
+    if (pair[1] >= 0) ::close(pair[1]);
+    if (worker) {
+      {
+        std::lock_guard lock(mu);
+        state.worker = worker;
+      }
+      std::string why;
+      if (pair[0] >= 0) why = relay(conn, pair[0], *worker, state.cancelled);
+      if (pair[0] >= 0) ::close(pair[0]);
+      std::optional<int> status = worker->wait(pair[0] >= 0 ? std::optional(std::chrono::seconds(5))
+                                                            : std::nullopt);
+      if (!status) {  // the relay ended first (the client left): the worker ends too
+        worker->signal(SIGTERM);
+        status = worker->wait(std::chrono::seconds(3));
+      }
+      if (!status) {
+        worker->signal(SIGKILL);
+        status = worker->wait(std::nullopt);
+      }
+      if (crashed(*status)) {
+        warn(fmt::format("session {} with {}: its process {} (a crash in an uploaded module, a "
+                         "kernel or a plugin); the server goes on",
+                         state.id, conn.peer(), describe_wait_status(*status)));
+        tell_crash(conn, *status);
+      } else {
+        info(fmt::format("session {} with {}: its process {}{}", state.id, conn.peer(),
+                         describe_wait_status(*status), why.empty() ? "" : " (" + why + ")"));
+      }
+      std::lock_guard lock(mu);
+      state.worker.reset();
+    } else {
+      std::vector<uint8_t> body;
+      wire::Writer w(body);
+      w.i32(KILN_ERROR_RUNTIME);
+      w.str("the server cannot start a process for the session; see its log");
+      try {
+        conn.write_frame(wire::Code::kException, body);
+      } catch (const std::exception&) {
+      }
+    }
+    remove_session_directory(dir);
+  }
+
+  // Tells a client whose session process crashed why its request got no answer (as the
+  // reply it waits for; a client that was not waiting sees a closed connection).
+  static void tell_crash(Connection& conn, int status) {
+    ::fcntl(conn.fd(), F_SETFL, ::fcntl(conn.fd(), F_GETFL) & ~O_NONBLOCK);
+    conn.set_timeouts(std::chrono::seconds(1), std::chrono::seconds(1));
     std::vector<uint8_t> body;
     wire::Writer w(body);
-    w.i32(kErrorCodeRpcSessionTimeout);
-    w.str(
-        fmt::format("RPCSessionTimeoutError: Your {}s session has expired, try to increase the "
-                    "\"session_timeout\" value.",
-                    state.timeout_s));
-    // A reply being written finishes first; one stuck for a second is cut off.
-    for (int i = 0; i < 100; ++i) {
-      if (state.write_mu.try_lock()) {
-        try {
-          state.conn->write_frame(wire::Code::kException, body);
-        } catch (const std::exception&) {
-        }
-        state.write_mu.unlock();
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    w.i32(KILN_ERROR_RUNTIME);
+    w.str(fmt::format(
+        "the session's process on the server {}: a crash in an uploaded module, a kernel or a "
+        "plugin. The server goes on; start a new session",
+        describe_wait_status(status)));
+    try {
+      conn.write_frame(wire::Code::kException, body);
+    } catch (const std::exception&) {
     }
-    state.conn->shutdown();
   }
 
   void housekeeping() {
@@ -475,7 +515,12 @@ struct Server::Impl {
           done.splice(done.end(), connections, it++);
           continue;
         }
+        if (it->state->worker && it->state->deadline &&
+            now >= *it->state->deadline + kWorkerKillAfterDeadline) {
+          it->state->worker->signal(SIGKILL);  // it did not end itself
+        }
         if (it->state->deadline && now >= *it->state->deadline && !it->state->timed_out) {
+          if (isolated()) it->state->timed_out = true;  // seen; the worker tells the client
           expired.push_back(it->state);
           // The slot is free at once, even while a call that ignores call_cancelled() runs
           // on: a session cannot outlive its timeout by holding a call.
@@ -488,7 +533,7 @@ struct Server::Impl {
       for (auto& s : expired) {
         info(fmt::format("session {} with {} reached its timeout of {} s", s->id, s->conn->peer(),
                          s->timeout_s));
-        expire(*s);
+        if (!isolated()) expire_session(*s);  // a worker ends itself at its deadline
       }
       lock.lock();
     }
@@ -528,14 +573,24 @@ struct Server::Impl {
       std::lock_guard lock(mu);
       left.swap(connections);
     }
+    const auto signal_worker = [&](Running& r, int sig) {
+      std::lock_guard lock(mu);
+      if (r.state->worker) r.state->worker->signal(sig);
+      return r.state->worker != nullptr;
+    };
     for (auto& r : left) {
       r.state->cancelled = true;
-      r.state->conn->shutdown();
+      // A worker is told to end (it ends its call, or is killed at the grace's end); a thread
+      // sees its connection close.
+      if (!signal_worker(r, SIGTERM)) r.state->conn->shutdown();
     }
     const auto grace_end = std::chrono::steady_clock::now() + seconds_to_ms(options.stop_grace_s);
     for (auto& r : left) {
       while (!r.state->finished && std::chrono::steady_clock::now() < grace_end) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (!r.state->finished && signal_worker(r, SIGKILL)) {
+        while (!r.state->finished) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       if (r.state->finished) {
         r.thread.join();
@@ -587,7 +642,19 @@ Server::Server(ServerOptions options, Runtime& runtime)
                     "it can run code on this machine",
                     s.options.host));
   }
-  if (s.options.test_hooks.test_functions) register_diagnostic_functions();
+  if (!s.options.token.empty()) {
+    tls::check_token_strength(s.options.token, "the server's token");
+    s.tls = std::make_unique<tls::Context>(tls::Context::Side::kServer, tls::Purpose::kSession,
+                                           s.options.token);
+  }
+  if (s.isolated()) {
+    s.worker_path = find_session_worker(s.options.session_worker);
+    // Sessions run uploaded code as this user: they must not read this process's memory (the
+    // token), environment or descriptors through /proc.
+    make_non_dumpable();
+  } else if (s.options.test_hooks.test_functions) {
+    register_diagnostic_functions();
+  }
   s.port =
       listen_on_first_free_port(s.acceptor, s.options.host, s.options.port, s.options.port_end);
   if (s.options.work_dir.empty()) {
@@ -617,6 +684,7 @@ Server::Server(ServerOptions options, Runtime& runtime)
     r.key = s.options.key;
     r.custom_addr = s.options.custom_addr;
     r.server_port = s.port;
+    r.tracker_token = s.options.tracker_token;
     s.registration = std::make_unique<TrackerRegistration>(r);
   }
   s.accept();

@@ -9,18 +9,26 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "kiln/detail/cancellation.h"
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
 #include "kiln/logging.h"
 #include "kiln/module.h"
+#include "kiln/rpc/rpc_error.h"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/tensor.h"
 #include "kiln/vm/virtual_machine.h"
+#include "rpc/evaluation_bounds.h"
+#include "rpc/hangup_watcher.h"
 #include "rpc/protocol.h"
 #include "rpc/remote_objects.h"
+#include "vm/allocator.h"
+#include "vm/memory_budget.h"
 
 namespace kiln::rpc {
 
@@ -50,8 +58,15 @@ fs::path sandboxed_path(const fs::path& root, const std::string& relative) {
           fmt::format("'{}' leaves the session's work directory ('..' is not allowed)", relative));
     }
   }
-  const fs::path canonical_root = fs::canonical(root);
-  const fs::path resolved = fs::weakly_canonical(canonical_root / p);
+  fs::path canonical_root, resolved;
+  try {
+    canonical_root = fs::canonical(root);
+    resolved = fs::weakly_canonical(canonical_root / p);
+  } catch (const fs::filesystem_error& e) {
+    // Its what() names the absolute paths: only the client's own path is told.
+    throw ValueError(fmt::format("cannot resolve '{}' in the session's work directory: {}",
+                                 relative, e.code().message()));
+  }
   if (!lies_inside(canonical_root, resolved)) {
     throw ValueError(fmt::format("'{}' leads out of the session's work directory", relative));
   }
@@ -62,23 +77,53 @@ namespace {
 
 constexpr uint64_t kStagingBytes = 4ull << 20;
 constexpr auto kPrivateDir = fs::perms::owner_all;
-
-thread_local const std::atomic<bool>* t_cancelled = nullptr;
+// The slowest a client may take a reply or send a request's data (Connection::
+// set_min_throughput): a message gets the write (idle) timeout plus 1 s per MiB.
+constexpr uint64_t kMinSessionBytesPerSecond = 1ull << 20;
 
 // Whether `name` is a diagnostic function offered only with --enable-test-functions.
 bool is_test_function(const std::string& name) {
   return name.rfind("rpc.test.", 0) == 0 || name.rfind("testing.", 0) == 0;
 }
 
-// The object that owns a tensor's memory: views (of views) lead to it, so each storage is
-// counted once however many handles refer to it.
-const void* storage_of(const Tensor& t) {
-  const Object* o = t.get();
+// What a session is charged for one storage its handles keep alive: the object that owns the
+// memory (the key: each storage is counted once however many handles, views and tuples refer
+// to it) and the memory's full size, never a view's.
+struct StorageCharge {
+  const void* key = nullptr;
+  uint64_t bytes = 0;
+};
+
+// The bytes tensor `t` spans from its memory's start (saturating: a shape cannot wrap it).
+uint64_t extent_of(const TensorObj& t) {
+  uint64_t n = t.dl.dtype.bits == 0 ? 0 : (uint64_t{t.dl.dtype.bits} * t.dl.dtype.lanes + 7) / 8;
+  for (int64_t d : t.shape) {
+    const auto extent = static_cast<uint64_t>(std::max<int64_t>(d, 0));
+    n = extent != 0 && n > UINT64_MAX / extent ? UINT64_MAX : n * extent;
+  }
+  return n > UINT64_MAX - t.dl.byte_offset ? UINT64_MAX : n + t.dl.byte_offset;
+}
+
+// The storage behind `t`: views (of views) lead to the object that owns the memory. A VM
+// storage has its own size — nothing when its allocator charges `budget` already (the session's
+// VMs charge their allocations as they make them). Other owners (Alloc's memory, a backend's,
+// a DLPack producer's) are sized by the tensor that refers to them directly: every core path
+// that allocates makes that tensor span the whole allocation. A view of memory nobody owns
+// here is charged what it spans.
+StorageCharge storage_of(const Tensor& t, const vm::MemoryBudget* budget) {
+  const TensorObj* owner = t.get();
+  const Object* o = owner;
   while (const auto* tensor = dynamic_cast<const TensorObj*>(o)) {
-    if (!tensor->storage) return tensor->dl.data != nullptr ? tensor->dl.data : tensor;
+    owner = tensor;
+    if (!tensor->storage) {
+      return {tensor->dl.data != nullptr ? tensor->dl.data : tensor, extent_of(*tensor)};
+    }
     o = tensor->storage.get();
   }
-  return o;
+  if (const auto* storage = dynamic_cast<const vm::StorageObj*>(o)) {
+    return {storage, vm::charged_to(*storage, budget) ? 0 : storage->size()};
+  }
+  return {o, extent_of(*owner)};
 }
 
 // One server-side object a client holds a handle to.
@@ -88,9 +133,9 @@ struct Entry {
   Function function{};
   Module module{};
   Any object{};
-  const void* storage = nullptr;  // kBuffer: the storage counted for it (SessionServer::held_)
-  // kObject: the storages of the tensors inside it (a VM tuple), each counted in held_.
-  std::vector<const void*> contained{};
+  // The storages counted for it in SessionServer::held_: a buffer's, or those an object (a VM
+  // tuple, storage or closure) keeps alive, each once per time it refers to them.
+  std::vector<const void*> storages{};
 
   // The memory of a buffer: its base address (as the backend allocated it), size and device.
   void* base() const { return buffer.dl()->data; }
@@ -106,8 +151,12 @@ class SessionServer {
 
   // Returns why the session ended.
   std::string serve() {
-    t_cancelled = &state_.cancelled;
+    // Calls on this thread (time evaluators, functions that poll rpc::call_cancelled()) see
+    // the session's end: its timeout, a server that stops, or a client that hung up.
+    const detail::CancellationScope cancellation(state_.cancelled);
+    const HangupWatcher hangup(conn_.fd(), state_.cancelled);
     conn_.set_timeouts(state_.idle_timeout, state_.write_timeout);
+    conn_.set_min_throughput(kMinSessionBytesPerSecond);
     while (true) {
       Connection::FrameHeader h;
       try {
@@ -218,41 +267,49 @@ class SessionServer {
         case Code::kDownload:
           return download(r);
         case Code::kRemove: {
-          const fs::path p = sandboxed_path(work_dir_, r.str("path", wire::kMaxPathBytes));
+          const std::string relative = r.str("path", wire::kMaxPathBytes);
           r.finish();
-          // Never the work directory itself (rpc_run removes "" as TVM does: a no-op).
-          if (p != work_dir_) {
-            std::error_code ec;
-            fs::remove_all(p, ec);
-          }
+          with_relative_paths([&] {
+            const fs::path p = sandboxed_path(work_dir_, relative);
+            // Never the work directory itself (rpc_run removes "" as TVM does: a no-op).
+            if (p != work_dir_) {
+              std::error_code ec;
+              fs::remove_all(p, ec);
+            }
+          });
           break;
         }
         case Code::kListDir: {
-          const fs::path p = sandboxed_path(work_dir_, r.str("path", wire::kMaxPathBytes));
+          const std::string relative = r.str("path", wire::kMaxPathBytes);
           r.finish();
-          if (!fs::is_directory(p)) {
-            throw NotFoundError(fmt::format("'{}' is not a directory of the session",
-                                            fs::relative(p, work_dir_).string()));
-          }
-          std::vector<std::string> names;
-          for (const auto& e : fs::directory_iterator(p)) {
-            names.push_back(e.path().filename().string() + (e.is_directory() ? "/" : ""));
-          }
-          std::sort(names.begin(), names.end());
-          for (auto& n : names) result.emplace_back(std::move(n));
+          with_relative_paths([&] {
+            const fs::path p = sandboxed_path(work_dir_, relative);
+            if (!fs::is_directory(p)) {
+              throw NotFoundError(fmt::format("'{}' is not a directory of the session",
+                                              fs::relative(p, work_dir_).string()));
+            }
+            std::vector<std::string> names;
+            for (const auto& e : fs::directory_iterator(p)) {
+              names.push_back(e.path().filename().string() + (e.is_directory() ? "/" : ""));
+            }
+            std::sort(names.begin(), names.end());
+            for (auto& n : names) result.emplace_back(std::move(n));
+          });
           break;
         }
         case Code::kLoadModule: {
           const std::string relative = r.str("path", wire::kMaxPathBytes);
           r.finish();
-          const fs::path p = sandboxed_path(work_dir_, relative);
-          if (!fs::is_regular_file(p)) {
-            throw NotFoundError(
-                fmt::format("no file '{}' in the session's work directory", relative));
-          }
-          Module m = load_sandboxed_module(p);
-          result.push_back(Any(m));
-          result.emplace_back(m.entry_name());
+          with_relative_paths([&] {
+            const fs::path p = sandboxed_path(work_dir_, relative);
+            if (!fs::is_regular_file(p)) {
+              throw NotFoundError(
+                  fmt::format("no file '{}' in the session's work directory", relative));
+            }
+            Module m = load_sandboxed_module(p);
+            result.push_back(Any(m));
+            result.emplace_back(m.entry_name());
+          });
           break;
         }
         case Code::kModuleGetFunction: {
@@ -267,6 +324,15 @@ class SessionServer {
           const Device d = local_device(r.device("device"));
           TimeEvaluatorOptions options = decode_evaluator_options(r);
           r.finish();
+          // Options whose plan cannot finish within the session are refused here; the
+          // evaluator polls the session's cancellation for the rest (call()).
+          check_evaluation_bounds(options, {.session_timeout_s = state_.timeout_s,
+                                            .max_memory_bytes = state_.max_memory_bytes});
+          if (is_test_function(options.f_preproc) && !state_.enable_test_functions) {
+            throw NotFoundError(
+                fmt::format("time_evaluator: f_preproc '{}' is not a global function of the server",
+                            options.f_preproc));
+          }
           auto evaluator = std::make_shared<TimeEvaluator>(e.function, d, options, runtime_);
           result.push_back(Function::from_packed(
               "time_evaluator:" + e.function.name(), [evaluator](const Any* args, int32_t n) {
@@ -321,79 +387,144 @@ class SessionServer {
 
   // Throws when holding `nbytes` more would pass the session's memory limit.
   void check_memory(uint64_t nbytes) const {
-    const uint64_t limit = state_.max_memory_bytes;
-    if (limit > 0 && (nbytes > limit || held_bytes_ > limit - nbytes)) {
+    if (!budget_->fits(nbytes)) {
       throw OutOfMemoryError(fmt::format(
           "allocating {} bytes would exceed the session's memory limit of {} bytes ({} held; the "
           "server's --max-session-memory)",
-          nbytes, limit, held_bytes_));
+          nbytes, budget_->limit(), budget_->used()));
     }
   }
 
-  // Counts `t`'s storage once more against the memory limit (adding its bytes the first time);
-  // throws OutOfMemoryError, counting nothing, when they would pass it.
-  const void* hold(const Tensor& t) {
-    const void* storage = storage_of(t);
-    auto it = held_.find(storage);
+  // Counts storage `c` once more against the memory limit: its bytes the first time (more if
+  // it shows a larger size than before). OutOfMemoryError, counting nothing, when they would
+  // pass the limit.
+  const void* hold(const StorageCharge& c) {
+    auto it = held_.find(c.key);
     if (it == held_.end()) {
-      const uint64_t bytes = t.dl()->byte_offset + t.nbytes();
-      check_memory(bytes);
-      it = held_.emplace(storage, Held{0, bytes}).first;
-      held_bytes_ += bytes;
+      budget_->charge(c.bytes, "holding");
+      it = held_.emplace(c.key, Held{0, c.bytes}).first;
+    } else if (c.bytes > it->second.bytes) {
+      budget_->charge(c.bytes - it->second.bytes, "holding");
+      it->second.bytes = c.bytes;
     }
     ++it->second.refs;
-    return storage;
+    return c.key;
   }
 
   // Undoes one hold() of `storage`.
   void release(const void* storage) {
     auto it = held_.find(storage);
     if (it != held_.end() && --it->second.refs == 0) {
-      held_bytes_ -= it->second.bytes;
+      budget_->refund(it->second.bytes);
       held_.erase(it);
     }
   }
 
-  // Every tensor that enters the handle table is counted against the memory limit by its
-  // storage, once, whoever allocated it (an Alloc, or a function that returned a tensor).
-  uint64_t add_buffer(const Tensor& t) {
-    const void* storage = hold(t);
-    try {
-      return add({.kind = Entry::Kind::kBuffer, .buffer = t, .storage = storage});
-    } catch (...) {
-      release(storage);
-      throw;
-    }
-  }
-
-  // An object (a VM tuple, nested tuples) is counted by every tensor inside it, as if each had
-  // been returned on its own.
-  uint64_t add_object(const Any& v) {
-    std::vector<Tensor> tensors;
-    collect_tensors(v, tensors, 0);
+  // Holds every storage of `charges`, all or none.
+  std::vector<const void*> hold_all(const std::vector<StorageCharge>& charges) {
     std::vector<const void*> held;
     try {
-      for (const Tensor& t : tensors) held.push_back(hold(t));
-      return add({.kind = Entry::Kind::kObject, .object = v, .contained = held});
+      for (const StorageCharge& c : charges) held.push_back(hold(c));
+    } catch (...) {
+      for (const void* storage : held) release(storage);
+      throw;
+    }
+    return held;
+  }
+
+  // Every tensor that enters the handle table is counted against the memory limit by its
+  // storage, once, by the storage's full size, whoever allocated it (an Alloc, or a function
+  // that returned a tensor or a view of any size into a larger storage).
+  uint64_t add_buffer(const Tensor& t) {
+    std::vector<const void*> held = hold_all({storage_of(t, budget_.get())});
+    try {
+      return add({.kind = Entry::Kind::kBuffer, .buffer = t, .storages = held});
     } catch (...) {
       for (const void* storage : held) release(storage);
       throw;
     }
   }
 
-  // The tensors inside `v`, through nested arrays (bounded: the VM makes them, not the network).
-  static void collect_tensors(const Any& v, std::vector<Tensor>& out, int depth) {
-    if (v.type_code() == KILN_TYPE_TENSOR) {
-      out.push_back(v.cast<Tensor>());
-    } else if (auto array = v.as_object<vm::ArrayObj>(); array && depth < 64) {
-      for (const Any& item : array->items) collect_tensors(item, out, depth + 1);
+  // An object is counted by every storage it keeps alive (collect_storages), as if each had
+  // been returned on its own; one the session cannot measure is refused (ValueError).
+  uint64_t add_object(const Any& v) {
+    std::vector<StorageCharge> charges;
+    std::unordered_set<const Object*> visited;
+    std::vector<size_t> path;
+    collect_storages(v, charges, visited, path);
+    std::vector<const void*> held = hold_all(charges);
+    try {
+      return add({.kind = Entry::Kind::kObject, .object = v, .storages = held});
+    } catch (...) {
+      for (const void* storage : held) release(storage);
+      throw;
     }
+  }
+
+  // "the returned value" or "element [1][0] of the returned value", for errors.
+  static std::string value_at(const std::vector<size_t>& path) {
+    if (path.empty()) return "the returned value";
+    std::string at = "element ";
+    for (size_t i : path) at += fmt::format("[{}]", i);
+    return at + " of the returned value";
+  }
+
+  // The storages `v` keeps alive, each time it refers to one: a tensor's (by its storage), a
+  // bare VM storage, and those inside VM tuples and closures (captured values, wrapped
+  // closures), nested; each tuple or closure is walked once (a program can share them into a
+  // DAG with exponentially many paths). Plain values, devices, functions and modules keep no
+  // storage of their own (a VM module's allocations are charged as its VM makes them).
+  // ValueError for what cannot cross the wire or cannot be measured: a raw pointer
+  // (KILN_TYPE_OPAQUE, such as the VM context), an object of another kind, a nesting past the
+  // VM's own limit. `path`: where in `v` the walk is, for errors.
+  void collect_storages(const Any& v, std::vector<StorageCharge>& out,
+                        std::unordered_set<const Object*>& visited, std::vector<size_t>& path) {
+    if (v.type_code() == KILN_TYPE_TENSOR) {
+      out.push_back(storage_of(v.cast<Tensor>(), budget_.get()));
+      return;
+    }
+    if (v.type_code() == KILN_TYPE_OPAQUE) throw_raw_pointer(path);
+    if (v.type_code() != kTypeObject) return;
+    const Object* o = v.object();
+    if (!visited.insert(o).second) return;
+    if (path.size() > static_cast<size_t>(vm::kMaxValueNesting)) {
+      throw ValueError(fmt::format(
+          "{} nests more than {} deep: the session cannot measure the memory it holds",
+          value_at(path), vm::kMaxValueNesting));
+    }
+    const auto walk = [&](const std::vector<Any>& items) {
+      for (size_t i = 0; i < items.size(); ++i) {
+        path.push_back(i);
+        collect_storages(items[i], out, visited, path);
+        path.pop_back();
+      }
+    };
+    if (const auto* storage = dynamic_cast<const vm::StorageObj*>(o)) {
+      out.push_back(
+          {storage, vm::charged_to(*storage, budget_.get()) ? 0 : uint64_t{storage->size()}});
+    } else if (const auto* array = dynamic_cast<const vm::ArrayObj*>(o)) {
+      walk(array->items);
+    } else if (const auto* closure = dynamic_cast<const vm::ClosureObj*>(o)) {
+      walk(closure->captured);
+      walk({closure->wrapped});
+    } else {
+      throw ValueError(fmt::format(
+          "{} is a {}, which cannot cross the wire: the session cannot measure the memory it "
+          "holds",
+          value_at(path), o->type_key()));
+    }
+  }
+
+  [[noreturn]] static void throw_raw_pointer(const std::vector<size_t>& path) {
+    throw ValueError(fmt::format(
+        "{} is a raw pointer (an opaque handle, such as the VM context %vm), which cannot cross "
+        "the wire: only objects the session holds do",
+        value_at(path)));
   }
 
   // Stops counting what `e` held (its handle is going).
   void forget(const Entry& e) {
-    if (e.kind == Entry::Kind::kBuffer) release(e.storage);
-    for (const void* storage : e.contained) release(storage);
+    for (const void* storage : e.storages) release(storage);
   }
 
   // The memory [offset, offset + n) of buffer `handle`, checked.
@@ -455,6 +586,8 @@ class SessionServer {
       case kTypeModule:
         return write_handle(w, Tag::kModule,
                             {.kind = Entry::Kind::kModule, .module = v.cast<Module>()});
+      case KILN_TYPE_OPAQUE:
+        throw_raw_pointer({});
       default:
         w.u8(static_cast<uint8_t>(Tag::kObject));
         w.u64(add_object(v));
@@ -645,12 +778,14 @@ class SessionServer {
                                        std::strerror(errno)));
       }
     } catch (const Error& e) {
-      error = e.what();
+      error = relative_paths(e.what());
       error_code = e.code();
     } catch (const sdk::Error& e) {
-      error = fmt::format("cannot write '{}' on the server: {}", relative, e.what());
+      error =
+          fmt::format("cannot write '{}' on the server: {}", relative, relative_paths(e.what()));
     } catch (const std::exception& e) {
-      error = e.what();
+      error =
+          fmt::format("cannot write '{}' on the server: {}", relative, relative_paths(e.what()));
     }
     std::vector<uint8_t>& chunk = staging_buffer();
     for (uint64_t done = 0; done < nbytes;) {
@@ -660,7 +795,8 @@ class SessionServer {
         try {
           file->write(chunk.data(), n);
         } catch (const sdk::Error& e) {
-          error = fmt::format("writing '{}' on the server failed: {}", relative, e.what());
+          error = fmt::format("writing '{}' on the server failed: {}", relative,
+                              relative_paths(e.what()));
         }
       }
       done += n;
@@ -669,7 +805,8 @@ class SessionServer {
       try {
         file->commit();
       } catch (const sdk::Error& e) {
-        error = fmt::format("cannot store '{}' on the server: {}", relative, e.what());
+        error =
+            fmt::format("cannot store '{}' on the server: {}", relative, relative_paths(e.what()));
       }
     }
     if (!error.empty()) {
@@ -685,13 +822,16 @@ class SessionServer {
     std::ifstream in;
     uint64_t size = 0;
     try {
-      const fs::path p = sandboxed_path(work_dir_, relative);
-      if (!fs::is_regular_file(p)) {
-        throw NotFoundError(fmt::format("no file '{}' in the session's work directory", relative));
-      }
-      size = fs::file_size(p);
-      in.open(p, std::ios::binary);
-      if (!in) throw RuntimeError(fmt::format("cannot read '{}' on the server", relative));
+      with_relative_paths([&] {
+        const fs::path p = sandboxed_path(work_dir_, relative);
+        if (!fs::is_regular_file(p)) {
+          throw NotFoundError(
+              fmt::format("no file '{}' in the session's work directory", relative));
+        }
+        size = fs::file_size(p);
+        in.open(p, std::ios::binary);
+        if (!in) throw RuntimeError(fmt::format("cannot read '{}' on the server", relative));
+      });
     } catch (const Error& e) {
       return send_exception(e.code(), e.what());
     }
@@ -746,12 +886,46 @@ class SessionServer {
     try {
       return runtime_.load_module(path, options);
     } catch (const Error& e) {
-      std::string message = e.what();
-      const std::string prefix = root.string() + "/";
-      for (auto at = message.find(prefix); at != std::string::npos; at = message.find(prefix)) {
-        message.erase(at, prefix.size());
+      throw_error(e.code(), relative_paths(e.what()));
+    }
+  }
+
+  // `message` without the work directory's absolute path: paths inside it read relative to it,
+  // the directory itself as ".". Errors a client sees tell nothing of where the server keeps
+  // its sessions.
+  std::string relative_paths(std::string message) const {
+    const std::string dir = work_dir_.string();
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{dir + "/", ""},
+                                   std::pair<std::string, std::string>{dir, "."}}) {
+      for (size_t at = message.find(from); at != std::string::npos;
+           at = message.find(from, at + to.size())) {
+        message.replace(at, from.size(), to);
       }
-      throw_error(e.code(), message);
+    }
+    return message;
+  }
+
+  // Runs `request`, the work of a file request; what it throws leaves with relative_paths()
+  // applied (filesystem and SDK errors, whose texts name absolute paths, included), as a typed
+  // Error with the same code. Errors that end the session pass unchanged.
+  template <typename Request>
+  void with_relative_paths(Request&& request) const {
+    try {
+      request();
+    } catch (const wire::ProtocolError&) {
+      throw;
+    } catch (const ConnectionError&) {
+      throw;
+    } catch (const Error& e) {
+      throw_error(e.code(), relative_paths(e.what()));
+    } catch (const sdk::Error& e) {
+      throw_error(e.code(), relative_paths(e.what()));
+    } catch (const fs::filesystem_error& e) {
+      throw_error(e.code() == std::errc::no_such_file_or_directory ? KILN_ERROR_NOT_FOUND
+                                                                   : KILN_ERROR_RUNTIME,
+                  relative_paths(e.what()));
+    } catch (const std::exception& e) {
+      throw RuntimeError(relative_paths(e.what()));
     }
   }
 
@@ -766,7 +940,11 @@ class SessionServer {
     uint64_t bytes = 0;  // counted for it
   };
   std::unordered_map<const void*, Held> held_;  // by storage
-  uint64_t held_bytes_ = 0;                     // the sum of held_'s bytes
+  // What the session's memory is charged to: held_'s bytes, and every allocation of the VMs
+  // made in the session's calls (installed on this thread while the session is served).
+  std::shared_ptr<vm::MemoryBudget> budget_ = std::make_shared<vm::MemoryBudget>(
+      state_.max_memory_bytes, "the server's --max-session-memory");
+  vm::ScopedMemoryBudget budget_scope_{budget_};
   uint64_t uploaded_bytes_ = 0;
   std::vector<uint8_t> body_;
   std::vector<uint8_t> reply_;
@@ -775,21 +953,32 @@ class SessionServer {
 
 }  // namespace
 
-bool call_cancelled() { return t_cancelled != nullptr && t_cancelled->load(); }
+bool call_cancelled() { return detail::cancellation_requested(); }
 
-void serve_session(SessionState& state, const fs::path& parent, Runtime& runtime) {
+fs::path make_session_directory(const fs::path& parent) {
+  // mkdtemp: a fresh directory nobody else has (another server sharing --work-dir, files a
+  // crashed server left, a planted link), 0700.
+  std::string pattern = (parent / "session-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw RuntimeError(fmt::format("cannot create a session directory in {}: {}", parent.string(),
+                                   std::strerror(errno)));
+  }
+  return fs::canonical(pattern);
+}
+
+void remove_session_directory(const fs::path& work_dir) noexcept {
+  std::error_code ec;
+  fs::remove_all(work_dir, ec);  // does not follow links inside
+  if (ec) {
+    log(LogLevel::kWarn, "rpc",
+        fmt::format("cannot remove the work directory {}: {}", work_dir.string(), ec.message()));
+  }
+}
+
+void serve_session_in(SessionState& state, const fs::path& work_dir, Runtime& runtime) {
   std::string why;
-  fs::path work_dir;
   try {
-    // mkdtemp: a fresh directory nobody else has (another server sharing --work-dir, files a
-    // crashed server left, a planted link), 0700.
-    std::string pattern = (parent / "session-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw RuntimeError(fmt::format("cannot create a session directory in {}: {}", parent.string(),
-                                     std::strerror(errno)));
-    }
-    work_dir = pattern;
-    SessionServer server(state, fs::canonical(work_dir), runtime);
+    SessionServer server(state, work_dir, runtime);
     why = server.serve();
   } catch (const wire::ProtocolError& e) {
     why = fmt::format("protocol error: {}", e.what());
@@ -798,18 +987,47 @@ void serve_session(SessionState& state, const fs::path& parent, Runtime& runtime
   } catch (const std::exception& e) {
     why = e.what();
   }
-  t_cancelled = nullptr;
   if (state.timed_out) why = fmt::format("session timeout ({} s)", state.timeout_s);
-  if (!work_dir.empty()) {
-    std::error_code ec;
-    fs::remove_all(work_dir, ec);
-    if (ec) {
-      log(LogLevel::kWarn, "rpc",
-          fmt::format("cannot remove the work directory {}: {}", work_dir.string(), ec.message()));
-    }
-  }
   log(LogLevel::kInfo, "rpc",
       fmt::format("session {} with {} ended: {}", state.id, state.conn->peer(), why));
+}
+
+void serve_session(SessionState& state, const fs::path& parent, Runtime& runtime) {
+  fs::path work_dir;
+  try {
+    work_dir = make_session_directory(parent);
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarn, "rpc",
+        fmt::format("session {} with {} not served: {}", state.id, state.conn->peer(), e.what()));
+    return;
+  }
+  serve_session_in(state, work_dir, runtime);
+  remove_session_directory(work_dir);
+}
+
+void expire_session(SessionState& state) {
+  state.timed_out = true;
+  state.cancelled = true;
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.i32(kErrorCodeRpcSessionTimeout);
+  w.str(
+      fmt::format("RPCSessionTimeoutError: Your {}s session has expired, try to increase the "
+                  "\"session_timeout\" value.",
+                  state.timeout_s));
+  // A reply being written finishes first; one stuck for a second is cut off.
+  for (int i = 0; i < 100; ++i) {
+    if (state.write_mu.try_lock()) {
+      try {
+        state.conn->write_frame(wire::Code::kException, body);
+      } catch (const std::exception&) {
+      }
+      state.write_mu.unlock();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  state.conn->shutdown();
 }
 
 }  // namespace kiln::rpc

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -14,6 +15,8 @@
 #include "rpc/connection.h"
 
 namespace kiln::rpc {
+
+class SessionProcess;
 
 // What the server and the session thread share about one session.
 struct SessionState {
@@ -42,14 +45,31 @@ struct SessionState {
   std::string peer_ip;
   bool in_handshake = false;
   std::chrono::steady_clock::time_point handshake_started{};
+  // Process isolation: the session's worker while it runs (server side, under its mutex).
+  std::shared_ptr<SessionProcess> worker;
 };
 
 // Serves requests on `state.conn` until Shutdown, a closed connection, a protocol error or
 // the session timeout. Never throws; logs why the session ended. The session's work
-// directory is created here, unique (mkdtemp under `parent`, mode 0700, never an existing
-// one), and removed with every handle before it returns. Does not close the connection: the
-// caller frees the session's slot first, then closes it (a client's close() waits for that).
+// directory is created here, unique (make_session_directory), and removed with every handle
+// before it returns. Does not close the connection: the caller frees the session's slot
+// first, then closes it (a client's close() waits for that).
 void serve_session(SessionState& state, const std::filesystem::path& parent, Runtime& runtime);
+// The same in the existing directory `work_dir` (canonical), which stays (a session worker:
+// its server removes the directory once the worker is gone, crashed or not).
+void serve_session_in(SessionState& state, const std::filesystem::path& work_dir,
+                      Runtime& runtime);
+
+// A new session directory in `parent`: unique (mkdtemp, never an existing one), mode 0700,
+// canonical. Throws RuntimeError naming `parent`.
+std::filesystem::path make_session_directory(const std::filesystem::path& parent);
+// Removes it with everything inside (never following links); logs a failure.
+void remove_session_directory(const std::filesystem::path& work_dir) noexcept;
+
+// Ends `state` at its deadline: marks it timed out and cancelled, tells the client why (TVM's
+// RPCSessionTimeoutError text; a reply being written finishes first, one stuck for a second is
+// cut off), then shuts the connection down.
+void expire_session(SessionState& state);
 
 // Whether the session whose call runs on this thread must end (its timeout passed or the
 // server is stopping). Long-running functions registered for sessions poll it. False outside

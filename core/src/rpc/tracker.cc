@@ -1,12 +1,15 @@
 // The tracker (SPEC.md §4.5, docs/tracker.md): one io_context on its own thread serves every
-// connection with asynchronous reads; all tracker state lives on that thread.
+// connection with asynchronous reads; all tracker state lives on that thread. With a tracker
+// token every connection is a TLS 1.3 stream keyed by it (rpc/tls_psk.h) before the magic.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +23,8 @@
 #include "kiln/logging.h"
 #include "kiln/rpc/tracker.h"
 #include "rpc/listen.h"
+#include "rpc/log_throttle.h"
+#include "rpc/tls_psk.h"
 #include "rpc/tracker_wire.h"
 
 namespace kiln::rpc {
@@ -28,6 +33,8 @@ namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using TlsStream = asio::ssl::stream<tcp::socket>;
 using tracker_wire::dumps;
 using tracker_wire::frame;
 using tracker_wire::Json;
@@ -43,6 +50,14 @@ constexpr size_t kMaxHeldBytesPerConnection = 1 << 20;
 // What SUMMARY lists (queue keys and server infos), in bytes: its reply must fit one message
 // (kMaxTrackerMessageBytes) or every client's SUMMARY fails.
 constexpr size_t kMaxSummaryBytes = 768 * 1024;
+// The part of it one peer address may take (1/12): room for 256 servers (the default
+// per-address connection bound) with infos and keys of ~120 bytes each, while one address
+// cannot fill SUMMARY and lock new keys out for everyone.
+constexpr size_t kMaxSummaryBytesPerAddress = 64 * 1024;
+// One peer address may hold at most 1/8 of the tracker's held bytes and free values (but no
+// less than one connection's own bound): a legitimate host runs a handful of servers, and an
+// address flooding PUTs or REQUESTs over many connections leaves the rest to everyone else.
+constexpr size_t kAddressShareDivisor = 8;
 // Bytes one queue adds to SUMMARY besides its key: `"": {"free": n, "pending": m}, `.
 constexpr size_t kQueueSummaryOverhead = 64;
 // Bookkeeping per value or request besides its strings.
@@ -89,7 +104,8 @@ struct Connection;
 // One free resource: TVM's (conn, host, port, matchkey).
 struct Value {
   std::weak_ptr<Connection> owner;
-  std::string key;  // the key it was PUT under
+  std::string owner_ip;  // the address its bytes are charged to (AddressUsage)
+  std::string key;       // the key it was PUT under
   Json host;
   Json port;
   std::string matchkey;
@@ -103,6 +119,7 @@ struct Request {
   double priority = 0;
   std::string key;
   std::weak_ptr<Connection> conn;
+  std::string conn_ip;                        // the address its bytes are charged to (AddressUsage)
   std::unique_ptr<asio::steady_timer> timer;  // the wait bound, when given
   double wait_s = 0;
   bool active = true;
@@ -115,11 +132,27 @@ using RequestOrder = std::pair<double, uint64_t>;  // (-priority, seq)
 struct Scheduler {
   std::deque<std::shared_ptr<Value>> values;                  // FIFO
   std::map<RequestOrder, std::shared_ptr<Request>> requests;  // best first
+  std::string creator_ip;  // its key's SUMMARY bytes are charged to this address
+};
+
+// What one peer address holds, over all its connections (and the free values and queues that
+// outlived them): the shares that keep one address from exhausting a bound for everyone.
+struct AddressUsage {
+  size_t connections = 0;
+  size_t summary_bytes = 0;  // infos of its connections and queue keys it created
+  size_t held_bytes = 0;     // Value::bytes and Request::bytes charged to it
+  size_t free_values = 0;    // its free values in the queues
+  bool unused() const {
+    return connections == 0 && summary_bytes == 0 && held_bytes == 0 && free_values == 0;
+  }
 };
 
 struct Connection {
   explicit Connection(tcp::socket s) : socket(std::move(s)) {}
+  // The connection's socket; with a tracker token the TLS stream takes it over (transport()).
   tcp::socket socket;
+  std::unique_ptr<TlsStream> tls;
+  tcp::socket& transport() { return tls ? tls->next_layer() : socket; }
   uint64_t id = 0;
   std::string peer_ip;
   std::string name;  // "ip:port"
@@ -138,15 +171,52 @@ struct Connection {
   size_t info_bytes = 0;  // of `info` as JSON text, charged to Impl::summary_bytes
   bool greeted = false;   // it sent the magic and a first complete message
   std::unique_ptr<asio::steady_timer> handshake_timer;
+  bool sent_put = false;                         // a server: exempt from the idle deadline
+  Clock::time_point last_active;                 // when its last complete message arrived
+  std::list<Connection*>::iterator by_activity;  // its place in Impl::by_activity
 
   bool is_server() const { return info.contains("key"); }
+  // Whether closing it would take something from a peer that waits on the tracker: free
+  // servers it offers, or requests waiting for one.
+  bool holds_resources() const { return !free_values.empty() || !requests.empty(); }
 };
+
+// The stream a connection reads and writes: its TLS stream when the tracker has a token,
+// else its socket.
+template <typename Buffers, typename Handler>
+void read_exactly(Connection& c, const Buffers& buffers, Handler&& handler) {
+  if (c.tls) {
+    asio::async_read(*c.tls, buffers, std::forward<Handler>(handler));
+  } else {
+    asio::async_read(c.socket, buffers, std::forward<Handler>(handler));
+  }
+}
+template <typename Buffers, typename Handler>
+void read_some(Connection& c, const Buffers& buffers, Handler&& handler) {
+  if (c.tls) {
+    c.tls->async_read_some(buffers, std::forward<Handler>(handler));
+  } else {
+    c.socket.async_read_some(buffers, std::forward<Handler>(handler));
+  }
+}
+template <typename Buffers, typename Handler>
+void write_all(Connection& c, const Buffers& buffers, Handler&& handler) {
+  if (c.tls) {
+    asio::async_write(*c.tls, buffers, std::forward<Handler>(handler));
+  } else {
+    asio::async_write(c.socket, buffers, std::forward<Handler>(handler));
+  }
+}
 
 }  // namespace
 
 struct Tracker::Impl {
   // Declared first so that it is destroyed last: everything below may hold its objects.
   asio::io_context io;
+  // The tracker token's key and the TLS context built on it (null without a token); before
+  // the connections, whose TLS streams use them.
+  std::unique_ptr<tls::Context> tls_keys;
+  std::unique_ptr<asio::ssl::context> tls_context;
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_retry{io};
   TrackerOptions options;
@@ -161,17 +231,26 @@ struct Tracker::Impl {
   // State of the io thread only.
   bool stopping = false;
   std::map<uint64_t, std::shared_ptr<Connection>> connections;  // by arrival
-  std::vector<std::string> key_order;                           // schedulers, by creation
+  std::list<Connection*> by_activity;  // open connections, least recently active first
+  asio::steady_timer idle_sweep{io};
+  std::vector<std::string> key_order;  // schedulers, by creation
   std::unordered_map<std::string, std::unique_ptr<Scheduler>> schedulers;
   uint64_t next_connection_id = 0;
   uint64_t next_request_seq = 0;
   size_t total_free_values = 0;
   size_t held_bytes = 0;     // Value::bytes and Request::bytes of everything held
   size_t summary_bytes = 0;  // queue keys and infos: what SUMMARY will list
-  std::unordered_map<std::string, size_t> per_address;  // open connections by peer IP
+  std::unordered_map<std::string, AddressUsage> per_address;  // by peer IP
   // Free values whose connection left without sending UPDATE_INFO (they stay, as in TVM),
   // oldest first: the first to go when the tracker is full.
   std::deque<std::weak_ptr<Value>> orphans;
+  // Events any peer can provoke at will are logged rate-limited (a flood must not flood the
+  // log): refused connections and handshakes, connections closed to make room or for going
+  // idle, and peers closed for what they sent.
+  LogThrottle refusals{LogLevel::kWarn, "tracker", "refused connections"};
+  LogThrottle evictions{LogLevel::kWarn, "tracker", "connections closed to make room"};
+  LogThrottle idle_closes{LogLevel::kInfo, "tracker", "idle connections closed"};
+  LogThrottle peer_warnings{LogLevel::kWarn, "tracker", "connections closed for what they sent"};
 
   void bind();
   void run();
@@ -182,6 +261,10 @@ struct Tracker::Impl {
     asio::post(io, [this] { do_stop(); });
   }
   void start(tcp::socket socket);
+  // With a tracker token: waits for the peer's first byte, then runs the TLS handshake (a
+  // peer that does not start one is told that a token is required).
+  void await_tls(const std::shared_ptr<Connection>& c);
+  void start_tls(const std::shared_ptr<Connection>& c);
   void read_magic(const std::shared_ptr<Connection>& c);
   void read_header(const std::shared_ptr<Connection>& c);
   void read_body(const std::shared_ptr<Connection>& c);
@@ -191,8 +274,40 @@ struct Tracker::Impl {
     return send(c, frame(dumps(value)));
   }
   void write_more(const std::shared_ptr<Connection>& c);
+  // Closes `c`, logging `why` at `level` (warnings rate-limited: peer_warnings), or through
+  // `throttle`.
   void close(const std::shared_ptr<Connection>& c, LogLevel level, const std::string& why);
-  Scheduler& scheduler(const std::string& key);
+  void close(const std::shared_ptr<Connection>& c, LogThrottle& throttle, const std::string& why);
+  void close_quietly(const std::shared_ptr<Connection>& c);
+  // A complete message arrived from `c`: it moves to the back of by_activity.
+  void touch(Connection& c);
+  // The connection to close for a new one when the table (or the descriptors) ran out: the
+  // least recently active one that holds no free servers and no waiting requests, clients
+  // before servers; null when every connection holds something.
+  std::shared_ptr<Connection> idle_victim();
+  // Closes connections idle for longer than options.idle_timeout that are neither servers
+  // (they sent PUT) nor waiting for a server; then runs again after a while.
+  void sweep_idle();
+  void schedule_idle_sweep();
+  AddressUsage* usage_of(const std::string& ip);
+  // Forgets `ip`'s entry once it holds nothing.
+  void tidy_usage(const std::string& ip);
+  size_t address_held_limit() const {
+    return std::max(options.max_held_bytes / kAddressShareDivisor, kMaxHeldBytesPerConnection);
+  }
+  size_t address_free_values_limit() const {
+    return std::max(options.max_free_values / kAddressShareDivisor, kMaxFreeValuesPerConnection);
+  }
+  // Changes what `ip` adds to SUMMARY from `old_bytes` to `new_bytes` (a queue key: 0 to its
+  // cost; an info: its old size to its new one); BadMessage when the tracker's or the
+  // address's share would be passed even after dropping empty queues.
+  void charge_summary(const std::string& ip, size_t old_bytes, size_t new_bytes);
+  // Drops free values whose server left (from `only_ip` when given), oldest first, until
+  // `fits()` holds or none is left.
+  template <typename Fits>
+  void drop_orphans_until(Fits fits, const std::string* only_ip);
+  // The queue of `key`, created for `c` (its address pays for the key in SUMMARY) when new.
+  Scheduler& scheduler(const std::string& key, const Connection& c);
   Scheduler* find_scheduler(const std::string& key);
   void schedule(const std::string& key);
   void remove_request(const std::shared_ptr<Request>& r);
@@ -266,9 +381,25 @@ void Tracker::Impl::run() {
 void Tracker::Impl::do_accept() {
   acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
     if (stopping || ec == asio::error::operation_aborted) return;
+    if (ec == boost::system::errc::too_many_files_open ||
+        ec == boost::system::errc::too_many_files_open_in_system) {
+      // Out of descriptors: idle connections must not lock new ones out (they would sit in
+      // the backlog), so the longest idle one makes room, as when the table is full.
+      if (const auto victim = idle_victim()) {
+        close(victim, evictions,
+              fmt::format("out of file descriptors ({}): closing {}, idle for {} s, to accept a "
+                          "new connection",
+                          ec.message(), victim->name,
+                          std::chrono::duration_cast<std::chrono::seconds>(Clock::now() -
+                                                                           victim->last_active)
+                              .count()));
+        do_accept();
+        return;
+      }
+    }
     if (ec) {
       // E.g. out of file descriptors: try again shortly instead of spinning.
-      warn(fmt::format("accept failed: {}", ec.message()));
+      refusals.log(fmt::format("accept failed: {}", ec.message()));
       accept_retry.expires_after(std::chrono::milliseconds(100));
       accept_retry.async_wait([this](const boost::system::error_code& e) {
         if (!e && !stopping) do_accept();
@@ -295,32 +426,32 @@ void Tracker::Impl::start(tcp::socket socket) {
   const std::string ip = address.to_string();
   const std::string name = fmt::format("{}:{}", ip, peer.port());
   // find(), not []: a refused address must not leave an entry behind.
-  const auto open_here = per_address.find(ip);
-  if (open_here != per_address.end() && open_here->second >= options.max_connections_per_address) {
-    warn(fmt::format("refusing {}: {} connections from {} are open (the per-address limit)", name,
-                     open_here->second, ip));
+  const AddressUsage* here = usage_of(ip);
+  if (here != nullptr && here->connections >= options.max_connections_per_address) {
+    refusals.log(fmt::format("refusing {}: {} connections from {} are open (the per-address limit)",
+                             name, here->connections, ip));
     socket.close(ec);
     return;
   }
   if (connections.size() >= options.max_connections) {
-    // Make room by closing the oldest connection that has not said anything yet: a client
-    // that talks at once gets in even when idle peers have filled the tracker.
-    std::shared_ptr<Connection> idle;
-    for (const auto& [id, other] : connections) {
-      if (!other->greeted) {
-        idle = other;
-        break;
-      }
-    }
+    // Make room by closing the connection idle the longest that holds nothing others wait
+    // for: idle peers, however many addresses they come from, cannot lock out a client.
+    const std::shared_ptr<Connection> idle = idle_victim();
     if (!idle) {
-      warn(fmt::format("refusing {}: {} connections are open", name, connections.size()));
+      refusals.log(fmt::format(
+          "refusing {}: {} connections are open and each holds free servers or waiting requests",
+          name, connections.size()));
       socket.close(ec);
       return;
     }
-    close(idle, LogLevel::kWarn,
-          fmt::format("{} connections are open: closing {}, which has not completed its "
-                      "handshake, to make room for {}",
-                      connections.size(), idle->name, name));
+    close(idle, evictions,
+          fmt::format(
+              "{} connections are open: closing {}, idle for {} s (the longest), to make "
+              "room for {}",
+              connections.size(), idle->name,
+              std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - idle->last_active)
+                  .count(),
+              name));
   }
   auto c = std::make_shared<Connection>(std::move(socket));
   c->id = next_connection_id++;
@@ -328,8 +459,10 @@ void Tracker::Impl::start(tcp::socket socket) {
   c->name = name;
   c->socket.non_blocking(true, ec);
   c->socket.set_option(tcp::no_delay(true), ec);
+  c->last_active = Clock::now();
   connections[c->id] = c;
-  ++per_address[ip];
+  c->by_activity = by_activity.insert(by_activity.end(), c.get());
+  ++per_address[ip].connections;
   c->handshake_timer = std::make_unique<asio::steady_timer>(io);
   c->handshake_timer->expires_after(options.handshake_timeout);
   std::weak_ptr<Connection> weak = c;
@@ -337,54 +470,119 @@ void Tracker::Impl::start(tcp::socket socket) {
     if (e || stopping) return;
     const auto conn = weak.lock();
     if (!conn || !conn->open || conn->greeted) return;
-    close(conn, LogLevel::kWarn,
-          fmt::format("{} sent no magic and first message within the handshake deadline of {} "
+    close(conn, peer_warnings,
+          fmt::format("{} sent no {}magic and first message within the handshake deadline of {} "
                       "ms; closing it",
-                      conn->name, options.handshake_timeout.count()));
+                      conn->name, tls_context ? "TLS handshake, " : "",
+                      options.handshake_timeout.count()));
   });
   debug(fmt::format("connection from {}", c->name));
-  read_magic(c);
+  if (tls_context) {
+    await_tls(c);
+  } else {
+    read_magic(c);
+  }
+}
+
+void Tracker::Impl::await_tls(const std::shared_ptr<Connection>& c) {
+  c->socket.async_wait(tcp::socket::wait_read, [this, c](const boost::system::error_code& ec) {
+    if (!c->open) return;
+    if (ec) {
+      close(c, LogLevel::kDebug, fmt::format("{} closed before the TLS handshake", c->name));
+      return;
+    }
+    guarded(c, [&] { start_tls(c); });
+  });
+}
+
+void Tracker::Impl::start_tls(const std::shared_ptr<Connection>& c) {
+  unsigned char first = 0;
+  boost::system::error_code ec;
+  // Peeked, not read: the TLS stream must see it.
+  const size_t n = c->socket.receive(asio::buffer(&first, 1), tcp::socket::message_peek, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    await_tls(c);
+    return;
+  }
+  if (ec || n == 0) {
+    close(c, LogLevel::kDebug, fmt::format("{} closed before the TLS handshake", c->name));
+    return;
+  }
+  if (!tls::starts_tls(first)) {
+    // A peer without the token (TVM's clients and servers, Kiln's without
+    // --tracker-token-file) sends the magic: say in plain text why it is refused. Its bytes are
+    // read first, so that the close is a FIN after the reply rather than a reset that could
+    // discard it.
+    char scratch[256];
+    (void)c->socket.receive(asio::buffer(scratch), 0, ec);
+    const std::string reply = tracker_wire::kTokenRequiredReply;
+    (void)c->socket.send(asio::buffer(reply), 0, ec);
+    close(c, refusals,
+          fmt::format("refused {}: it did not start a TLS handshake, and this tracker requires "
+                      "the tracker token (a client or server without --tracker-token-file, or "
+                      "TVM's)",
+                      c->name));
+    return;
+  }
+  c->tls = std::make_unique<TlsStream>(std::move(c->socket), *tls_context);
+  c->tls->async_handshake(asio::ssl::stream_base::server,
+                          [this, c](const boost::system::error_code& e) {
+                            if (!c->open) return;
+                            if (e) {
+                              close(c, refusals,
+                                    fmt::format("refused {}: the TLS handshake keyed by the "
+                                                "tracker token failed ({}): it does not hold the "
+                                                "token, or gave up",
+                                                c->name, e.message()));
+                              return;
+                            }
+                            read_magic(c);
+                          });
 }
 
 void Tracker::Impl::read_magic(const std::shared_ptr<Connection>& c) {
-  asio::async_read(
-      c->socket, asio::buffer(c->header), [this, c](const boost::system::error_code& ec, size_t) {
-        if (!c->open) return;
-        if (ec) {
-          close(c, LogLevel::kDebug, fmt::format("{} closed before the handshake", c->name));
-          return;
-        }
-        guarded(c, [&] {
-          if (tracker_wire::decode_int32(c->header) != kTrackerMagic) {
-            close(c, LogLevel::kWarn, fmt::format("Invalid magic from {}", c->name));
-            return;
-          }
-          if (send(c, tracker_wire::encode_int32(kTrackerMagic))) read_header(c);
-        });
-      });
+  read_exactly(*c, asio::buffer(c->header), [this, c](const boost::system::error_code& ec, size_t) {
+    if (!c->open) return;
+    if (ec) {
+      close(c, LogLevel::kDebug, fmt::format("{} closed before the handshake", c->name));
+      return;
+    }
+    guarded(c, [&] {
+      if (tracker_wire::decode_int32(c->header) != kTrackerMagic) {
+        close(c, refusals,
+              tls::starts_tls(c->header[0]) && !c->tls
+                  ? fmt::format("Invalid magic from {}: it starts a TLS handshake (a client "
+                                "or server with a tracker token), and this tracker has no "
+                                "token (--token-file)",
+                                c->name)
+                  : fmt::format("Invalid magic from {}", c->name));
+        return;
+      }
+      if (send(c, tracker_wire::encode_int32(kTrackerMagic))) read_header(c);
+    });
+  });
 }
 
 void Tracker::Impl::read_header(const std::shared_ptr<Connection>& c) {
-  asio::async_read(
-      c->socket, asio::buffer(c->header), [this, c](const boost::system::error_code& ec, size_t) {
-        if (!c->open) return;
-        if (ec) {
-          close(c, LogLevel::kDebug, fmt::format("{} closed the connection", c->name));
-          return;
-        }
-        const int32_t size = tracker_wire::decode_int32(c->header);
-        if (size <= 0 || size > kMaxTrackerMessageBytes) {
-          close(c, LogLevel::kWarn,
-                fmt::format("Invalid msg_size {} from {} (must be in [1, {}]); closing it", size,
-                            c->name, kMaxTrackerMessageBytes));
-          return;
-        }
-        guarded(c, [&] {
-          c->body.clear();
-          c->body_size = static_cast<size_t>(size);
-          read_body(c);
-        });
-      });
+  read_exactly(*c, asio::buffer(c->header), [this, c](const boost::system::error_code& ec, size_t) {
+    if (!c->open) return;
+    if (ec) {
+      close(c, LogLevel::kDebug, fmt::format("{} closed the connection", c->name));
+      return;
+    }
+    const int32_t size = tracker_wire::decode_int32(c->header);
+    if (size <= 0 || size > kMaxTrackerMessageBytes) {
+      close(c, LogLevel::kWarn,
+            fmt::format("Invalid msg_size {} from {} (must be in [1, {}]); closing it", size,
+                        c->name, kMaxTrackerMessageBytes));
+      return;
+    }
+    guarded(c, [&] {
+      c->body.clear();
+      c->body_size = static_cast<size_t>(size);
+      read_body(c);
+    });
+  });
 }
 
 void Tracker::Impl::read_body(const std::shared_ptr<Connection>& c) {
@@ -393,30 +591,31 @@ void Tracker::Impl::read_body(const std::shared_ptr<Connection>& c) {
   const size_t have = c->body.size();
   const size_t chunk = std::min(c->body_size - have, kReadChunkBytes);
   c->body.resize(have + chunk);
-  c->socket.async_read_some(asio::buffer(c->body.data() + have, chunk),
-                            [this, c, have](const boost::system::error_code& ec, size_t n) {
-                              if (!c->open) return;
-                              if (ec) {
-                                close(c, LogLevel::kDebug,
-                                      fmt::format("{} closed the connection mid-message", c->name));
-                                return;
-                              }
-                              c->body.resize(have + n);
-                              if (c->body.size() < c->body_size) {
-                                guarded(c, [&] { read_body(c); });
-                                return;
-                              }
-                              std::string text;
-                              text.swap(c->body);
-                              guarded(c, [&] { handle(c, text); });
-                              if (c->open && !stopping) read_header(c);
-                            });
+  read_some(*c, asio::buffer(c->body.data() + have, chunk),
+            [this, c, have](const boost::system::error_code& ec, size_t n) {
+              if (!c->open) return;
+              if (ec) {
+                close(c, LogLevel::kDebug,
+                      fmt::format("{} closed the connection mid-message", c->name));
+                return;
+              }
+              c->body.resize(have + n);
+              if (c->body.size() < c->body_size) {
+                guarded(c, [&] { read_body(c); });
+                return;
+              }
+              std::string text;
+              text.swap(c->body);
+              guarded(c, [&] { handle(c, text); });
+              if (c->open && !stopping) read_header(c);
+            });
 }
 
 bool Tracker::Impl::send(const std::shared_ptr<Connection>& c, const std::string& bytes) {
   if (!c->open) return false;
   size_t sent = 0;
-  if (!c->writing) {
+  if (!c->writing && !c->tls) {  // TLS records go through the stream
+
     boost::system::error_code ec;
     sent = c->socket.send(asio::buffer(bytes), 0, ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
@@ -441,39 +640,56 @@ bool Tracker::Impl::send(const std::shared_ptr<Connection>& c, const std::string
 
 void Tracker::Impl::write_more(const std::shared_ptr<Connection>& c) {
   c->writing = true;
-  asio::async_write(c->socket, asio::buffer(c->out.front()),
-                    [this, c](const boost::system::error_code& ec, size_t n) {
-                      if (!c->open) return;
-                      if (ec) {
-                        close(c, LogLevel::kDebug,
-                              fmt::format("sending to {} failed: {}", c->name, ec.message()));
-                        return;
-                      }
-                      c->out_bytes -= n;
-                      c->out.pop_front();
-                      if (!c->out.empty()) {
-                        write_more(c);
-                        return;
-                      }
-                      c->writing = false;
-                      if (c->stop_after_flush) post_stop();
-                    });
+  write_all(*c, asio::buffer(c->out.front()),
+            [this, c](const boost::system::error_code& ec, size_t n) {
+              if (!c->open) return;
+              if (ec) {
+                close(c, LogLevel::kDebug,
+                      fmt::format("sending to {} failed: {}", c->name, ec.message()));
+                return;
+              }
+              c->out_bytes -= n;
+              c->out.pop_front();
+              if (!c->out.empty()) {
+                write_more(c);
+                return;
+              }
+              c->writing = false;
+              if (c->stop_after_flush) post_stop();
+            });
 }
 
 void Tracker::Impl::close(const std::shared_ptr<Connection>& c, LogLevel level,
                           const std::string& why) {
   if (!c->open) return;
+  if (level == LogLevel::kWarn) {
+    peer_warnings.log(why);  // a peer can provoke these at will
+  } else {
+    log(level, "tracker", why);
+  }
+  close_quietly(c);
+}
+
+void Tracker::Impl::close(const std::shared_ptr<Connection>& c, LogThrottle& throttle,
+                          const std::string& why) {
+  if (!c->open) return;
+  throttle.log(why);
+  close_quietly(c);
+}
+
+void Tracker::Impl::close_quietly(const std::shared_ptr<Connection>& c) {
+  if (!c->open) return;
   c->open = false;
-  log(level, "tracker", why);
   boost::system::error_code ec;
-  c->socket.shutdown(tcp::socket::shutdown_both, ec);
-  c->socket.close(ec);
+  c->transport().shutdown(tcp::socket::shutdown_both, ec);
+  c->transport().close(ec);
   if (c->handshake_timer) c->handshake_timer->cancel();
   if (connections.erase(c->id) > 0) {
-    auto it = per_address.find(c->peer_ip);
-    if (it != per_address.end() && --it->second == 0) per_address.erase(it);
+    by_activity.erase(c->by_activity);
+    if (AddressUsage* u = usage_of(c->peer_ip)) --u->connections;
   }
   summary_bytes -= c->info_bytes;
+  if (AddressUsage* u = usage_of(c->peer_ip)) u->summary_bytes -= c->info_bytes;
   c->info_bytes = 0;
   // Its waiting requests go at once.
   auto requests = std::move(c->requests);
@@ -492,7 +708,125 @@ void Tracker::Impl::close(const std::shared_ptr<Connection>& c, LogLevel level,
     // Handed out since: at most max_free_values of them are still free.
     std::erase_if(orphans, [](const std::weak_ptr<Value>& w) { return w.expired(); });
   }
+  tidy_usage(c->peer_ip);
   if (c->stop_after_flush) post_stop();
+}
+
+void Tracker::Impl::touch(Connection& c) {
+  c.last_active = Clock::now();
+  by_activity.splice(by_activity.end(), by_activity, c.by_activity);
+}
+
+std::shared_ptr<Connection> Tracker::Impl::idle_victim() {
+  // Clients (and peers still in their handshake) first: a server that sent PUT and holds no
+  // free value is serving a session and will PUT again.
+  for (const bool servers_too : {false, true}) {
+    for (Connection* c : by_activity) {
+      if (c->holds_resources() || (c->sent_put && !servers_too)) continue;
+      return connections.at(c->id);
+    }
+  }
+  return nullptr;
+}
+
+void Tracker::Impl::sweep_idle() {
+  const auto now = Clock::now();
+  std::vector<std::shared_ptr<Connection>> idle;
+  for (Connection* c : by_activity) {
+    if (now - c->last_active < options.idle_timeout) break;  // the rest are more recent
+    if (c->sent_put || !c->requests.empty()) continue;       // servers and waiting clients
+    idle.push_back(connections.at(c->id));
+  }
+  for (const auto& c : idle) {
+    close(c, idle_closes,
+          fmt::format("{} sent nothing for {} ms and neither serves nor waits (the idle deadline); "
+                      "closing it",
+                      c->name, options.idle_timeout.count()));
+  }
+}
+
+void Tracker::Impl::schedule_idle_sweep() {
+  if (options.idle_timeout.count() <= 0) return;  // no idle deadline
+  // A quarter of the deadline (at most 1 s): an idle connection goes within 1.25 deadlines.
+  const auto period = std::clamp<std::chrono::milliseconds>(
+      options.idle_timeout / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  idle_sweep.expires_after(period);
+  idle_sweep.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopping) return;
+    try {
+      sweep_idle();
+    } catch (const std::exception& e) {
+      log(LogLevel::kError, "tracker", fmt::format("idle sweep failed: {}", e.what()));
+    }
+    schedule_idle_sweep();
+  });
+}
+
+AddressUsage* Tracker::Impl::usage_of(const std::string& ip) {
+  const auto it = per_address.find(ip);
+  return it == per_address.end() ? nullptr : &it->second;
+}
+
+void Tracker::Impl::tidy_usage(const std::string& ip) {
+  const auto it = per_address.find(ip);
+  if (it != per_address.end() && it->second.unused()) per_address.erase(it);
+}
+
+void Tracker::Impl::charge_summary(const std::string& ip, size_t old_bytes, size_t new_bytes) {
+  if (new_bytes <= old_bytes) {
+    summary_bytes -= old_bytes - new_bytes;
+    per_address[ip].summary_bytes -= old_bytes - new_bytes;
+    tidy_usage(ip);
+    return;
+  }
+  const size_t more = new_bytes - old_bytes;
+  // Looked up each time: dropping empty queues may forget addresses.
+  const auto address_bytes = [&] {
+    const AddressUsage* u = usage_of(ip);
+    return u != nullptr ? u->summary_bytes : size_t{0};
+  };
+  if (summary_bytes + more > kMaxSummaryBytes ||
+      address_bytes() + more > kMaxSummaryBytesPerAddress) {
+    drop_empty_queues();  // before refusing new keys and infos
+  }
+  if (summary_bytes + more > kMaxSummaryBytes) {
+    throw BadMessage(
+        fmt::format("the tracker's queue keys and server infos already take {} bytes of SUMMARY",
+                    summary_bytes));
+  }
+  if (address_bytes() + more > kMaxSummaryBytesPerAddress) {
+    throw BadMessage(
+        fmt::format("the queue keys and server infos of {} already take {} bytes of SUMMARY (one "
+                    "address may take {})",
+                    ip, address_bytes(), kMaxSummaryBytesPerAddress));
+  }
+  summary_bytes += more;
+  per_address[ip].summary_bytes += more;
+}
+
+template <typename Fits>
+void Tracker::Impl::drop_orphans_until(Fits fits, const std::string* only_ip) {
+  if (only_ip == nullptr) {
+    while (!fits() && !orphans.empty()) {
+      const std::shared_ptr<Value> orphan = orphans.front().lock();
+      orphans.pop_front();
+      if (orphan && !orphan->dead) {
+        debug(fmt::format("the tracker is full: dropping {}, whose server left", orphan->matchkey));
+        drop_free_value(orphan);
+      }
+    }
+    return;
+  }
+  // Those of one address: left in the deque, dead (they expire and are pruned with the rest).
+  for (const auto& weak : orphans) {
+    if (fits()) return;
+    const std::shared_ptr<Value> orphan = weak.lock();
+    if (orphan && !orphan->dead && orphan->owner_ip == *only_ip) {
+      debug(fmt::format("{} holds its share: dropping {}, whose server left", *only_ip,
+                        orphan->matchkey));
+      drop_free_value(orphan);
+    }
+  }
 }
 
 void Tracker::Impl::drop_free_value(const std::shared_ptr<Value>& v) {
@@ -512,6 +846,11 @@ void Tracker::Impl::release(const std::shared_ptr<Value>& v) {
   v->held = false;
   held_bytes -= v->bytes;
   if (auto owner = v->owner.lock()) owner->held_bytes -= v->bytes;
+  if (AddressUsage* u = usage_of(v->owner_ip)) {
+    u->held_bytes -= v->bytes;
+    --u->free_values;
+  }
+  tidy_usage(v->owner_ip);
 }
 
 void Tracker::Impl::charge(const std::shared_ptr<Connection>& c, size_t bytes, const char* what) {
@@ -519,14 +858,18 @@ void Tracker::Impl::charge(const std::shared_ptr<Connection>& c, size_t bytes, c
     throw BadMessage(fmt::format("this {} would make the connection hold more than {} bytes", what,
                                  kMaxHeldBytesPerConnection));
   }
-  while (held_bytes + bytes > options.max_held_bytes && !orphans.empty()) {
-    const std::shared_ptr<Value> orphan = orphans.front().lock();
-    orphans.pop_front();
-    if (orphan && !orphan->dead) {
-      debug(fmt::format("the tracker is full: dropping {}, whose server left", orphan->matchkey));
-      drop_free_value(orphan);
-    }
+  const auto address_bytes = [&] {
+    const AddressUsage* u = usage_of(c->peer_ip);
+    return u != nullptr ? u->held_bytes : size_t{0};
+  };
+  drop_orphans_until([&] { return address_bytes() + bytes <= address_held_limit(); }, &c->peer_ip);
+  if (address_bytes() + bytes > address_held_limit()) {
+    throw BadMessage(
+        fmt::format("{} already holds {} bytes in the tracker (one address may hold {}); this {} "
+                    "does not fit",
+                    c->peer_ip, address_bytes(), address_held_limit(), what));
   }
+  drop_orphans_until([&] { return held_bytes + bytes <= options.max_held_bytes; }, nullptr);
   if (held_bytes + bytes > options.max_held_bytes) {
     throw BadMessage(
         fmt::format("the tracker already holds {} bytes for its peers (the limit is "
@@ -535,15 +878,21 @@ void Tracker::Impl::charge(const std::shared_ptr<Connection>& c, size_t bytes, c
   }
   held_bytes += bytes;
   c->held_bytes += bytes;
+  per_address[c->peer_ip].held_bytes += bytes;
 }
 
 void Tracker::Impl::drop_empty_queues() {
   std::vector<std::string> kept;
   for (const std::string& k : key_order) {
-    const Scheduler& s = *schedulers.at(k);
+    const auto it = schedulers.find(k);
+    const Scheduler& s = *it->second;
     if (s.values.empty() && s.requests.empty()) {
-      schedulers.erase(k);
-      summary_bytes -= k.size() + kQueueSummaryOverhead;
+      const size_t cost = k.size() + kQueueSummaryOverhead;
+      summary_bytes -= cost;
+      const std::string creator = s.creator_ip;
+      if (AddressUsage* u = usage_of(creator)) u->summary_bytes -= cost;
+      schedulers.erase(it);
+      tidy_usage(creator);
     } else {
       kept.push_back(k);
     }
@@ -556,23 +905,19 @@ Scheduler* Tracker::Impl::find_scheduler(const std::string& key) {
   return it == schedulers.end() ? nullptr : it->second.get();
 }
 
-Scheduler& Tracker::Impl::scheduler(const std::string& key) {
+Scheduler& Tracker::Impl::scheduler(const std::string& key, const Connection& c) {
   if (Scheduler* s = find_scheduler(key)) return *s;
-  const size_t cost = key.size() + kQueueSummaryOverhead;
-  if (schedulers.size() >= kMaxKeys || summary_bytes + cost > kMaxSummaryBytes) {
+  if (schedulers.size() >= kMaxKeys) {
     drop_empty_queues();  // before refusing new keys
     if (schedulers.size() >= kMaxKeys) {
       throw BadMessage(fmt::format("the tracker already has {} keys", schedulers.size()));
     }
-    if (summary_bytes + cost > kMaxSummaryBytes) {
-      throw BadMessage(
-          fmt::format("the tracker's queue keys and server infos already take {} bytes of SUMMARY",
-                      summary_bytes));
-    }
   }
-  summary_bytes += cost;
+  charge_summary(c.peer_ip, 0, key.size() + kQueueSummaryOverhead);
   key_order.push_back(key);
-  return *(schedulers[key] = std::make_unique<Scheduler>());
+  auto& s = schedulers[key] = std::make_unique<Scheduler>();
+  s->creator_ip = c.peer_ip;
+  return *s;
 }
 
 void Tracker::Impl::remove_request(const std::shared_ptr<Request>& r) {
@@ -580,6 +925,8 @@ void Tracker::Impl::remove_request(const std::shared_ptr<Request>& r) {
   r->active = false;
   held_bytes -= r->bytes;
   if (auto owner = r->conn.lock()) owner->held_bytes -= r->bytes;
+  if (AddressUsage* u = usage_of(r->conn_ip)) u->held_bytes -= r->bytes;
+  tidy_usage(r->conn_ip);
   if (r->timer) r->timer->cancel();
   if (Scheduler* s = find_scheduler(r->key)) s->requests.erase({-r->priority, r->seq});
   if (auto c = r->conn.lock()) c->requests.erase(r->seq);
@@ -682,28 +1029,36 @@ void Tracker::Impl::on_put(const std::shared_ptr<Connection>& c, const Json& msg
   check_name(msg[2][0], "port");
   check_name(msg[2][1], "match key");
   if (msg.size() >= 4) check_name(msg[3], "custom address");
-  while (total_free_values >= options.max_free_values && !orphans.empty()) {
-    const std::shared_ptr<Value> orphan = orphans.front().lock();
-    orphans.pop_front();
-    if (orphan && !orphan->dead) {
-      debug(fmt::format("the tracker is full: dropping {}, whose server left", orphan->matchkey));
-      drop_free_value(orphan);
-    }
+  const auto address_free_values = [&] {
+    const AddressUsage* u = usage_of(c->peer_ip);
+    return u != nullptr ? u->free_values : size_t{0};
+  };
+  drop_orphans_until([&] { return address_free_values() < address_free_values_limit(); },
+                     &c->peer_ip);
+  if (address_free_values() >= address_free_values_limit()) {
+    throw BadMessage(
+        fmt::format("{} already has {} free values in the tracker (one address may "
+                    "have {})",
+                    c->peer_ip, address_free_values(), address_free_values_limit()));
   }
+  drop_orphans_until([&] { return total_free_values < options.max_free_values; }, nullptr);
   if (total_free_values >= options.max_free_values) {
     throw BadMessage(fmt::format("the tracker already holds {} free values", total_free_values));
   }
   auto v = std::make_shared<Value>();
   v->owner = c;
+  v->owner_ip = c->peer_ip;
   v->key = msg[1].get<std::string>();
   v->port = msg[2][0];
   v->matchkey = msg[2][1].get<std::string>();
   v->host = (msg.size() >= 4 && !msg[3].is_null()) ? msg[3] : Json(c->peer_ip);
   v->bytes = kEntryOverhead + v->key.size() + v->matchkey.size() + dumps(v->host).size() +
              dumps(v->port).size();
-  Scheduler& s = scheduler(v->key);
+  Scheduler& s = scheduler(v->key, *c);
   charge(c, v->bytes, "PUT");
   v->held = true;
+  ++per_address[c->peer_ip].free_values;
+  c->sent_put = true;
   c->free_values.push_back(v);
   s.values.push_back(v);
   ++total_free_values;
@@ -734,7 +1089,8 @@ void Tracker::Impl::on_request(const std::shared_ptr<Connection>& c, const Json&
   r->priority = msg[3].get<double>();
   r->key = msg[1].get<std::string>();
   r->conn = c;
-  Scheduler& s = scheduler(r->key);
+  r->conn_ip = c->peer_ip;
+  Scheduler& s = scheduler(r->key, *c);
   r->bytes = kEntryOverhead + r->key.size();
   charge(c, r->bytes, "REQUEST");
   s.requests.emplace(RequestOrder{-r->priority, r->seq}, r);
@@ -776,15 +1132,7 @@ void Tracker::Impl::on_update_info(const std::shared_ptr<Connection>& c, const J
   if (info_bytes > kMaxInfoBytes) {
     throw BadMessage(fmt::format("the info of one connection exceeds {} bytes", kMaxInfoBytes));
   }
-  if (summary_bytes - c->info_bytes + info_bytes > kMaxSummaryBytes) {
-    drop_empty_queues();
-    if (summary_bytes - c->info_bytes + info_bytes > kMaxSummaryBytes) {
-      throw BadMessage(
-          fmt::format("the tracker's queue keys and server infos already take {} bytes of SUMMARY",
-                      summary_bytes));
-    }
-  }
-  summary_bytes = summary_bytes - c->info_bytes + info_bytes;
+  charge_summary(c->peer_ip, c->info_bytes, info_bytes);
   c->info_bytes = info_bytes;
   c->info = std::move(merged);
   reply(c, 0);
@@ -803,6 +1151,7 @@ void Tracker::Impl::handle(const std::shared_ptr<Connection>& c, const std::stri
     c->greeted = true;
     c->handshake_timer->cancel();
   }
+  touch(*c);
   Json msg = Json::parse(text, nullptr, false);
   if (msg.is_discarded()) {
     close(c, LogLevel::kWarn,
@@ -878,16 +1227,18 @@ void Tracker::Impl::do_stop() {
   boost::system::error_code ec;
   acceptor.close(ec);
   accept_retry.cancel();
+  idle_sweep.cancel();
   for (auto& [id, c] : connections) {
     c->open = false;
     if (c->handshake_timer) c->handshake_timer->cancel();
-    c->socket.shutdown(tcp::socket::shutdown_both, ec);
-    c->socket.close(ec);
+    c->transport().shutdown(tcp::socket::shutdown_both, ec);
+    c->transport().close(ec);
     for (auto& [seq, r] : c->requests) {
       if (r->timer) r->timer->cancel();
     }
   }
   connections.clear();
+  by_activity.clear();
   per_address.clear();
   schedulers.clear();
   key_order.clear();
@@ -897,8 +1248,17 @@ void Tracker::Impl::do_stop() {
 Tracker::Tracker(TrackerOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->stop_key = impl_->options.stop_key.empty() ? random_hex(16) : impl_->options.stop_key;
+  if (!impl_->options.token.empty()) {
+    tls::check_token_strength(impl_->options.token, "the tracker token");
+    impl_->tls_keys = std::make_unique<tls::Context>(tls::Context::Side::kServer,
+                                                     tls::Purpose::kTracker, impl_->options.token);
+    // Asio's context takes ownership of the SSL_CTX it wraps: it gets a reference of its own.
+    SSL_CTX_up_ref(impl_->tls_keys->native());
+    impl_->tls_context = std::make_unique<asio::ssl::context>(impl_->tls_keys->native());
+  }
   impl_->bind();
   impl_->do_accept();
+  impl_->schedule_idle_sweep();
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
 }
 

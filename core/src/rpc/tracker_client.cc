@@ -3,9 +3,12 @@
 // REQUEST (TVM's semantics without a wait bound).
 // TrackerSession::request() lives with the client sessions (rpc_config.cc).
 #include <fmt/format.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <set>
@@ -15,6 +18,7 @@
 #include "kiln/logging.h"
 #include "kiln/rpc/tracker.h"
 #include "rpc/connection.h"
+#include "rpc/tls_psk.h"
 #include "rpc/tracker_wire.h"
 
 namespace kiln::rpc {
@@ -49,12 +53,24 @@ std::optional<int> port_of(const Json& value) {
 // I/O failures, malformed replies included, are ConnectionErrors: the connection is done.
 class TrackerConnection {
  public:
-  // Resolves and connects within `timeout`.
+  // Resolves and connects within `timeout`; with `tls` (a tracker token's client context)
+  // runs the TLS handshake within it too. ConnectionError when the connection fails;
+  // RuntimeError when the tracker does not complete the handshake keyed by the token.
   static std::unique_ptr<TrackerConnection> connect(const std::string& host, int port,
-                                                    milliseconds timeout) {
-    return std::make_unique<TrackerConnection>(Connection::connect(host, port, timeout));
+                                                    milliseconds timeout, const tls::Context* tls) {
+    const auto deadline = Clock::now() + timeout;
+    auto conn = Connection::connect(host, port, timeout);
+    if (tls != nullptr) {
+      try {
+        conn->start_tls(*tls, deadline);
+      } catch (const tls::HandshakeError& e) {
+        throw RuntimeError(handshake_failure(conn->peer(), e));
+      }
+    }
+    return std::make_unique<TrackerConnection>(std::move(conn), tls != nullptr);
   }
-  explicit TrackerConnection(std::unique_ptr<Connection> conn) : conn_(std::move(conn)) {}
+  TrackerConnection(std::unique_ptr<Connection> conn, bool has_token)
+      : conn_(std::move(conn)), has_token_(has_token) {}
 
   const std::string& peer() const { return conn_->peer(); }
 
@@ -69,9 +85,23 @@ class TrackerConnection {
     } catch (const ConnectionError& e) {
       throw RuntimeError(fmt::format("{} is not an RPC tracker: {}", peer(), e.what()));
     }
+    if (!has_token_ && std::memcmp(answer, tracker_wire::kTokenRequiredPrefix, 4) == 0) {
+      throw RuntimeError(
+          fmt::format("the tracker {} requires a tracker token (--tracker-token-file / "
+                      "remote.tracker_token_file, or $KILN_TRACKER_TOKEN)",
+                      peer()));
+    }
     if (tracker_wire::decode_int32(answer) != kTrackerMagic) {
       throw RuntimeError(fmt::format("{} is not an RPC tracker", peer()));
     }
+  }
+
+  // Whether the tracker closed this connection (or sent something unasked) while it sat
+  // unused: a tracker closes connections idle past its idle deadline.
+  bool closed_while_idle() const {
+    if (conn_->buffered() > 0) return true;
+    pollfd p{conn_->fd(), POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;  // readable (the close), hung up, or failed
   }
 
   void send_json(const Json& value, milliseconds timeout) {
@@ -116,7 +146,32 @@ class TrackerConnection {
   }
 
  private:
+  // Why a TLS handshake with the tracker `peer` failed, for the user.
+  static std::string handshake_failure(const std::string& peer, const tls::HandshakeError& e) {
+    switch (e.kind()) {
+      case tls::HandshakeError::Kind::kWrongKey:
+        return fmt::format(
+            "the tracker {} refused the tracker token, or could not prove the channel: the TLS "
+            "1.3 handshake keyed by the tracker token failed ({}). Its token differs from this "
+            "one (check --tracker-token-file / remote.tracker_token_file), or it is not the "
+            "tracker; nothing was sent to it",
+            peer, e.what());
+      case tls::HandshakeError::Kind::kTimedOut:
+        return fmt::format("the tracker {} did not complete the TLS handshake in time ({})", peer,
+                           e.what());
+      case tls::HandshakeError::Kind::kNotTls:
+      case tls::HandshakeError::Kind::kClosed:
+        break;
+    }
+    return fmt::format(
+        "the tracker {} did not take up the TLS handshake keyed by the tracker token ({}): it "
+        "has no tracker token (start it with --token-file, or give this side none), or it "
+        "refused the connection",
+        peer, e.what());
+  }
+
   std::unique_ptr<Connection> conn_;
+  bool has_token_ = false;
 };
 
 }  // namespace
@@ -152,16 +207,23 @@ struct TrackerSession::Impl {
   std::string host;
   int port = 0;
   milliseconds connect_timeout{10000};
+  std::shared_ptr<const tls::Context> tls;  // the tracker token's, when given
   std::unique_ptr<TrackerConnection> socket;
 
   milliseconds io_timeout() const { return std::max(connect_timeout, milliseconds(5000)); }
+
+  // Connects unless an open connection is at hand (one the tracker closed as idle is not).
+  void ensure_connected() {
+    if (socket && socket->closed_while_idle()) socket.reset();
+    if (!socket) connect();
+  }
 
   void connect() {
     const auto deadline = Clock::now() + connect_timeout;
     std::string last_error;
     while (true) {
       try {
-        auto s = TrackerConnection::connect(host, port, remaining(deadline));
+        auto s = TrackerConnection::connect(host, port, remaining(deadline), tls.get());
         s->handshake(std::max(remaining(deadline), milliseconds(1000)));
         socket = std::move(s);
         return;
@@ -178,7 +240,7 @@ struct TrackerSession::Impl {
 
   // One exchange; a failure closes the connection (the next call connects again).
   Json call(const Json& message) {
-    if (!socket) connect();
+    ensure_connected();
     try {
       return socket->call(message, io_timeout());
     } catch (const ConnectionError& e) {
@@ -202,11 +264,17 @@ TrackerSession& TrackerSession::operator=(TrackerSession&&) noexcept = default;
 TrackerSession::~TrackerSession() = default;
 
 TrackerSession TrackerSession::connect(const std::string& host, int port,
-                                       std::chrono::milliseconds connect_timeout) {
+                                       std::chrono::milliseconds connect_timeout,
+                                       const std::string& tracker_token) {
   auto impl = std::make_unique<Impl>();
   impl->host = host;
   impl->port = port;
   impl->connect_timeout = std::max(connect_timeout, milliseconds(1));
+  if (!tracker_token.empty()) {
+    tls::check_token_strength(tracker_token, "the tracker token");
+    // Shared by this process's connections with this token: the derivation runs once.
+    impl->tls = tls::client_context(tls::Purpose::kTracker, tracker_token);
+  }
   impl->connect();
   return TrackerSession(std::move(impl));
 }
@@ -260,7 +328,7 @@ ServerAddress TrackerSession::request_server(const std::string& key, int priorit
   Json message = Json::array({static_cast<int>(TrackerCode::kRequest), key, "", priority});
   const double wait_s = wait ? std::max<double>(0, wait->count()) / 1000.0 : 0;
   if (wait) message.push_back(wait_s);
-  if (!impl_->socket) impl_->connect();
+  impl_->ensure_connected();
   Json reply;
   try {
     impl_->socket->send_json(message, impl_->io_timeout());
@@ -334,15 +402,31 @@ struct TrackerRegistration::Impl {
   std::optional<Clock::time_point> last_attempt;
   Clock::time_point last_ping;
   bool reported_unreachable = false;
-  std::set<std::string> used_keys;  // every matchkey offered so far: never offered twice
+  std::shared_ptr<const tls::Context> tls;  // the tracker token's, when given
+
+  // Match keys never to offer again: the outstanding ones and the latest retired ones
+  // (random_key's 53 random bits make a repeat unlikely anyway; remembering every key ever
+  // offered grew a long-running server by ~110 bytes per session). Guarded by mu.
+  std::set<std::string> used_keys;
+  std::deque<std::string> retired;  // oldest first; each is also in used_keys
 
   std::string tracker() const { return fmt::format("{}:{}", o.tracker_host, o.tracker_port); }
   Json custom_addr() const { return o.custom_addr ? Json(*o.custom_addr) : Json(nullptr); }
 
+  // Under mu.
   std::string new_matchkey() {
     std::string key = random_key(o.key, used_keys);
     used_keys.insert(key);
     return key;
+  }
+  // `matchkey` is no longer outstanding (claimed, replaced, or lost with the connection):
+  // remembered among the recent ones, the oldest of which is forgotten. Under mu.
+  void retire(const std::string& matchkey) {
+    retired.push_back(matchkey);
+    while (retired.size() > TrackerRegistration::kRememberedRetiredKeys) {
+      used_keys.erase(retired.front());
+      retired.pop_front();
+    }
   }
 
   void expect_success(const Json& reply, const char* what) {
@@ -356,7 +440,7 @@ struct TrackerRegistration::Impl {
     if (last_attempt && now - *last_attempt < o.reconnect_period) return false;
     last_attempt = now;
     try {
-      auto s = TrackerConnection::connect(o.tracker_host, o.tracker_port, o.io_timeout);
+      auto s = TrackerConnection::connect(o.tracker_host, o.tracker_port, o.io_timeout, tls.get());
       s->handshake(o.io_timeout);
       Json info = Json::object();
       info["key"] = "server:" + o.key;
@@ -375,6 +459,7 @@ struct TrackerRegistration::Impl {
     }
     {
       std::lock_guard<std::mutex> lock(mu);
+      for (const Key& k : keys) retire(k.matchkey);
       keys.clear();  // a new connection: the tracker knows none of the old keys
       connected = true;
     }
@@ -436,6 +521,7 @@ struct TrackerRegistration::Impl {
         log(LogLevel::kInfo, "tracker",
             fmt::format("match key {} was handed out but not used; registering a new one",
                         it->matchkey));
+        retire(it->matchkey);
         it = keys.erase(it);
         continue;
       }
@@ -447,6 +533,10 @@ struct TrackerRegistration::Impl {
 TrackerRegistration::TrackerRegistration(RegistrationOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->o = std::move(options);
+  if (!impl_->o.tracker_token.empty()) {
+    tls::check_token_strength(impl_->o.tracker_token, "the tracker token");
+    impl_->tls = tls::client_context(tls::Purpose::kTracker, impl_->o.tracker_token);
+  }
 }
 
 TrackerRegistration::~TrackerRegistration() = default;
@@ -473,6 +563,7 @@ bool TrackerRegistration::claim(const std::string& matchkey) {
   auto it = std::find_if(keys.begin(), keys.end(),
                          [&](const Impl::Key& k) { return k.matchkey == matchkey; });
   if (it == keys.end()) return false;
+  impl_->retire(it->matchkey);
   keys.erase(it);
   return true;
 }
@@ -480,6 +571,11 @@ bool TrackerRegistration::claim(const std::string& matchkey) {
 bool TrackerRegistration::connected() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->connected;
+}
+
+size_t TrackerRegistration::remembered_keys() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->used_keys.size();
 }
 
 std::vector<std::string> TrackerRegistration::outstanding() const {

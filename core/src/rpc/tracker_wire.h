@@ -22,6 +22,14 @@ size_t json_depth(const std::string& text, size_t stop_above = SIZE_MAX);
 // nest 3 deep; Python's json recursion breaks replays somewhere below 1,000).
 inline constexpr size_t kMaxJsonDepth = 32;
 
+// What a tracker with a tracker token answers, in plain text, to a peer that sends the magic
+// instead of starting a TLS handshake; then it closes the connection. Its first 4 bytes
+// ("KILN") are what a client reads in place of the magic: Kiln's clients recognise them and
+// say that a tracker token is required; TVM's report a wrong magic.
+inline constexpr char kTokenRequiredReply[] =
+    "KILN tracker: this tracker requires a tracker token (TLS); connection refused\n";
+inline constexpr char kTokenRequiredPrefix[] = "KILN";
+
 // Little-endian int32 to and from 4 bytes.
 std::string encode_int32(int32_t value);
 int32_t decode_int32(const unsigned char* bytes);

@@ -1,8 +1,10 @@
 #include "vm/allocator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kiln/error.h"
 #include "kiln/logging.h"
@@ -20,6 +22,7 @@ class Block : public StorageObj {
   void* data() const override { return ptr_; }
   size_t size() const override { return size_; }
   Ref<DeviceBackend> backend() const override { return owner_->backend(); }
+  const Allocator& owner() const { return *owner_; }
 
  private:
   Ref<Allocator> owner_;
@@ -33,13 +36,21 @@ class NaiveAllocator : public Allocator {
   using Allocator::Allocator;
   Ref<StorageObj> alloc(size_t nbytes, size_t alignment) override {
     const size_t size = std::max<size_t>(nbytes, 1);
-    void* ptr = backend_->alloc(device_.id, size, alignment);
+    charge(size);
+    void* ptr = nullptr;
+    try {
+      ptr = backend_->alloc(device_.id, size, alignment);
+    } catch (...) {
+      refund(size);
+      throw;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     used_ += size;
     return make_object<Block>(Ref<Allocator>(this), ptr, size);
   }
   void give_back(void* ptr, size_t nbytes) override {
     backend_->free(device_.id, ptr);
+    refund(nbytes);
     std::lock_guard<std::mutex> lock(mu_);
     used_ -= nbytes;
   }
@@ -78,15 +89,15 @@ class PooledAllocator : public Allocator {
       }
     }
     if (ptr == nullptr) {
+      if (budget_ && !budget_->try_charge(size)) {
+        clear();       // cached blocks count against the budget too: they go first
+        charge(size);  // still short: OutOfMemoryError
+      }
       try {
-        ptr = backend_->alloc(device_.id, size, kAlignment);
-      } catch (const Error& e) {
-        kiln::log(LogLevel::kWarn, "vm",
-                  fmt::format("pooled allocator on {}: allocation of {} bytes failed: {}; "
-                              "releasing all cached blocks and trying again",
-                              device_.str(), size, e.what()));
-        clear();
-        ptr = backend_->alloc(device_.id, size, kAlignment);
+        ptr = take_from_device(size);
+      } catch (...) {
+        refund(size);
+        throw;
       }
       std::lock_guard<std::mutex> lock(mu_);
       used_ += size;
@@ -97,6 +108,20 @@ class PooledAllocator : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     free_[nbytes].push_back(ptr);
   }
+  // A fresh block from the device; when the device has no room, once more after releasing
+  // every cached block.
+  void* take_from_device(size_t size) {
+    try {
+      return backend_->alloc(device_.id, size, kAlignment);
+    } catch (const Error& e) {
+      kiln::log(LogLevel::kWarn, "vm",
+                fmt::format("pooled allocator on {}: allocation of {} bytes failed: {}; "
+                            "releasing all cached blocks and trying again",
+                            device_.str(), size, e.what()));
+      clear();
+      return backend_->alloc(device_.id, size, kAlignment);
+    }
+  }
   void clear() override {
     std::map<size_t, std::vector<void*>> blocks;
     {
@@ -105,7 +130,10 @@ class PooledAllocator : public Allocator {
       for (const auto& [size, list] : blocks) used_ -= size * list.size();
     }
     for (const auto& [size, list] : blocks) {
-      for (void* p : list) backend_->free(device_.id, p);
+      for (void* p : list) {
+        backend_->free(device_.id, p);
+        refund(size);
+      }
     }
   }
   size_t device_bytes() const override {
@@ -121,26 +149,51 @@ class PooledAllocator : public Allocator {
 
 }  // namespace
 
-Ref<Allocator> make_allocator(MemoryConfig::Kind kind, Ref<DeviceBackend> backend, Device device) {
+void Allocator::charge(size_t size) {
+  if (budget_) budget_->charge(size, fmt::format("a VM allocation on {} of", device_.str()));
+}
+
+void Allocator::refund(size_t size) noexcept {
+  if (budget_) budget_->refund(size);
+}
+
+Ref<Allocator> make_allocator(MemoryConfig::Kind kind, Ref<DeviceBackend> backend, Device device,
+                              std::shared_ptr<MemoryBudget> budget) {
   if (kind == MemoryConfig::Kind::kNaive) {
-    return make_object<NaiveAllocator>(std::move(backend), device);
+    return make_object<NaiveAllocator>(std::move(backend), device, std::move(budget));
   }
-  return make_object<PooledAllocator>(std::move(backend), device);
+  return make_object<PooledAllocator>(std::move(backend), device, std::move(budget));
+}
+
+bool charged_to(const StorageObj& storage, const MemoryBudget* budget) {
+  const auto* block = dynamic_cast<const Block*>(&storage);
+  return budget != nullptr && block != nullptr && block->owner().budget().get() == budget;
 }
 
 size_t alignment_of(DataType dtype) {
   return std::max<size_t>(64, static_cast<size_t>(dtype.lanes) * dtype.bits / 8);
 }
 
+size_t checked_nbytes(const std::vector<int64_t>& shape, DataType dtype, const char* who) {
+  // In 64 bits a product can wrap to a small number: a tensor that size checks would pass
+  // while its shape reaches far past its memory.
+  uint64_t n = dtype.bytes();
+  for (int64_t d : shape) {
+    if (d < 0) throw ValueError(fmt::format("{}: negative dimension {}", who, d));
+    if (d != 0 && n > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(d)) {
+      throw ValueError(fmt::format("{}: shape [{}] of {} has more bytes than memory can hold", who,
+                                   fmt::join(shape, ", "), dtype.str()));
+    }
+    n *= static_cast<uint64_t>(d);
+  }
+  return static_cast<size_t>(n);
+}
+
 Tensor tensor_in_storage(const Ref<StorageObj>& storage, int64_t offset, std::vector<int64_t> shape,
                          DataType dtype) {
-  int64_t numel = 1;
-  for (int64_t d : shape) {
-    if (d < 0) throw ValueError(fmt::format("alloc_tensor: negative dimension {}", d));
-    numel *= d;
-  }
-  const auto nbytes = static_cast<int64_t>(numel * dtype.bytes());
-  if (offset < 0 || offset + nbytes > static_cast<int64_t>(storage->size())) {
+  const auto nbytes = static_cast<int64_t>(checked_nbytes(shape, dtype, "alloc_tensor"));
+  if (offset < 0 || offset > static_cast<int64_t>(storage->size()) ||
+      nbytes > static_cast<int64_t>(storage->size()) - offset) {
     throw ValueError(fmt::format(
         "storage allocation failure, attempted to allocate {} at offset {} in region that is {} "
         "bytes",
@@ -161,9 +214,8 @@ Tensor tensor_in_storage(const Ref<StorageObj>& storage, int64_t offset, std::ve
 }
 
 Tensor empty_tensor(Allocator& allocator, const std::vector<int64_t>& shape, DataType dtype) {
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  auto storage = allocator.alloc(static_cast<size_t>(numel) * dtype.bytes(), alignment_of(dtype));
+  auto storage = allocator.alloc(checked_nbytes(shape, dtype, "allocating a tensor"),
+                                 alignment_of(dtype));
   return tensor_in_storage(storage, 0, shape, dtype);
 }
 

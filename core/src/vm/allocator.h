@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -13,18 +14,22 @@
 #include "kiln/dtype.h"
 #include "kiln/tensor.h"
 #include "kiln/vm/virtual_machine.h"
+#include "vm/memory_budget.h"
 
 namespace kiln::vm {
 
 class Allocator : public Object {
  public:
-  Allocator(Ref<DeviceBackend> backend, Device device)
-      : backend_(std::move(backend)), device_(device) {}
+  // `budget` (may be null: unbounded) is charged every byte taken from the device until it
+  // goes back to the device; cached blocks of a pooled allocator stay charged.
+  Allocator(Ref<DeviceBackend> backend, Device device, std::shared_ptr<MemoryBudget> budget)
+      : backend_(std::move(backend)), device_(device), budget_(std::move(budget)) {}
   const char* type_key() const override { return "vm.Allocator"; }
   Device device() const { return device_; }
   const Ref<DeviceBackend>& backend() const { return backend_; }
+  const std::shared_ptr<MemoryBudget>& budget() const { return budget_; }
   // A storage of at least `nbytes` (> 0 after rounding up from 0) aligned to `alignment`.
-  // OutOfMemoryError (or the backend's error) when the device has no room.
+  // OutOfMemoryError when the budget or the device has no room (or the backend's error).
   virtual Ref<StorageObj> alloc(size_t nbytes, size_t alignment) = 0;
   // Takes back the memory of a storage that died.
   virtual void give_back(void* ptr, size_t nbytes) = 0;
@@ -34,12 +39,28 @@ class Allocator : public Object {
   virtual size_t device_bytes() const = 0;
 
  protected:
+  // Charges `size` bytes about to be taken from the device to the budget (if any).
+  void charge(size_t size);
+  // Gives back what charge() counted once the memory went back to the device.
+  void refund(size_t size) noexcept;
+
   Ref<DeviceBackend> backend_;
   Device device_;
+  std::shared_ptr<MemoryBudget> budget_;
 };
 
-// Makes the allocator of `kind` for `device`, served by `backend`.
-Ref<Allocator> make_allocator(MemoryConfig::Kind kind, Ref<DeviceBackend> backend, Device device);
+// Makes the allocator of `kind` for `device`, served by `backend`, charging `budget` (null:
+// unbounded).
+Ref<Allocator> make_allocator(MemoryConfig::Kind kind, Ref<DeviceBackend> backend, Device device,
+                              std::shared_ptr<MemoryBudget> budget);
+
+// Whether the memory of `storage` is charged to `budget` already (it came from an allocator
+// of that budget): an owner that holds it must not count it a second time.
+bool charged_to(const StorageObj& storage, const MemoryBudget* budget);
+
+// The bytes of a tensor of `shape` and `dtype`; ValueError naming `who` for a negative
+// dimension or a size past INT64_MAX (which would wrap).
+size_t checked_nbytes(const std::vector<int64_t>& shape, DataType dtype, const char* who);
 
 // A tensor of `shape` and `dtype` viewing `storage` at byte `offset`. ValueError when it does
 // not fit ("storage allocation failure, attempted to allocate <n> at offset <o> in region that

@@ -127,13 +127,8 @@ Any alloc_storage(const Any* a, int32_t n) {
                       scope));
     }
   }
-  int64_t elements = 1;
-  for (int64_t d : shape) {
-    if (d < 0) throw ValueError(fmt::format("vm.builtin.alloc_storage: negative extent {}", d));
-    elements *= d;
-  }
-  auto storage =
-      vm->alloc_storage(index, static_cast<size_t>(elements) * dtype.bytes(), alignment_of(dtype));
+  auto storage = vm->alloc_storage(index, checked_nbytes(shape, dtype, "vm.builtin.alloc_storage"),
+                                   alignment_of(dtype));
   return Any::object(storage);
 }
 
@@ -355,13 +350,31 @@ Any reshape(const Any* a, int32_t n) {
   return Any(Tensor(std::move(obj)));
 }
 
-// vm.builtin.to_device(t, type, id[, scope]) through `context`, or without one (the global
+// What a VM's copying builtins allocate through: its devices' context, and the budget its
+// allocations are charged to (null: none).
+struct CopyTarget {
+  std::shared_ptr<const DeviceContext> context;
+  std::shared_ptr<MemoryBudget> budget;
+};
+
+// A copy of `t` on `d`. Under a budget it comes from an allocator charging it, so that a VM's
+// copies count against its owner's limit as its other allocations do.
+Tensor copy_on(const Tensor& t, Device d, const CopyTarget& target) {
+  if (!target.budget) return t.to(d, *target.context);
+  auto allocator = make_allocator(MemoryConfig::Kind::kNaive, target.context->backend(d.type), d,
+                                  target.budget);
+  Tensor copy = empty_tensor(*allocator, {t.shape().begin(), t.shape().end()}, t.dtype());
+  copy.copy_from(t);
+  return copy;
+}
+
+// vm.builtin.to_device(t, type, id[, scope]) through `target`, or without one (the global
 // registry's version) through the tensor's own backend or host memory only.
-Any to_device(const Any* a, int32_t n, const DeviceContext* context) {
+Any to_device(const Any* a, int32_t n, const CopyTarget* target) {
   expect_args("vm.builtin.to_device", n, 3, 4);
   const Tensor t = a[0].cast<Tensor>();
   Device d{a[1].cast<int32_t>(), a[2].cast<int32_t>()};
-  if (context != nullptr) return Any(t.to(d, *context));
+  if (target != nullptr) return Any(copy_on(t, d, *target));
   if (d.type == kDLCPU) return Any(t.to_host());
   throw ValueError(
       fmt::format("vm.builtin.to_device: moving {} to {} needs a runtime; call it from a VM",
@@ -369,11 +382,11 @@ Any to_device(const Any* a, int32_t n, const DeviceContext* context) {
 }
 
 // vm.builtin.ensure_zero_offset(t): `t`, or a copy at offset 0 on its device.
-Any ensure_zero_offset(const Any* a, int32_t n, const DeviceContext* context) {
+Any ensure_zero_offset(const Any* a, int32_t n, const CopyTarget* target) {
   expect_args("vm.builtin.ensure_zero_offset", n, 1, 1);
   const Tensor t = a[0].cast<Tensor>();
   if (t.dl()->byte_offset == 0) return a[0];
-  if (context != nullptr) return Any(t.to(t.device(), *context));
+  if (target != nullptr) return Any(copy_on(t, t.device(), *target));
   if (t.device().type == kDLCPU) return Any(t.to_host());
   throw ValueError(fmt::format(
       "vm.builtin.ensure_zero_offset: copying {} needs a runtime; call it from a VM", t.str()));
@@ -458,16 +471,24 @@ Any make_closure(const Any* a, int32_t n) {
   if (!closure)
     throw TypeError(
         fmt::format("vm.builtin.make_closure expects a closure, got {}", kind_of(a[0])));
-  std::vector<Any> captured(a + 1, a + n);
+  if (n == 1) return a[0];  // nothing to capture: the same closure
+  auto captured = std::make_shared<const std::vector<Any>>(a + 1, a + n);
+  auto made = make_object<ClosureObj>(closure->func_name, Function(), *captured, a[0]);
+  if (made->depth > kMaxValueNesting) {
+    throw ValueError(fmt::format("vm.builtin.make_closure: a closure of '{}' nested {} deep passes "
+                                 "the VM's limit of {}",
+                                 closure->func_name, made->depth, kMaxValueNesting));
+  }
   Function inner = closure->impl;
   // The new closure appends the captured values after the call's arguments (§2.4).
   Function impl =
       Function::from_packed(closure->func_name, [inner, captured](const Any* call, int32_t m) {
         std::vector<Any> all(call, call + m);
-        all.insert(all.end(), captured.begin(), captured.end());
+        all.insert(all.end(), captured->begin(), captured->end());
         return inner.call_packed(all);
       });
-  return Any::object(make_object<ClosureObj>(closure->func_name, std::move(impl)));
+  made->impl = std::move(impl);
+  return Any::object(std::move(made));
 }
 
 Any invoke_closure(const Any* a, int32_t n) {
@@ -532,16 +553,17 @@ const bool registered = [] {
 
 }  // namespace
 
-std::optional<Function> context_builtin(const std::string& name, const DeviceContext& context) {
+std::optional<Function> context_builtin(const std::string& name, const DeviceContext& context,
+                                        std::shared_ptr<MemoryBudget> budget) {
   // The function may outlive the VM that looked it up (a closure escapes): it keeps the runtime.
-  std::shared_ptr<const DeviceContext> c = context.retain();
+  auto target = std::make_shared<const CopyTarget>(CopyTarget{context.retain(), std::move(budget)});
   if (name == "vm.builtin.to_device") {
-    return Function::from_packed(name,
-                                 [c](const Any* a, int32_t n) { return to_device(a, n, c.get()); });
+    return Function::from_packed(
+        name, [target](const Any* a, int32_t n) { return to_device(a, n, target.get()); });
   }
   if (name == "vm.builtin.ensure_zero_offset") {
     return Function::from_packed(
-        name, [c](const Any* a, int32_t n) { return ensure_zero_offset(a, n, c.get()); });
+        name, [target](const Any* a, int32_t n) { return ensure_zero_offset(a, n, target.get()); });
   }
   return std::nullopt;
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <new>
 
 #include "kiln/error.h"
@@ -33,8 +34,38 @@ std::string callers_of(const Executable& exec, int64_t index) {
 }
 }  // namespace
 
+int nesting_depth(const Any& v) {
+  if (v.type_code() != kTypeObject) return 0;
+  if (const auto* array = dynamic_cast<const ArrayObj*>(v.object())) return array->depth;
+  if (const auto* closure = dynamic_cast<const ClosureObj*>(v.object())) return closure->depth;
+  return 0;
+}
+
+namespace {
+int deepest(const std::vector<Any>& values) {
+  int depth = 0;
+  for (const Any& v : values) depth = std::max(depth, nesting_depth(v));
+  return depth;
+}
+}  // namespace
+
+ArrayObj::ArrayObj(std::vector<Any> items_in) : items(std::move(items_in)), depth(1 + deepest(items)) {}
+
+ClosureObj::ClosureObj(std::string func_name_in, Function impl_in, std::vector<Any> captured_in,
+                       Any wrapped_in)
+    : func_name(std::move(func_name_in)),
+      impl(std::move(impl_in)),
+      captured(std::move(captured_in)),
+      wrapped(std::move(wrapped_in)),
+      depth(1 + std::max(nesting_depth(wrapped), deepest(captured))) {}
+
 Any make_array(std::vector<Any> items) {
-  return Any::object(make_object<ArrayObj>(std::move(items)));
+  auto array = make_object<ArrayObj>(std::move(items));
+  if (array->depth > kMaxValueNesting) {
+    throw ValueError(fmt::format("a tuple nested {} deep passes the VM's limit of {}",
+                                 array->depth, kMaxValueNesting));
+  }
+  return Any::object(std::move(array));
 }
 
 // ---- MemoryConfig ----
@@ -100,6 +131,7 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
                                        const DeviceContext& context_in,
                                        const MemoryConfig& memory_cfg, bool profile)
     : device_context_owner(context_in.retain()),
+      budget(current_memory_budget()),
       exec(std::move(exec_in)),
       device_context(*device_context_owner),
       libraries(std::move(libraries_in)),
@@ -122,7 +154,7 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
                        : fmt::format("there are {} ({} to {})", count, first,
                                      device_context.device_str(Device{d.type, count - 1}))));
     }
-    allocators_.push_back(make_allocator(memory_cfg.kind_for(d), backend, d));
+    allocators_.push_back(make_allocator(memory_cfg.kind_for(d), backend, d, budget));
   }
   // Constants: tensors go to devices[0].
   for (const Constant& c : exec->constants) {
@@ -165,7 +197,7 @@ VirtualMachineImpl::VirtualMachineImpl(std::shared_ptr<const Executable> exec_in
         break;
       }
     }
-    if (!f) f = context_builtin(info.name, device_context);
+    if (!f) f = context_builtin(info.name, device_context, budget);
     if (!f) f = registry::get(info.name);
     if (!f) {
       std::vector<std::string> names;
@@ -201,13 +233,59 @@ VirtualMachineImpl::~VirtualMachineImpl() {
   free_frames_.clear();
 }
 
-VirtualMachineImpl* VirtualMachineImpl::from_context(const Any& ctx, const char* who) {
-  if (ctx.type_code() == KILN_TYPE_OPAQUE) {
-    auto* vm = reinterpret_cast<VirtualMachineImpl*>(ctx.raw_int());
-    if (vm != nullptr && vm->magic_ == kMagic) return vm;
+// The VM context stays a raw pointer (KILN_TYPE_OPAQUE), validated rather than counted. It is
+// the ABI of closures and builtins (compiled code passes it as a void*), every closure call
+// passes it without reference counting, and a counted context would let any value that
+// escapes a call (vm.builtin.copy of %vm, returned) keep a VM and its memory alive behind its
+// owner's back. Instead a context is meaningful only while its VM runs a call on the calling
+// thread: from_context accepts a pointer only when it equals one of those VMs, compared as a
+// number and never followed otherwise, so a context kept beyond its call — its VM since freed
+// (a use after free) or another's — or a forged one is a TypeError, not a dereference. (RPC
+// sessions refuse to return raw pointers at all: session_server.cc.)
+namespace {
+// The VMs running a call on this thread, innermost first: a list through RunningScopes on the
+// stack.
+struct RunningVm {
+  const VirtualMachineImpl* vm;
+  const RunningVm* outer;
+};
+thread_local const RunningVm* t_running = nullptr;
+}  // namespace
+
+// Marks `vm` as running a call on this thread while it lives (once: a VM calling into itself
+// is listed once).
+class VirtualMachineImpl::RunningScope {
+ public:
+  explicit RunningScope(const VirtualMachineImpl* vm)
+      : entry_{vm, t_running}, pushed_(t_running == nullptr || t_running->vm != vm) {
+    if (pushed_) t_running = &entry_;
   }
-  throw TypeError(
-      fmt::format("{}: argument 0 must be the VM context (%vm), got {}", who, ctx.type_name()));
+  ~RunningScope() {
+    if (pushed_) t_running = entry_.outer;
+  }
+  RunningScope(const RunningScope&) = delete;
+  RunningScope& operator=(const RunningScope&) = delete;
+
+ private:
+  RunningVm entry_;
+  bool pushed_;
+};
+
+VirtualMachineImpl* VirtualMachineImpl::from_context(const Any& ctx, const char* who) {
+  if (ctx.type_code() != KILN_TYPE_OPAQUE) {
+    throw TypeError(
+        fmt::format("{}: argument 0 must be the VM context (%vm), got {}", who, ctx.type_name()));
+  }
+  const auto address = static_cast<uintptr_t>(ctx.raw_int());
+  for (const RunningVm* r = t_running; r != nullptr; r = r->outer) {
+    if (reinterpret_cast<uintptr_t>(r->vm) == address) {
+      return const_cast<VirtualMachineImpl*>(r->vm);
+    }
+  }
+  throw TypeError(fmt::format(
+      "{}: argument 0 is not the context of a VM running this call (a %vm kept beyond its call, "
+      "of a VM that may be gone, is never used)",
+      who));
 }
 
 KilnAny VirtualMachineImpl::context() const {
@@ -281,6 +359,7 @@ Any VirtualMachineImpl::invoke_bytecode(int64_t fidx, const Any* args, int32_t n
     }
   } guard{this, acquire_frame(fidx)};
   ++depth_;
+  const RunningScope running(this);
   Frame& frame = *guard.frame;
   for (int32_t i = 0; i < num_args; ++i) frame.registers[static_cast<size_t>(i)] = args[i];
 
@@ -552,6 +631,7 @@ void VirtualMachineImpl::run_call_hooked(const Instruction& in, Frame& frame, co
 
 Any VirtualMachineImpl::invoke_closure(const Any& closure, const Any* args, int32_t num_args) {
   if (auto c = closure.as_object<ClosureObj>()) {
+    const RunningScope running(this);  // the closure receives our context
     std::vector<KilnAny> packed;
     packed.reserve(static_cast<size_t>(num_args) + 1);
     packed.push_back(context());
@@ -585,7 +665,13 @@ Any VirtualMachineImpl::vm_function(const std::string& name) const {
 Any VirtualMachineImpl::convert_to_device(const Any& value) {
   if (value.type_code() == KILN_TYPE_TENSOR) {
     Tensor t = value.cast<Tensor>();
-    if (t.device() == devices[0] && t.get()->storage) return value;
+    // Under a budget only memory charged to it is kept as it is: the VM holds what it keeps
+    // (inputs, saved arguments) for as long as it lives, whoever frees the original.
+    const Object* root = t.get();
+    while (const auto* view = dynamic_cast<const TensorObj*>(root)) root = view->storage.get();
+    const auto* storage = dynamic_cast<const StorageObj*>(root);
+    const bool charged = !budget || (storage != nullptr && charged_to(*storage, budget.get()));
+    if (t.device() == devices[0] && t.get()->storage && charged) return value;
     // Other devices, and views of memory the VM does not own (DLTensor*), are copied.
     Tensor copy = empty_tensor(*allocators_[0], {t.shape().begin(), t.shape().end()}, t.dtype());
     copy.copy_from(t);
@@ -659,6 +745,7 @@ void VirtualMachine::save_function(const std::string& func, const std::string& s
   Any closure = impl_->get_closure(func);
   std::vector<Any> bound;
   for (const Any& a : args) bound.push_back(impl_->convert_to_device(a));
+
   // Captured arguments go after the call's own (§2.4 BindLastArgs); the saved closure is a
   // plain function over the VM context like any other closure.
   Function impl = Function::from_packed(
@@ -670,7 +757,14 @@ void VirtualMachine::save_function(const std::string& func, const std::string& s
         Any result = vm->invoke_closure(closure, all.data(), static_cast<int32_t>(all.size()));
         return include_return ? result : Any();
       });
-  impl_->saved[saved_name] = Any::object(make_object<ClosureObj>(saved_name, std::move(impl)));
+  auto saved = make_object<ClosureObj>(saved_name, std::move(impl), bound, closure);
+  if (saved->depth > kMaxValueNesting) {
+    throw ValueError(fmt::format(
+        "save_function: '{}' would nest {} deep (saved functions of saved functions, tuples), "
+        "past the VM's limit of {}",
+        saved_name, saved->depth, kMaxValueNesting));
+  }
+  impl_->saved[saved_name] = Any::object(std::move(saved));
 }
 
 void VirtualMachine::set_input(const std::string& func, const std::vector<Any>& args) {

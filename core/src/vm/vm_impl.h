@@ -17,9 +17,11 @@
 namespace kiln::vm {
 
 // The builtins that allocate on a device other than their argument's (vm.builtin.to_device,
-// vm.builtin.ensure_zero_offset), bound to `context`; nullopt for any other name. A VM resolves
-// these before the global registry, whose versions know no runtime.
-std::optional<Function> context_builtin(const std::string& name, const DeviceContext& context);
+// vm.builtin.ensure_zero_offset), bound to `context` and charging their copies to `budget`
+// (null: none); nullopt for any other name. A VM resolves these before the global registry,
+// whose versions know no runtime.
+std::optional<Function> context_builtin(const std::string& name, const DeviceContext& context,
+                                        std::shared_ptr<MemoryBudget> budget);
 
 class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImpl> {
  public:
@@ -29,7 +31,9 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
                      const MemoryConfig& memory_cfg, bool profile);
   ~VirtualMachineImpl();
 
-  // The VM behind a context value (the %vm register); TypeError when `ctx` is not one.
+  // The VM behind a context value (the %vm register): only a VM running a call on this
+  // thread (virtual_machine.cc says why); TypeError naming `who` for anything else — another
+  // value, or a context kept beyond its call, which is never dereferenced.
   static VirtualMachineImpl* from_context(const Any& ctx, const char* who);
   // The context value passed to closures and builtins.
   KilnAny context() const;
@@ -51,6 +55,9 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
   void clear_allocators();
 
   std::shared_ptr<const DeviceContext> device_context_owner;  // keeps the runtime alive
+  // What every allocation of this VM is charged to: the budget installed on the thread that
+  // made it (memory_budget.h); null for none.
+  std::shared_ptr<MemoryBudget> budget;
   std::shared_ptr<const Executable> exec;
   const DeviceContext& device_context;  // *device_context_owner: serves `devices`
   std::vector<Module> libraries;
@@ -64,6 +71,7 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
 
  private:
   struct Frame;
+  class RunningScope;
   // Executes the Call instruction whose words start at `w` in `frame`.
   void run_call(const Word* w, Frame& frame);
   void run_call_hooked(const Instruction& in, Frame& frame, const KilnAny* args, int32_t n,
@@ -81,8 +89,6 @@ class VirtualMachineImpl : public std::enable_shared_from_this<VirtualMachineImp
   std::unique_ptr<Frame> acquire_frame(int64_t fidx);
   void release_frame(std::unique_ptr<Frame> frame);
 
-  static constexpr uint64_t kMagic = 0x4b494c4e564d3031;  // "KILNVM01"
-  uint64_t magic_ = kMagic;
   std::vector<Ref<Allocator>> allocators_;
   std::vector<Any> constants_;
   std::vector<Any> func_pool_;

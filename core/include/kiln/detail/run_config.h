@@ -124,6 +124,9 @@ struct RemoteSpec {
   int32_t session_timeout = 10;  // seconds; 0 = unlimited
   std::optional<double> wait;    // seconds the tracker may take to grant a server
   std::string token;             // `token`, or the first line of `token_file`
+  // `tracker_token`, or the first line of `tracker_token_file`: the tracker's token, when it
+  // requires one (empty: $KILN_TRACKER_TOKEN, else none).
+  std::string tracker_token;
 };
 
 // A parsed run configuration.

@@ -20,6 +20,9 @@ struct RPCConfig {
   int session_timeout_sec = 10;
   // Beyond the reference:
   std::string token;  // the servers' shared token, when they require one
+  // The tracker token, when the tracker requires one (TrackerOptions::token); empty: from
+  // $KILN_TRACKER_TOKEN when that is set (normalized()), else none.
+  std::string tracker_token;
   // Seconds the tracker may take to grant a server before the request fails with "no free
   // server with key ..." (the reference waits forever; so does an unset bound).
   std::optional<double> request_wait_sec;
@@ -29,7 +32,8 @@ struct RPCConfig {
   // ValueError, checking host, port, key in that order:
   //   "RPCConfig.tracker_host is not provided. Please provide it explicitly,or set
   //    environment variable TVM_TRACKER_HOST" (same for tracker_port, tracker_key)
-  // and ValueError for a port variable that is not a number.
+  // and ValueError for a port variable that is not a number. An empty tracker_token takes
+  // $KILN_TRACKER_TOKEN.
   static RPCConfig normalized(const std::optional<RPCConfig>& config);
   // Parses a port given as text (the reference accepts "9190"); ValueError otherwise.
   static int parse_port(const std::string& text, const std::string& what);
@@ -69,6 +73,10 @@ HostPort parse_host_port(const std::string& text);
 // CR. Throws ValueError "cannot read the token file '<path>'" or "the token file '<path>' has
 // an empty first line".
 std::string read_token_file(const std::filesystem::path& path);
+
+// A new random token of 256 bits (43 URL-safe characters) from the system's CSPRNG, for
+// --token-file files (`kiln rpc-token`). Throws RuntimeError when no random bytes are to be had.
+std::string generate_token();
 
 }  // namespace kiln::rpc
 

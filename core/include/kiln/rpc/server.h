@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln {
 class Runtime;
@@ -25,6 +26,18 @@ struct ServerTestHooks {
 };
 }  // namespace detail
 
+// Where a session runs (docs/rpc.md, "Sessions are processes").
+enum class SessionIsolation {
+  // Each session in a worker process of its own (kiln-rpc-session): a crash, a hang or a
+  // backdoor in uploaded code ends with the session; the session cannot read the server's
+  // token, memory or other sessions' files (see docs/rpc.md for exactly what it can reach).
+  // Functions registered in the server's process are not seen by sessions.
+  kProcess,
+  // Each session on a thread of the server's process, sharing it: sessions see functions the
+  // application registered, and a crash in one ends the server and every session.
+  kThread,
+};
+
 struct ServerOptions {
   // Address or name; loopback unless asked otherwise. A non-loopback address needs a token
   // or allow_insecure (whoever can connect without a token can run code on this machine).
@@ -33,6 +46,7 @@ struct ServerOptions {
   int port_end = 9199;                     // binds the first free port in [port, port_end)
   std::string key;                         // the key clients (and the tracker) know this server by
   std::optional<std::string> tracker;      // "host:port": register there
+  std::string tracker_token;               // the tracker's token, when it requires one
   std::optional<std::string> custom_addr;  // the address the tracker hands out
   // Where session directories go (one per session: unique, 0700, removed when it ends).
   // Default: a fresh private directory (mkdtemp, 0700) in the system's temporary directory,
@@ -43,7 +57,9 @@ struct ServerOptions {
   // 0 = unlimited). The shorter of the two applies.
   double session_timeout_s = 0;
   int max_sessions = 1;  // sessions served at once; more are refused with "busy"
-  std::string token;     // when set, clients must prove they hold it
+  // When set (16 characters or more; `kiln rpc-token` makes one), sessions are TLS 1.3 keyed by
+  // it: clients and server prove they hold it, and every byte is encrypted and authenticated.
+  std::string token;
   // The most memory one session may hold through its handles (bytes), whoever allocated it:
   // Alloc and tensors that functions return, each storage counted once; 0 = no limit beyond
   // the device's own.
@@ -64,8 +80,16 @@ struct ServerOptions {
   detail::ServerTestHooks test_hooks;
   // Listen on a non-loopback address without a token (logged as a warning).
   bool allow_insecure = false;
-  // Seconds stop() waits for running calls to return after telling them to end.
+  // Seconds stop() waits for running calls to return after telling them to end (a session
+  // worker still running then is killed).
   double stop_grace_s = 5;
+  SessionIsolation isolation = SessionIsolation::kProcess;
+  // The kiln-rpc-session executable; empty: $KILN_RPC_SESSION_WORKER, else the one installed
+  // beside libkiln.
+  std::filesystem::path session_worker;
+  // Files a session must not read (the token files): hidden from session workers wherever they
+  // can make a mount namespace of their own.
+  std::vector<std::filesystem::path> secret_files;
 };
 
 class Server {

@@ -61,20 +61,33 @@ struct TrackerOptions {
   // without UPDATE_INFO) are dropped oldest first; a PUT that still finds no room closes its
   // connection.
   size_t max_free_values = 65536;
-  // Connections open at once. When full, the oldest connection that has not yet sent its
-  // magic and first message is closed to make room (a flood of idle connections cannot lock
-  // out a client that talks at once); when every one has, the new connection is refused.
+  // Connections open at once. When full (or out of file descriptors), the connection idle the
+  // longest is closed to make room: first one that is neither a server (sent PUT) nor
+  // waiting for one, then a server that holds no free value; never one that holds free values
+  // or waiting requests. When every connection holds some, the new connection is refused.
   size_t max_connections = 4096;
   // Connections open at once from one peer address (`kiln tracker --max-connections-per-
   // address`); more are refused, so one host cannot take every slot.
   size_t max_connections_per_address = 256;
-  // How long a connection has to send the magic and its first complete message
-  // (--handshake-timeout); it is closed when the deadline passes.
+  // How long a connection has to send the magic and its first complete message, the TLS
+  // handshake included under a token (--handshake-timeout); it is closed when the deadline
+  // passes.
   std::chrono::milliseconds handshake_timeout{10000};
+  // A connection that sends no complete message for this long is closed, unless it is a
+  // server (it sent PUT) or has a request waiting (--idle-timeout); 0: no idle deadline.
+  // Clients that keep a connection open between uses (TrackerSession) connect again.
+  std::chrono::milliseconds idle_timeout{30000};
   // Bytes of free values and waiting requests held for all peers (--max-held-bytes); a PUT or
   // REQUEST beyond it drops free values whose server left, then closes its connection.
-  // One connection may hold at most 1 MiB of them.
+  // One connection may hold at most 1 MiB of them, one peer address an eighth of them (and
+  // of max_free_values), but never less than one connection may.
   size_t max_held_bytes = 64u << 20;
+  // The tracker token (16 characters or more; `kiln rpc-token` makes one); empty: none, and
+  // the tracker speaks TVM's protocol in the clear. When set, a connection must complete a
+  // TLS 1.3 handshake keyed by it (each side proves it holds the token) before the magic,
+  // and everything after is encrypted; others are refused before they can send a message.
+  // TVM's clients and servers cannot connect then. Throws ValueError when it is too short.
+  std::string token;
 };
 
 // A tracker serving on its own thread. Thread-safe.
@@ -138,10 +151,14 @@ class TrackerSession {
   // Connects and exchanges the magic. Retries a refused connection every 0.5 s until
   // `connect_timeout` has passed, then throws RuntimeError naming host:port and the last
   // error; a peer that answers another magic: RuntimeError("<host>:<port> is not an RPC
-  // tracker").
+  // tracker"). With `tracker_token` the connection is TLS keyed by it (TrackerOptions::token);
+  // a tracker that requires a token when none is given, or that refuses this one, is a
+  // RuntimeError saying so. A connection the tracker closed while it sat idle is opened
+  // again by the next call.
   static TrackerSession connect(
       const std::string& host, int port,
-      std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
+      std::chrono::milliseconds connect_timeout = std::chrono::seconds(10),
+      const std::string& tracker_token = "");
   TrackerSession(TrackerSession&&) noexcept;
   TrackerSession& operator=(TrackerSession&&) noexcept;
   ~TrackerSession();
@@ -187,8 +204,9 @@ class TrackerSession {
 // Shorthand for TrackerSession::connect.
 inline TrackerSession connect_tracker(
     const std::string& host, int port,
-    std::chrono::milliseconds connect_timeout = std::chrono::seconds(10)) {
-  return TrackerSession::connect(host, port, connect_timeout);
+    std::chrono::milliseconds connect_timeout = std::chrono::seconds(10),
+    const std::string& tracker_token = "") {
+  return TrackerSession::connect(host, port, connect_timeout, tracker_token);
 }
 
 // What an RPC server registers with a tracker.
@@ -202,6 +220,8 @@ struct RegistrationOptions {
   std::chrono::milliseconds unmatch_timeout{4000};  // + ping_period: a taken key is stale
   std::chrono::milliseconds reconnect_period{1000};  // after losing the tracker
   std::chrono::milliseconds io_timeout{5000};        // per exchange with the tracker
+  // The tracker token, when the tracker requires one (TrackerOptions::token); empty: none.
+  std::string tracker_token;
 };
 
 // An RPC server's registration with a tracker: keeps one free resource (one match key
@@ -210,6 +230,8 @@ struct RegistrationOptions {
 // maintain() (tracker trouble is logged and retried).
 class TrackerRegistration {
  public:
+  // Derives the tracker token's TLS key once, when there is one (ValueError when it is too
+  // short); connects later, in maintain().
   explicit TrackerRegistration(RegistrationOptions options);
   ~TrackerRegistration();
   TrackerRegistration(const TrackerRegistration&) = delete;
@@ -229,6 +251,11 @@ class TrackerRegistration {
   bool connected() const;
   // The match keys registered and not yet claimed.
   std::vector<std::string> outstanding() const;
+  // How many match keys it remembers so as never to offer one twice: the outstanding ones and
+  // the most recently retired (kRememberedRetiredKeys), so that a long-running server's
+  // memory stays flat.
+  size_t remembered_keys() const;
+  static constexpr size_t kRememberedRetiredKeys = 1024;
 
  private:
   struct Impl;

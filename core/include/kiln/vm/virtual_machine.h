@@ -27,25 +27,40 @@
 
 namespace kiln::vm {
 
+// How deeply the VM lets its values nest (tuples in tuples, closures capturing tuples or
+// wrapping closures): a program looping over make_tuple or make_closure would otherwise build
+// a chain whose release, or any walk over it, recurses past the stack.
+inline constexpr int kMaxValueNesting = 256;
+// The nesting depth of `v`: 1 + the deepest value inside for a tuple or a closure, else 0.
+int nesting_depth(const Any& v);
+
 // A tuple of values (what make_tuple builds and functions return for tuples).
 class ArrayObj : public Object {
  public:
-  explicit ArrayObj(std::vector<Any> items) : items(std::move(items)) {}
+  explicit ArrayObj(std::vector<Any> items);
   const char* type_key() const override { return "vm.Array"; }
   std::vector<Any> items;
+  int depth = 1;  // nesting_depth() at construction (items may only be reset to none since)
 };
-// Wraps `items` as an Any holding an ArrayObj.
+// Wraps `items` as an Any holding an ArrayObj. ValueError when it would nest deeper than
+// kMaxValueNesting.
 Any make_array(std::vector<Any> items);
 
 // A callable VM value: `impl` takes the VM context (an opaque pointer) first, then the call's
-// arguments (SPEC §2.4). `func_name` names the VM function it came from.
+// arguments (SPEC §2.4). `func_name` names the VM function it came from. A closure made from
+// another (make_closure, save_function) also shows what `impl` keeps alive beyond code, for
+// owners that are charged for that memory (an RPC session): `captured`, the values it appends
+// to a call's arguments, and `wrapped`, the closure it then calls (none for a VM function).
 class ClosureObj : public Object {
  public:
-  ClosureObj(std::string func_name, Function impl)
-      : func_name(std::move(func_name)), impl(std::move(impl)) {}
+  ClosureObj(std::string func_name, Function impl, std::vector<Any> captured = {},
+             Any wrapped = Any());
   const char* type_key() const override { return "vm.Closure"; }
   std::string func_name;
   Function impl;
+  std::vector<Any> captured;
+  Any wrapped;
+  int depth = 1;  // nesting_depth()
 };
 
 // Device memory from a VM allocator, viewed by tensors made with alloc_tensor.

@@ -1,0 +1,118 @@
+// Each RPC session in a process of its own (docs/rpc.md, "Sessions are processes").
+//
+// The server accepts, runs the handshake and keeps the slot; the session itself runs in a
+// freshly executed worker (kiln-rpc-session): a new process image that never held the
+// server's token, with an environment without it, that cannot read the server's memory or
+// other sessions' (every Kiln process involved is non-dumpable and the worker drops its
+// capabilities). A crash, a hang or a backdoor in uploaded code ends with the worker.
+// Without a token the worker gets the client's socket itself; with one the server keeps the
+// TLS channel and relays plaintext to the worker over a socket pair (relay()), so no key
+// material ever enters the worker.
+#ifndef KILN_SRC_RPC_SESSION_PROCESS_H_
+#define KILN_SRC_RPC_SESSION_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/logging.h"
+
+namespace kiln::rpc {
+
+class Connection;
+
+// What a session worker needs to serve one session; it travels on the worker's command line.
+struct WorkerConfig {
+  std::filesystem::path sessions_root;  // where the server makes session directories
+  std::filesystem::path work_dir;       // this session's (inside sessions_root, made by the server)
+  uint64_t id = 0;                      // the server's session number, for logs
+  std::string peer;                     // the client's address, for logs
+  double timeout_s = 0;                 // the session's timeout as agreed; 0: none
+  double time_left_s = 0;               // seconds left of it when the worker starts
+  uint64_t max_memory_bytes = 0;
+  uint64_t max_handles = 0;
+  uint64_t max_upload_bytes = 0;
+  int64_t idle_timeout_ms = 0;
+  int64_t write_timeout_ms = 0;
+  bool test_functions = false;
+  // The parent's plugin discovery, so that the worker loads the same plugins.
+  std::optional<std::filesystem::path> plugin_set;
+  std::vector<std::filesystem::path> search_paths;
+  LogLevel log_level = LogLevel::kWarn;
+  // Files the session must not read (the server's token files): hidden where the worker can
+  // make a mount namespace of its own.
+  std::vector<std::filesystem::path> hidden_files;
+  pid_t server_pid = 0;  // the worker ends when this process does
+};
+
+// `config` as command-line arguments (after the program name), and back. parse throws
+// ValueError naming the bad argument.
+std::vector<std::string> worker_arguments(const WorkerConfig& config);
+WorkerConfig parse_worker_arguments(const std::vector<std::string>& args);
+
+// The session worker executable: `configured` when not empty, else $KILN_RPC_SESSION_WORKER,
+// else kiln-rpc-session beside libkiln's install (<prefix>/libexec/kiln/) or build tree
+// (<build>/bin/). Throws RuntimeError listing where it looked.
+std::filesystem::path find_session_worker(const std::filesystem::path& configured);
+
+// A running session worker.
+class SessionProcess {
+ public:
+  // Starts `worker` with `session_fd` as its descriptor 3, stdin /dev/null, stdout and stderr
+  // the server's, in a process group of its own, every other descriptor closed, signals at
+  // their defaults, and the environment without KILN_RPC_TOKEN and KILN_TRACKER_TOKEN.
+  // Throws RuntimeError when it cannot start.
+  SessionProcess(const std::filesystem::path& worker, const WorkerConfig& config, int session_fd);
+  // Kills (SIGKILL, the whole group) and reaps a worker still running.
+  ~SessionProcess();
+  SessionProcess(const SessionProcess&) = delete;
+  SessionProcess& operator=(const SessionProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // A descriptor that polls readable once the worker exited (-1 where pidfds are missing).
+  int exit_fd() const { return pidfd_; }
+  // Sends `sig` to the worker's process group (what it spawned too). No-op once reaped.
+  void signal(int sig) noexcept;
+  // Waits up to `timeout` (nullopt: forever) for the worker to exit; its wait status, or
+  // nullopt while it runs.
+  std::optional<int> wait(std::optional<std::chrono::milliseconds> timeout);
+
+ private:
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+  std::optional<int> status_;
+};
+
+// "exited with code 3", "died of SIGSEGV (signal 11)".
+std::string describe_wait_status(int status);
+// Whether the status says the worker crashed (a signal other than the server's own SIGTERM /
+// SIGKILL).
+bool crashed(int status);
+
+// Relays bytes between `client` (the encrypted side) and the worker's end of a socket pair,
+// `worker_fd`, until either closes, `worker` exits (after forwarding what it wrote), `stop`
+// is set, or the channel fails its integrity check. Returns why it ended.
+std::string relay(Connection& client, int worker_fd, const SessionProcess& worker,
+                  const std::atomic<bool>& stop);
+
+// The functions "rpc.test.*" and "testing.*" (ServerTestHooks::test_functions).
+void register_diagnostic_functions();
+
+// Makes this process non-dumpable: its /proc files (memory, environment, descriptors) are
+// then closed to every process without CAP_SYS_PTRACE, same user or not. The server does it
+// before its first session worker starts; workers do it first thing.
+void make_non_dumpable() noexcept;
+
+// The worker's main (kiln-rpc-session): serves one session on descriptor 3 and returns its
+// exit code.
+int session_worker_main(int argc, char** argv);
+
+}  // namespace kiln::rpc
+
+#endif  // KILN_SRC_RPC_SESSION_PROCESS_H_

@@ -1,0 +1,217 @@
+// The session worker (kiln-rpc-session): one RPC session in a process of its own
+// (rpc/session_process.h). It confines itself before it serves anything uploaded:
+//   1. non-dumpable, and ends with the server (PR_SET_PDEATHSIG);
+//   2. a mount namespace of its own where it can make one (as root, or in a user namespace):
+//      the server's token files read as empty, and the sessions' root shows only this
+//      session's directory;
+//   3. no capabilities and no new privileges: it cannot read the memory, environment or
+//      descriptors of the server or of other sessions (all non-dumpable), whoever runs them.
+// What it could not do is logged once, and docs/rpc.md says what a session can reach then.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "kiln/error.h"
+#include "kiln/plugin_discovery.h"
+#include "kiln/runtime.h"
+#include "rpc/connection.h"
+#include "rpc/session_process.h"
+#include "rpc/session_server.h"
+
+namespace kiln::rpc {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kSessionFd = 3;
+// How long a call that ignores cancellation may run on once the session must end.
+constexpr auto kCancelGrace = std::chrono::seconds(2);
+
+void warn(const std::string& m) { log(LogLevel::kWarn, "rpc-session", m); }
+
+bool write_file(const char* path, const std::string& text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+// A mount namespace of this process's own; in a user namespace (mapping this user to itself)
+// when it lacks CAP_SYS_ADMIN. Returns why not, or "".
+std::string enter_mount_namespace() {
+  if (::unshare(CLONE_NEWNS) == 0) return "";
+  const int direct = errno;
+  const uid_t uid = ::geteuid();
+  const gid_t gid = ::getegid();
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+    return fmt::format("unshare(CLONE_NEWNS): {}; with a user namespace: {}",
+                       std::strerror(direct), std::strerror(errno));
+  }
+  if (!write_file("/proc/self/setgroups", "deny") ||
+      !write_file("/proc/self/uid_map", fmt::format("{} {} 1", uid, uid)) ||
+      !write_file("/proc/self/gid_map", fmt::format("{} {} 1", gid, gid))) {
+    return fmt::format("cannot map the user in a user namespace: {}", std::strerror(errno));
+  }
+  return "";
+}
+
+// Makes `work_dir` the only directory visible under `root` and every `hidden` file read as
+// empty, in this process's mount namespace. Returns what it could not do, or "".
+std::string confine_files(const fs::path& root, const fs::path& work_dir,
+                          const std::vector<fs::path>& hidden) {
+  if (std::string why = enter_mount_namespace(); !why.empty()) return why;
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return fmt::format("cannot make the mounts private: {}", std::strerror(errno));
+  }
+  for (const fs::path& file : hidden) {
+    if (::mount("/dev/null", file.c_str(), nullptr, MS_BIND, nullptr) != 0 && errno != ENOENT) {
+      return fmt::format("cannot hide a token file: {}", std::strerror(errno));
+    }
+  }
+  if (work_dir.parent_path() != root) return "";
+  // Hold the session's directory, cover the root with an empty private tmpfs, and put the
+  // directory back under its own name: other sessions' directories are out of sight.
+  const int dir_fd = ::open(work_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return fmt::format("cannot open the session directory: {}", std::strerror(errno));
+  const std::string held = fmt::format("/proc/self/fd/{}", dir_fd);
+  std::string why;
+  if (::mount("kiln-sessions", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,size=64k") !=
+      0) {
+    why = fmt::format("cannot cover the sessions' root: {}", std::strerror(errno));
+  } else if (::mkdir(work_dir.c_str(), 0700) != 0 ||
+             ::mount(held.c_str(), work_dir.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    why = fmt::format("cannot show the session's directory: {}", std::strerror(errno));
+  }
+  ::close(dir_fd);
+  return why;
+}
+
+// Drops every capability (bounding, ambient, effective, permitted, inheritable) and forbids
+// gaining new ones. Returns what failed, or "".
+std::string drop_privileges() {
+  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  for (int cap = 0; cap <= 63; ++cap) ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capset, &header, data) != 0) {
+    return fmt::format("cannot drop capabilities: {}", std::strerror(errno));
+  }
+  return "";
+}
+
+// Ends the session at its deadline or on SIGTERM/SIGINT/SIGHUP; ends the process when a call
+// ignores that for kCancelGrace. Runs until the session finished.
+void watch(SessionState& state, const sigset_t& signals) {
+  std::optional<Clock::time_point> must_end_by;
+  while (!state.finished.load()) {
+    timespec tick{0, 100 * 1000 * 1000};
+    const int sig = ::sigtimedwait(&signals, nullptr, &tick);
+    const auto now = Clock::now();
+    if (sig > 0 && !state.cancelled.load()) {
+      state.cancelled = true;
+      state.conn->shutdown();
+      must_end_by = now + kCancelGrace;
+    }
+    if (state.deadline && now >= *state.deadline && !state.timed_out.load()) {
+      expire_session(state);
+      must_end_by = now + kCancelGrace;
+    }
+    if (must_end_by && now >= *must_end_by && !state.finished.load()) {
+      warn(fmt::format("session {} with {}: a call did not return within {} s of the end of the "
+                       "session; ending its process",
+                       state.id, state.conn->peer(), kCancelGrace.count()));
+      std::fflush(nullptr);
+      ::_exit(4);
+    }
+  }
+}
+
+}  // namespace
+
+int session_worker_main(int argc, char** argv) {
+  make_non_dumpable();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  WorkerConfig config;
+  try {
+    config = parse_worker_arguments(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "kiln-rpc-session: %s\nThis program serves one session of `kiln rpc-server`; "
+                 "the server starts it.\n",
+                 e.what());
+    return 2;
+  }
+  if (config.server_pid > 0 && ::getppid() != config.server_pid) return 3;  // the server is gone
+  set_log_level(config.log_level);
+  struct stat st {};
+  if (::fstat(kSessionFd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    std::fprintf(stderr, "kiln-rpc-session: descriptor %d is not the session's socket\n",
+                 kSessionFd);
+    return 2;
+  }
+
+  const fs::path work_dir = config.work_dir;
+  if (std::string why = confine_files(config.sessions_root, work_dir, config.hidden_files);
+      !why.empty()) {
+    log(LogLevel::kInfo, "rpc-session",
+        fmt::format("session {}: files not confined ({}): the session can read what the "
+                    "server's user can (docs/rpc.md, \"What a session can reach\")",
+                    config.id, why));
+  }
+  if (std::string why = drop_privileges(); !why.empty()) {
+    warn(fmt::format("session {}: {}", config.id, why));
+  }
+  if (config.test_functions) register_diagnostic_functions();
+
+  // Signals are taken by the watcher only (every thread started below inherits the mask).
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, sig);
+  ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  RuntimeOptions runtime_options;
+  runtime_options.plugin_set = config.plugin_set.value_or(fs::path());
+  runtime_options.search_paths = config.search_paths;
+  runtime_options.search_install_prefix = false;
+  Runtime runtime(runtime_options);
+
+  SessionState state;
+  state.conn = Connection::adopt(kSessionFd, config.peer);
+  state.id = config.id;
+  state.timeout_s = config.timeout_s;
+  if (config.timeout_s > 0) {
+    state.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(config.time_left_s));
+  }
+  state.max_memory_bytes = config.max_memory_bytes;
+  state.max_handles = config.max_handles;
+  state.max_upload_bytes = config.max_upload_bytes;
+  state.idle_timeout = std::chrono::milliseconds(config.idle_timeout_ms);
+  state.write_timeout = std::chrono::milliseconds(config.write_timeout_ms);
+  state.enable_test_functions = config.test_functions;
+
+  std::thread watcher([&] { watch(state, signals); });
+  serve_session_in(state, work_dir, runtime);
+  state.finished = true;
+  watcher.join();
+  return 0;
+}
+
+}  // namespace kiln::rpc

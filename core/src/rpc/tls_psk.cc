@@ -1,0 +1,316 @@
+#include "rpc/tls_psk.h"
+
+#include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "kiln/error.h"
+
+namespace kiln::rpc::tls {
+
+namespace {
+
+// TLS_AES_128_GCM_SHA256: the cipher the PSK session names; its hash is the PSK's.
+constexpr unsigned char kPskCipherId[2] = {0x13, 0x01};
+constexpr char kCipherSuites[] = "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256";
+constexpr size_t kKeyBytes = 32;
+// scrypt cost: 16 MiB and about 50 ms per derivation on a 2020s core.
+constexpr uint64_t kScryptN = 1u << 14;
+constexpr uint64_t kScryptR = 8;
+constexpr uint64_t kScryptP = 1;
+constexpr uint64_t kScryptMaxMem = 64ull << 20;
+
+const char* salt_of(Purpose p) {
+  return p == Purpose::kSession ? "kiln-rpc-session-psk-v1" : "kiln-tracker-psk-v1";
+}
+const char* identity_of(Purpose p) {
+  return p == Purpose::kSession ? "kiln-rpc-session" : "kiln-tracker";
+}
+
+// OpenSSL's queued errors as one line (and clears the queue).
+std::string openssl_errors() {
+  std::string out;
+  while (const unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "no detail from OpenSSL" : out;
+}
+
+int context_index() {
+  static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+}  // namespace
+
+struct Context::Key {
+  std::array<unsigned char, kKeyBytes> bytes{};
+  std::string identity;
+  ~Key() { OPENSSL_cleanse(bytes.data(), bytes.size()); }
+};
+
+namespace {
+
+const Context::Key* key_of(SSL* ssl) {
+  return static_cast<const Context::Key*>(
+      SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), context_index()));
+}
+
+// An SSL_SESSION that carries the PSK (TLS 1.3, SHA-256 cipher); nullptr on failure.
+SSL_SESSION* psk_session(SSL* ssl, const Context::Key& key) {
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kPskCipherId);
+  if (cipher == nullptr) return nullptr;
+  SSL_SESSION* session = SSL_SESSION_new();
+  if (session == nullptr) return nullptr;
+  if (SSL_SESSION_set1_master_key(session, key.bytes.data(), key.bytes.size()) != 1 ||
+      SSL_SESSION_set_cipher(session, cipher) != 1 ||
+      SSL_SESSION_set_protocol_version(session, TLS1_3_VERSION) != 1) {
+    SSL_SESSION_free(session);
+    return nullptr;
+  }
+  return session;
+}
+
+int use_session(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len,
+                SSL_SESSION** session) {
+  const Context::Key* key = key_of(ssl);
+  *session = nullptr;
+  if (key == nullptr) return 0;
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kPskCipherId);
+  // Called again after a HelloRetryRequest with the negotiated hash: offer the PSK only for
+  // SHA-256, the hash it is bound to.
+  if (md != nullptr && cipher != nullptr && md != SSL_CIPHER_get_handshake_digest(cipher)) {
+    return 1;
+  }
+  *session = psk_session(ssl, *key);
+  if (*session == nullptr) return 0;
+  *id = reinterpret_cast<const unsigned char*>(key->identity.data());
+  *id_len = key->identity.size();
+  return 1;
+}
+
+int find_session(SSL* ssl, const unsigned char* identity, size_t identity_len,
+                 SSL_SESSION** session) {
+  const Context::Key* key = key_of(ssl);
+  *session = nullptr;
+  if (key == nullptr) return 0;
+  // An unknown identity: no PSK, and with no certificate the handshake fails.
+  if (identity_len != key->identity.size() ||
+      std::memcmp(identity, key->identity.data(), identity_len) != 0) {
+    return 1;
+  }
+  *session = psk_session(ssl, *key);
+  return *session != nullptr ? 1 : 0;
+}
+
+}  // namespace
+
+void check_token_strength(const std::string& token, const std::string& what) {
+  if (token.find('\0') != std::string::npos) {
+    throw ValueError(fmt::format("{} holds a NUL byte", what));
+  }
+  if (token.size() < kMinTokenChars) {
+    throw ValueError(fmt::format(
+        "{} has {} characters; a token needs at least {} (128 bits or more: anyone who sees one "
+        "handshake can test guesses offline). Make one with `kiln rpc-token`",
+        what, token.size(), kMinTokenChars));
+  }
+}
+
+std::string generate_token() {
+  unsigned char raw[32];
+  if (RAND_bytes(raw, sizeof(raw)) != 1) {
+    throw RuntimeError(fmt::format("cannot draw random bytes: {}", openssl_errors()));
+  }
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (unsigned char b : raw) {
+    acc = (acc << 8) | b;
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      out += kAlphabet[(acc >> bits) & 63];
+    }
+  }
+  if (bits > 0) out += kAlphabet[(acc << (6 - bits)) & 63];
+  OPENSSL_cleanse(raw, sizeof(raw));
+  return out;
+}
+
+Context::Context(Side side, Purpose purpose, const std::string& token)
+    : side_(side), key_(std::make_unique<Key>()) {
+  const char* salt = salt_of(purpose);
+  if (EVP_PBE_scrypt(token.data(), token.size(), reinterpret_cast<const unsigned char*>(salt),
+                     std::strlen(salt), kScryptN, kScryptR, kScryptP, kScryptMaxMem,
+                     key_->bytes.data(), key_->bytes.size()) != 1) {
+    throw RuntimeError(fmt::format("cannot derive the TLS key from the token: {}",
+                                   openssl_errors()));
+  }
+  key_->identity = identity_of(purpose);
+  ctx_ = SSL_CTX_new(side == Side::kClient ? TLS_client_method() : TLS_server_method());
+  if (ctx_ == nullptr) {
+    throw RuntimeError(fmt::format("cannot create a TLS context: {}", openssl_errors()));
+  }
+  const bool ok = SSL_CTX_set_min_proto_version(ctx_, TLS1_3_VERSION) == 1 &&
+                  SSL_CTX_set_max_proto_version(ctx_, TLS1_3_VERSION) == 1 &&
+                  SSL_CTX_set_ciphersuites(ctx_, kCipherSuites) == 1 &&
+                  SSL_CTX_set_num_tickets(ctx_, 0) == 1 &&
+                  SSL_CTX_set_ex_data(ctx_, context_index(), key_.get()) == 1;
+  if (!ok) {
+    const std::string why = openssl_errors();
+    SSL_CTX_free(ctx_);
+    throw RuntimeError(fmt::format("cannot configure TLS 1.3 with a pre-shared key: {}", why));
+  }
+  SSL_CTX_set_options(ctx_, SSL_OP_NO_TICKET);
+  SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_OFF);
+  if (side == Side::kClient) {
+    SSL_CTX_set_psk_use_session_callback(ctx_, use_session);
+  } else {
+    SSL_CTX_set_psk_find_session_callback(ctx_, find_session);
+  }
+}
+
+Context::~Context() { SSL_CTX_free(ctx_); }
+
+std::shared_ptr<const Context> client_context(Purpose purpose, const std::string& token) {
+  // A few entries: a process talks to few token holders; the oldest goes when it is full.
+  constexpr size_t kMaxEntries = 8;
+  struct Entry {
+    Purpose purpose;
+    std::array<uint8_t, 32> token_hash;
+    std::shared_ptr<const Context> context;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  std::array<uint8_t, 32> hash{};
+  unsigned int hash_len = 0;
+  if (EVP_Digest(token.data(), token.size(), hash.data(), &hash_len, EVP_sha256(), nullptr) != 1) {
+    throw RuntimeError(fmt::format("cannot hash the token: {}", openssl_errors()));
+  }
+  {
+    std::lock_guard lock(mu);
+    for (const Entry& e : cache) {
+      if (e.purpose == purpose && CRYPTO_memcmp(e.token_hash.data(), hash.data(), 32) == 0) {
+        return e.context;
+      }
+    }
+  }
+  auto context = std::make_shared<const Context>(Context::Side::kClient, purpose, token);
+  std::lock_guard lock(mu);
+  if (cache.size() >= kMaxEntries) cache.erase(cache.begin());
+  cache.push_back(Entry{purpose, hash, context});
+  return context;
+}
+
+Session::Session(const Context& context, int fd, std::chrono::steady_clock::time_point deadline) {
+  ssl_ = SSL_new(context.native());
+  if (ssl_ == nullptr || SSL_set_fd(ssl_, fd) != 1) {
+    const std::string why = openssl_errors();
+    SSL_free(ssl_);
+    throw HandshakeError(HandshakeError::Kind::kClosed,
+                         fmt::format("cannot start TLS: {}", why));
+  }
+  const bool client = context.side() == Context::Side::kClient;
+  while (true) {
+    ERR_clear_error();
+    errno = 0;
+    const int r = client ? SSL_connect(ssl_) : SSL_accept(ssl_);
+    if (r == 1) return;
+    const int err = SSL_get_error(ssl_, r);
+    const int saved_errno = errno;
+    if ((err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) &&
+        std::chrono::steady_clock::now() < deadline &&
+        (saved_errno == EINTR || saved_errno == 0)) {
+      continue;  // a signal: go on while time is left
+    }
+    HandshakeError::Kind kind = HandshakeError::Kind::kWrongKey;
+    std::string why;
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ||
+        std::chrono::steady_clock::now() >= deadline) {
+      kind = HandshakeError::Kind::kTimedOut;
+      why = "no answer in time";
+    } else if (err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN) {
+      kind = HandshakeError::Kind::kClosed;
+      why = saved_errno != 0 ? std::strerror(saved_errno) : "the peer closed the connection";
+    } else {
+      why = openssl_errors();
+      if (why.find("wrong version number") != std::string::npos ||
+          why.find("packet length too long") != std::string::npos ||
+          why.find("http request") != std::string::npos) {
+        kind = HandshakeError::Kind::kNotTls;
+      }
+    }
+    SSL_free(ssl_);
+    ssl_ = nullptr;
+    throw HandshakeError(kind, why);
+  }
+}
+
+Session::~Session() { SSL_free(ssl_); }
+
+ssize_t Session::finish_io(int result, bool sending) {
+  if (result > 0) return result;
+  const int saved_errno = errno;
+  const int err = SSL_get_error(ssl_, result);
+  switch (err) {
+    case SSL_ERROR_ZERO_RETURN:
+      return 0;
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE:
+      errno = saved_errno == EINTR ? EINTR : EAGAIN;
+      return -1;
+    case SSL_ERROR_SYSCALL:
+      ERR_clear_error();
+      if (saved_errno == 0) return sending ? (errno = EPIPE, -1) : 0;  // closed without notify
+      errno = saved_errno;
+      return -1;
+    default:
+      error_ = openssl_errors();
+      errno = EPROTO;
+      return -1;
+  }
+}
+
+ssize_t Session::recv(void* data, size_t n) {
+  ERR_clear_error();
+  errno = 0;
+  size_t got = 0;
+  const int r = SSL_read_ex(ssl_, data, n, &got);
+  return r == 1 ? static_cast<ssize_t>(got) : finish_io(r, false);
+}
+
+ssize_t Session::send(const void* data, size_t n) {
+  ERR_clear_error();
+  errno = 0;
+  size_t sent = 0;
+  const int r = SSL_write_ex(ssl_, data, n, &sent);
+  return r == 1 ? static_cast<ssize_t>(sent) : finish_io(r, true);
+}
+
+size_t Session::pending() const { return static_cast<size_t>(SSL_pending(ssl_)); }
+
+bool Session::wants_write() const { return SSL_want_write(ssl_) != 0; }
+
+void Session::close_notify() noexcept {
+  if (ssl_ == nullptr) return;
+  ERR_clear_error();
+  (void)SSL_shutdown(ssl_);
+  ERR_clear_error();
+}
+
+}  // namespace kiln::rpc::tls

@@ -1,0 +1,122 @@
+// TLS 1.3 with an external pre-shared key derived from a token: the authenticated, encrypted
+// channel of RPC sessions and of the tracker when a token is set (docs/rpc.md, "Tokens").
+//
+// OpenSSL does the protocol; this file only chooses its parameters:
+// - TLS 1.3 only, no certificates, key exchange psk_dhe_ke (the PSK authenticates, a fresh
+//   ECDHE share gives forward secrecy), no session tickets, no early data;
+// - cipher suites whose hash is SHA-256 (the PSK is bound to it);
+// - the PSK is scrypt(token) with a per-purpose salt, so the session token and the tracker
+//   token never share a key, and an offline guess at a weak token costs an scrypt evaluation.
+// A peer without the key cannot complete the handshake; a relay can only forward ciphertext,
+// and any byte it alters fails the record's integrity check.
+#ifndef KILN_SRC_RPC_TLS_PSK_H_
+#define KILN_SRC_RPC_TLS_PSK_H_
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+
+namespace kiln::rpc::tls {
+
+// What a key is for; each has its own salt and PSK identity.
+enum class Purpose {
+  kSession,  // client <-> rpc-server (ServerOptions::token, ConnectOptions::token)
+  kTracker,  // anyone <-> tracker (the tracker token)
+};
+
+// The shortest token accepted, in characters: shorter ones are guessable (docs/rpc.md says a
+// token must carry at least 128 bits; `kiln rpc-token` makes 256).
+inline constexpr size_t kMinTokenChars = 16;
+
+// Throws ValueError naming `what` ("--token", "remote.token_file", ...) when `token` is
+// shorter than kMinTokenChars or holds a NUL byte.
+void check_token_strength(const std::string& token, const std::string& what);
+
+// A fresh random token of 256 bits, URL-safe base64 without padding (43 characters).
+std::string generate_token();
+
+// An SSL_CTX for one side of one purpose, keyed by `token`. Owns the context and the key.
+// Thread-safe to share between connections. Deriving the key costs one scrypt (~50 ms, 16 MiB):
+// make one per process side and token, not one per connection.
+class Context {
+ public:
+  enum class Side { kClient, kServer };
+  // Throws RuntimeError when OpenSSL refuses the parameters (it says why).
+  Context(Side side, Purpose purpose, const std::string& token);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  SSL_CTX* native() const { return ctx_; }
+  Side side() const { return side_; }
+
+  struct Key;  // the derived key and identity (tls_psk.cc)
+
+ private:
+  Side side_;
+  SSL_CTX* ctx_ = nullptr;
+  std::unique_ptr<Key> key_;
+};
+
+// A client Context for `token`, shared by every connection of this process with that purpose
+// and token (the derivation runs once). Throws as Context does.
+std::shared_ptr<const Context> client_context(Purpose purpose, const std::string& token);
+
+// One TLS connection over a connected, blocking socket it does not own.
+class Session {
+ public:
+  // Runs the handshake on `fd` (the socket's SO_RCVTIMEO/SO_SNDTIMEO bound each wait; the
+  // whole handshake ends by `deadline`). Throws HandshakeError when the peer does not hold the
+  // key, closed the connection, or the deadline passed.
+  Session(const Context& context, int fd, std::chrono::steady_clock::time_point deadline);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Like recv/send on a blocking socket: the byte count; 0 at an orderly close (recv);
+  // -1 with errno EAGAIN (time limit), EINTR (a signal: call again), or EPROTO (the record
+  // failed its integrity check or the protocol broke: error() says how).
+  ssize_t recv(void* data, size_t n);
+  ssize_t send(const void* data, size_t n);
+  // Bytes decrypted and waiting to be read.
+  size_t pending() const;
+  // Whether the last recv/send that returned EAGAIN waits for the socket to take data (on a
+  // non-blocking socket: poll for POLLOUT, not POLLIN).
+  bool wants_write() const;
+  // What went wrong on the last EPROTO, in OpenSSL's words.
+  const std::string& error() const { return error_; }
+  // Sends close_notify (best effort, never blocks for long).
+  void close_notify() noexcept;
+
+ private:
+  ssize_t finish_io(int result, bool sending);
+  SSL* ssl_ = nullptr;
+  std::string error_;
+};
+
+// The handshake failed. kWrongKey: the peer does not hold the key (a wrong token, a peer
+// without one, an impostor, bytes altered on the way); kTimedOut / kClosed prove nothing
+// either way; kNotTls: the peer does not speak TLS at all.
+class HandshakeError : public std::exception {
+ public:
+  enum class Kind { kWrongKey, kTimedOut, kClosed, kNotTls };
+  HandshakeError(Kind kind, std::string message) : kind_(kind), message_(std::move(message)) {}
+  Kind kind() const { return kind_; }
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  Kind kind_;
+  std::string message_;
+};
+
+// Whether `first_byte`, the first byte a client sent, starts a TLS handshake record.
+inline bool starts_tls(uint8_t first_byte) { return first_byte == 0x16; }
+
+}  // namespace kiln::rpc::tls
+
+#endif  // KILN_SRC_RPC_TLS_PSK_H_

@@ -1,0 +1,395 @@
+// Issue 27: the channel under a token (TLS 1.3 keyed by the token, rpc/tls_psk.h) against a
+// relay through the tracker, impostors, guessing from many addresses, and a refusal flood. On
+// loopback with real servers (in this process, or `kiln rpc-server` children).
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/rpc/server.h"
+#include "kiln/rpc/session.h"
+#include "rpc/auth_throttle.h"
+#include "rpc/connection.h"
+#include "rpc/handshake.h"
+#include "rpc/protocol.h"
+#include "rpc/rpc_test_util.h"
+#include "rpc/tls_psk.h"
+
+namespace kiln::rpc {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using namespace std::chrono_literals;
+
+const std::string kToken = "kiln-test-token-0123456789abcdef";
+
+ServerOptions with_token(const std::string& key = "board") {
+  ServerOptions o;
+  o.port = 0;
+  o.key = key;
+  o.token = kToken;
+  o.test_hooks.test_functions = true;
+  return o;
+}
+
+ConnectOptions client(const std::string& token = kToken, const std::string& key = "board") {
+  ConnectOptions c;
+  c.key = key;
+  c.token = token;
+  c.connect_timeout = 10s;
+  return c;
+}
+
+// A TCP socket from loopback address `source` connected to 127.0.0.1:`port`; -1 on failure.
+int connect_from(const char* source, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+// One TLS handshake from `source` with `token`; what the server made of it.
+enum class Guess { kAccepted, kRefused, kNoConnection };
+Guess guess_from(const char* source, int port, const std::string& token) {
+  const int fd = connect_from(source, port);
+  if (fd < 0) return Guess::kNoConnection;
+  const tls::Context context(tls::Context::Side::kClient, tls::Purpose::kSession, token);
+  Guess result = Guess::kAccepted;
+  try {
+    tls::Session session(context, fd, std::chrono::steady_clock::now() + 15s);
+  } catch (const tls::HandshakeError&) {
+    result = Guess::kRefused;
+  }
+  ::close(fd);
+  return result;
+}
+
+// A man in the middle on loopback: accepts one client, connects it to 127.0.0.1:`target`, and
+// forwards both ways, keeping a copy of every byte. `tamper(direction, offset, byte)` may
+// change a byte on the way (direction 0: client to server, 1: server to client).
+class Relay {
+ public:
+  using Tamper = std::function<uint8_t(int, uint64_t, uint8_t)>;
+  explicit Relay(int target, Tamper tamper = {}) : target_(target), tamper_(std::move(tamper)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    ::listen(listener_, 4);
+    socklen_t len = sizeof(a);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Relay() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    ::close(listener_);
+  }
+  int port() const { return port_; }
+  // Everything that went through, both directions.
+  std::string seen() {
+    std::lock_guard lock(mu_);
+    return seen_;
+  }
+
+ private:
+  void run() {
+    pollfd accept_poll{listener_, POLLIN, 0};
+    while (!stop_ && ::poll(&accept_poll, 1, 100) == 0) {
+    }
+    if (stop_) return;
+    const int a = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    const int b = connect_from("127.0.0.1", target_);
+    if (a < 0 || b < 0) return;
+    uint64_t offsets[2] = {0, 0};
+    char buf[65536];
+    while (!stop_) {
+      pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+      if (::poll(fds, 2, 100) <= 0) continue;
+      bool closed = false;
+      for (int dir = 0; dir < 2; ++dir) {
+        if ((fds[dir].revents & (POLLIN | POLLHUP)) == 0) continue;
+        const int from = dir == 0 ? a : b;
+        const int to = dir == 0 ? b : a;
+        const ssize_t n = ::recv(from, buf, sizeof(buf), 0);
+        if (n <= 0) {
+          closed = true;
+          break;
+        }
+        for (ssize_t i = 0; i < n && tamper_; ++i) {
+          buf[i] = static_cast<char>(tamper_(dir, offsets[dir] + i, static_cast<uint8_t>(buf[i])));
+        }
+        offsets[dir] += static_cast<uint64_t>(n);
+        {
+          std::lock_guard lock(mu_);
+          seen_.append(buf, static_cast<size_t>(n));
+        }
+        if (::send(to, buf, static_cast<size_t>(n), MSG_NOSIGNAL) != n) closed = true;
+      }
+      if (closed) break;
+    }
+    ::close(a);
+    ::close(b);
+  }
+
+  int target_;
+  Tamper tamper_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::string seen_;
+};
+
+// A fake server: accepts one connection and answers a Kiln hello as accepted without any TLS
+// (the naive impostor of issue 16), keeping what the client sent.
+class PlaintextImpostor {
+ public:
+  PlaintextImpostor() {
+    relay_target_ = std::make_unique<std::thread>([this] { run(); });
+  }
+  ~PlaintextImpostor() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    relay_target_->join();
+    ::close(listener_);
+  }
+  int port() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return port_ != 0; });
+    return port_;
+  }
+  std::string received() {
+    std::lock_guard lock(mu_);
+    return received_;
+  }
+
+ private:
+  void run() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    ::listen(listener_, 4);
+    socklen_t len = sizeof(a);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    {
+      std::lock_guard lock(mu_);
+      port_ = ntohs(a.sin_port);
+    }
+    cv_.notify_all();
+    pollfd p{listener_, POLLIN, 0};
+    while (!stop_ && ::poll(&p, 1, 100) == 0) {
+    }
+    if (stop_) return;
+    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      std::lock_guard lock(mu_);
+      received_.assign(buf, static_cast<size_t>(n));
+    }
+    std::vector<uint8_t> hello(wire::kMagic, wire::kMagic + sizeof(wire::kMagic));
+    wire::Writer w(hello);
+    w.u16(wire::kProtocolVersion);
+    w.u16(static_cast<uint16_t>(wire::HelloStatus::kAccepted));
+    w.str("server:board");
+    ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+    ::recv(fd, buf, sizeof(buf), 0);  // until the client gives up
+    ::close(fd);
+  }
+
+  std::unique_ptr<std::thread> relay_target_;
+  int listener_ = -1;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::string received_;
+};
+
+TEST(SecureChannel, TheRealServerAndAClientWithItsTokenShareASession) {
+  Server server(with_token());
+  RPCSession s = connect("127.0.0.1", server.port(), client());
+  EXPECT_EQ(s.server_key(), "server:board");
+  EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{41}).cast<int64_t>(), 42);
+}
+
+TEST(SecureChannel, ShortTokensAreRefusedOnBothSides) {
+  ServerOptions o = with_token();
+  o.token = "s3cret";
+  EXPECT_THAT([&] { Server server(o); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("kiln rpc-token")));
+  Server server(with_token());
+  EXPECT_THAT([&] { connect("127.0.0.1", server.port(), client("s3cret")); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("at least 16")));
+}
+
+TEST(SecureChannel, AWrongTokenCannotCompleteTheChannel) {
+  Server server(with_token());
+  EXPECT_THAT([&] { connect("127.0.0.1", server.port(), client("another-token-0123456789")); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("could not prove the channel")));
+  // The server goes on.
+  RPCSession s = connect("127.0.0.1", server.port(), client());
+  EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
+}
+
+// Nothing about a server with a token (its key, whether it is busy) is told to a client that
+// sends a plaintext hello: only that a token is needed.
+TEST(SecureChannel, AClientWithoutTheTokenIsToldOnlyThatOneIsNeeded) {
+  Server server(with_token("hidden-key"));
+  RPCSession holder = connect("127.0.0.1", server.port(), client(kToken, "hidden-key"));
+  EXPECT_THAT([&] { connect("127.0.0.1", server.port(), client("", "guess")); },
+              ::testing::ThrowsMessage<ValueError>(
+                  ::testing::AllOf(HasSubstr("requires a token"), Not(HasSubstr("hidden-key")),
+                                   Not(HasSubstr("busy")))));
+}
+
+// The naive impostor (accepts without TLS) and the challenge collector (keeps what the client
+// sends) get nothing: the client starts with a TLS ClientHello, which carries no key and no
+// token, and refuses to go on.
+TEST(SecureChannel, AnImpostorWithoutTheTokenIsRefusedAndGetsNothing) {
+  PlaintextImpostor impostor;
+  const int port = impostor.port();
+  EXPECT_THAT([&] { connect("127.0.0.1", port, client(kToken, "board")); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("could not prove the channel")));
+  const std::string sent = impostor.received();
+  EXPECT_FALSE(sent.empty());
+  EXPECT_TRUE(tls::starts_tls(static_cast<uint8_t>(sent[0])));
+  EXPECT_THAT(sent, Not(HasSubstr(kToken)));
+  EXPECT_THAT(sent, Not(HasSubstr("board")));
+  EXPECT_THAT(sent, Not(HasSubstr("KILN-RPC")));
+}
+
+// Issue 27, defect 1: a relay the victim reaches through the tracker sees only ciphertext; the
+// session itself works end to end with the real server.
+TEST(SecureChannel, ARelaySeesOnlyCiphertext) {
+  Server server(with_token());
+  Relay relay(server.port());
+  RPCSession s = connect("127.0.0.1", relay.port(), client());
+  const std::string marker = "PLAINTEXT-MARKER-7f3a";
+  EXPECT_EQ(s.get_function("rpc.test.strcat")(marker, int64_t{7}).cast<std::string>(),
+            marker + ":7");
+  std::vector<uint8_t> pattern(1 << 16);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = "KILN-INPUT-DATA!"[i % 16];
+  Tensor remote = Tensor::empty({static_cast<int64_t>(pattern.size())}, DataType::UInt(8),
+                                s.cpu());
+  remote.copy_from(pattern.data(), pattern.size());
+  std::vector<uint8_t> back(pattern.size());
+  remote.copy_to(back.data(), back.size());
+  EXPECT_EQ(back, pattern);
+  s.close();
+  const std::string seen = relay.seen();
+  EXPECT_GT(seen.size(), pattern.size());
+  EXPECT_THAT(seen, Not(HasSubstr(marker)));
+  EXPECT_THAT(seen, Not(HasSubstr("KILN-INPUT-DATA!")));
+  EXPECT_THAT(seen, Not(HasSubstr("rpc.test.strcat")));
+  EXPECT_THAT(seen, Not(HasSubstr("KILN-RPC")));
+}
+
+// A relay that alters one byte of the server's replies: the client fails closed.
+TEST(SecureChannel, ARelayThatAltersABytesFailsClosed) {
+  Server server(with_token());
+  std::atomic<bool> armed{false};
+  Relay relay(server.port(), [&](int direction, uint64_t, uint8_t byte) -> uint8_t {
+    if (direction == 1 && armed.exchange(false)) return byte ^ 0x20;
+    return byte;
+  });
+  RPCSession s = connect("127.0.0.1", relay.port(), client());
+  Function addone = s.get_function("rpc.test.addone");
+  EXPECT_EQ(addone(int64_t{1}).cast<int64_t>(), 2);
+  armed = true;
+  EXPECT_THAT([&] { addone(int64_t{2}); },
+              ::testing::ThrowsMessage<RuntimeError>(HasSubstr("integrity check")));
+}
+
+// Guessing from many addresses is bounded overall, yet a client holding the token is served;
+// an address that guessed wrong repeatedly waits between its checks.
+TEST(SecureChannel, GuessesFromOtherAddressesDoNotLockOutTheTokenHolder) {
+  ServerOptions o = with_token();
+  o.handshake_timeout_s = 5;
+  Server server(o);
+  // The token holder proves itself once: it is trusted from then on.
+  connect("127.0.0.1", server.port(), client()).close();
+  int refused = 0;
+  for (int i = 1; i <= 60; ++i) {
+    const std::string source = fmt::format("127.0.9.{}", i);
+    refused += guess_from(source.c_str(), server.port(), "guess-token-0123456789") ==
+               Guess::kRefused;
+  }
+  EXPECT_EQ(refused, 60);
+  // Over the overall budget now: the token holder is still served at once.
+  RPCSession s = connect("127.0.0.1", server.port(), client());
+  EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
+  s.close();
+  // One address past its own budget waits kAddressSpacing between checks.
+  for (int i = 0; i < AuthThrottle::kFreeFailuresPerAddress; ++i) {
+    guess_from("127.0.10.1", server.port(), "guess-token-0123456789");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  guess_from("127.0.10.1", server.port(), "guess-token-0123456789");
+  guess_from("127.0.10.1", server.port(), "guess-token-0123456789");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 1500ms);
+}
+
+// Refusals are logged at most 10 per 10 s, then summed up: a flood does not flood the log.
+TEST(SecureChannel, RefusalsAreLoggedRateLimited) {
+  const auto token_file = std::filesystem::temp_directory_path() /
+                          fmt::format("kiln-secure-channel-token-{}", ::getpid());
+  std::ofstream(token_file) << kToken << "\n";
+  auto server = kiln::test::start_rpc_server({"--key", "board", "--token-file",
+                                              token_file.string(), "--handshake-timeout", "2"});
+  ASSERT_GT(server.port, 0);
+  for (int i = 1; i <= 40; ++i) {
+    const std::string source = fmt::format("127.0.11.{}", i);
+    guess_from(source.c_str(), server.port, "guess-token-0123456789");
+  }
+  // A last refusal after the interval carries the summary.
+  std::this_thread::sleep_for(10500ms);
+  guess_from("127.0.11.200", server.port, "guess-token-0123456789");
+  EXPECT_TRUE(kiln::test::wait_until(
+      [&] { return server.process->log().find("more refused connections") != std::string::npos; },
+      5s))
+      << server.process->log();
+  const std::string log = server.process->log();
+  const auto refusals = std::count_if(log.begin(), log.end(), [](char c) { return c == '\n'; });
+  EXPECT_LT(refusals, 30) << log;
+  std::filesystem::remove(token_file);
+}
+
+}  // namespace
+}  // namespace kiln::rpc
