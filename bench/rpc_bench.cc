@@ -1,8 +1,10 @@
 // RPC costs on loopback beside raw TCP, every server in its own process (docs/benchmarks.md
-// "RPC"). This program is the client. It starts, once, a `kiln rpc-server` and the raw TCP peer
-// (bench/raw_tcp_peer.cc) and stops them when it ends. With --server_cpu=N both are pinned to
-// CPU N; pin this process to another CPU (`taskset -c 0`, or interleave.py's --pin 0) so that
-// client and server run side by side, as over a network. Cases, named so that
+// "RPC" and "What isolation and TLS cost"). This program is the client. It starts, once each
+// and only when a case needs it, three `kiln rpc-server`s (the default one: a process per
+// session; one with `--session-isolation thread`; one with `--token-file`, so TLS 1.3) and the
+// raw TCP peer (bench/raw_tcp_peer.cc), and stops them when it ends. With --server_cpu=N all
+// are pinned to CPU N; pin this process to another CPU (`taskset -c 0`, or interleave.py's
+// --pin 0) so that client and server run side by side, as over a network. Cases, named so that
 // bench/interleave.py's --versus pairs them with each other and with
 // bench/tvm/tvm_rpc_bench.py (BM_Tvm_*):
 //  - BM_Kiln_Call: a remote no-op call (rpc.test.nop); BM_Raw_Call: a ping-pong of the same
@@ -12,6 +14,17 @@
 //    BM_Raw_Upload/MiB:N: the same bytes one way (header, body and data) and the Return back.
 //  - BM_Kiln_Download/MiB:N: `Tensor::copy_to` from it; BM_Raw_Download/MiB:N: the request
 //    one way and header plus N MiB back.
+//  - BM_Kiln_Session: a whole session per iteration (connect and handshake, get_function, one
+//    no-op call, close: Shutdown and wait until the server has ended the session), against the
+//    default server, so a session worker is exec'd and reaped each time; BM_KilnThread_Session:
+//    the same against the `--session-isolation thread` server; BM_Raw_Session: a TCP connect,
+//    one ping-pong of the call's sizes, and a close that waits for the peer's.
+//    BM_Kiln_SessionOpen, BM_KilnThread_SessionOpen: the same sessions with the clock stopped
+//    for the close (connect to the call's return: what a client waits for before its work).
+//  - BM_KilnTls_*: BM_Kiln_Call, _Session, _SessionOpen, _Upload and _Download on a session
+//    with the token, against the `--token-file` server (it relays plaintext between TLS and
+//    the session's worker over a socket pair); `--versus tls:^BM_KilnTls_=>BM_Kiln_` pairs
+//    them with the plaintext cases.
 // Every case moves its data once before timing: the first touch of fresh pages is not the
 // transfer's cost.
 #include <benchmark/benchmark.h>
@@ -27,6 +40,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -106,6 +121,38 @@ int kiln_server_port() {
   return port;
 }
 
+int kiln_thread_server_port() {
+  static const int port =
+      spawn({KILN_CLI, "rpc-server", "--port", "0", "--key", "bench", "--max-sessions", "2",
+             "--enable-test-functions", "--session-isolation", "thread"})
+          .port;
+  return port;
+}
+
+// The TLS server's token: random, in a file of this process's (mode 0600, removed at the end).
+std::string g_token;
+std::string g_token_file;
+
+int kiln_tls_server_port() {
+  static const int port = [] {
+    std::random_device random;
+    const char* hex = "0123456789abcdef";
+    for (int i = 0; i < 64; ++i) g_token += hex[random() % 16];
+    char path[] = "/tmp/kiln_bench_rpc_token_XXXXXX";
+    const int fd = ::mkstemp(path);
+    const std::string line = g_token + "\n";
+    if (fd < 0 || ::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      throw std::runtime_error("cannot write the token file");
+    }
+    ::close(fd);
+    g_token_file = path;
+    return spawn({KILN_CLI, "rpc-server", "--port", "0", "--key", "bench", "--max-sessions", "2",
+                  "--enable-test-functions", "--token-file", g_token_file})
+        .port;
+  }();
+  return port;
+}
+
 int raw_peer_port() {
   static const int port = spawn({KILN_RAW_TCP_PEER}).port;
   return port;
@@ -151,6 +198,38 @@ class RawExchange {
   std::vector<char> in_;
 };
 
+// A whole connection per run(): connect, the sizes and one `request`-byte message in one send,
+// the `reply` back, then a close that waits for the peer's (as Kiln's close() waits for the
+// server to end the session).
+void raw_session_once(size_t request, size_t reply) {
+  std::vector<char> out(16 + request, 3);
+  const uint64_t sizes[2] = {request, reply};
+  std::memcpy(out.data(), sizes, sizeof(sizes));
+  std::vector<char> in(reply);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(raw_peer_port()));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot connect to the raw TCP peer");
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const bool ok = send_all(fd, out.data(), out.size()) && recv_all(fd, in.data(), in.size());
+  ::shutdown(fd, SHUT_WR);
+  char end;
+  const bool closed = ok && ::recv(fd, &end, 1, 0) == 0;
+  ::close(fd);
+  if (!closed) throw std::runtime_error("the raw TCP peer went away");
+}
+
+void BM_Raw_Session(benchmark::State& state) {
+  raw_session_once(kCallRequestBytes, kReturnNoneBytes);
+  for (auto _ : state) raw_session_once(kCallRequestBytes, kReturnNoneBytes);
+}
+
 void raw_case(benchmark::State& state, size_t request, size_t reply, size_t bytes) {
   RawExchange exchange(request, reply);
   for (auto _ : state) exchange.run();
@@ -173,19 +252,62 @@ void BM_Raw_Download(benchmark::State& state) {
 
 // ---- Kiln RPC -------------------------------------------------------------------------------
 
-kiln::rpc::RPCSession connect() {
-  return kiln::rpc::connect("127.0.0.1", kiln_server_port(), "bench");
+// The servers the cases run against.
+enum class Server { kProcess, kThread, kTls };
+
+kiln::rpc::RPCSession connect(Server server = Server::kProcess) {
+  kiln::rpc::ConnectOptions options;
+  options.key = "bench";
+  int port = 0;
+  switch (server) {
+    case Server::kProcess:
+      port = kiln_server_port();
+      break;
+    case Server::kThread:
+      port = kiln_thread_server_port();
+      break;
+    case Server::kTls:
+      port = kiln_tls_server_port();
+      options.token = g_token;
+      break;
+  }
+  return kiln::rpc::connect("127.0.0.1", port, options);
 }
 
-void BM_Kiln_Call(benchmark::State& state) {
-  auto session = connect();
+void call_case(benchmark::State& state, Server server) {
+  auto session = connect(server);
   kiln::Function nop = session.get_function("rpc.test.nop");
   nop();
   for (auto _ : state) nop();
 }
 
-void BM_Kiln_Upload(benchmark::State& state) {
-  auto session = connect();
+void session_once(Server server) {
+  auto session = connect(server);
+  session.get_function("rpc.test.nop")();
+  session.close();
+}
+
+void session_case(benchmark::State& state, Server server) {
+  session_once(server);
+  for (auto _ : state) session_once(server);
+}
+
+// The same, timing the session's start only: the close (and the end of the server's side of
+// the session, which close() waits for) runs with the clock stopped.
+void session_open_case(benchmark::State& state, Server server) {
+  session_once(server);
+  for (auto _ : state) {
+    std::optional<kiln::rpc::RPCSession> session(connect(server));
+    session->get_function("rpc.test.nop")();
+    state.PauseTiming();
+    session->close();
+    session.reset();
+    state.ResumeTiming();
+  }
+}
+
+void upload_case(benchmark::State& state, Server server) {
+  auto session = connect(server);
   const size_t bytes = mib(state);
   kiln::Tensor remote = kiln::Tensor::empty({static_cast<int64_t>(bytes / sizeof(float))},
                                             kiln::DataType::Float(32), session.cpu());
@@ -195,8 +317,8 @@ void BM_Kiln_Upload(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
 
-void BM_Kiln_Download(benchmark::State& state) {
-  auto session = connect();
+void download_case(benchmark::State& state, Server server) {
+  auto session = connect(server);
   const size_t bytes = mib(state);
   kiln::Tensor remote = kiln::Tensor::empty({static_cast<int64_t>(bytes / sizeof(float))},
                                             kiln::DataType::Float(32), session.cpu());
@@ -206,6 +328,21 @@ void BM_Kiln_Download(benchmark::State& state) {
   for (auto _ : state) remote.copy_to(host.data(), bytes);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
+
+void BM_Kiln_Call(benchmark::State& state) { call_case(state, Server::kProcess); }
+void BM_Kiln_Upload(benchmark::State& state) { upload_case(state, Server::kProcess); }
+void BM_Kiln_Download(benchmark::State& state) { download_case(state, Server::kProcess); }
+void BM_Kiln_Session(benchmark::State& state) { session_case(state, Server::kProcess); }
+void BM_KilnThread_Session(benchmark::State& state) { session_case(state, Server::kThread); }
+void BM_Kiln_SessionOpen(benchmark::State& state) { session_open_case(state, Server::kProcess); }
+void BM_KilnThread_SessionOpen(benchmark::State& state) {
+  session_open_case(state, Server::kThread);
+}
+void BM_KilnTls_SessionOpen(benchmark::State& state) { session_open_case(state, Server::kTls); }
+void BM_KilnTls_Call(benchmark::State& state) { call_case(state, Server::kTls); }
+void BM_KilnTls_Session(benchmark::State& state) { session_case(state, Server::kTls); }
+void BM_KilnTls_Upload(benchmark::State& state) { upload_case(state, Server::kTls); }
+void BM_KilnTls_Download(benchmark::State& state) { download_case(state, Server::kTls); }
 
 void sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("MiB")->Arg(1)->Arg(4)->Arg(16)->Arg(64)->Arg(256)->UseRealTime();
@@ -217,6 +354,16 @@ BENCHMARK(BM_Raw_Upload)->Apply(sizes);
 BENCHMARK(BM_Kiln_Upload)->Apply(sizes);
 BENCHMARK(BM_Raw_Download)->Apply(sizes);
 BENCHMARK(BM_Kiln_Download)->Apply(sizes);
+BENCHMARK(BM_Raw_Session)->UseRealTime();
+BENCHMARK(BM_Kiln_Session)->UseRealTime();
+BENCHMARK(BM_KilnThread_Session)->UseRealTime();
+BENCHMARK(BM_KilnTls_Session)->UseRealTime();
+BENCHMARK(BM_Kiln_SessionOpen)->UseRealTime();
+BENCHMARK(BM_KilnThread_SessionOpen)->UseRealTime();
+BENCHMARK(BM_KilnTls_SessionOpen)->UseRealTime();
+BENCHMARK(BM_KilnTls_Call)->UseRealTime();
+BENCHMARK(BM_KilnTls_Upload)->Apply(sizes);
+BENCHMARK(BM_KilnTls_Download)->Apply(sizes);
 
 }  // namespace
 
@@ -241,6 +388,7 @@ int main(int argc, char** argv) {
     status = 1;
   }
   stop_children();
+  if (!g_token_file.empty()) ::unlink(g_token_file.c_str());
   benchmark::Shutdown();
   return status;
 }

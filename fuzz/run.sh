@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets (VM readers, RPC session server, tracker, TVM library readers) with clang and libFuzzer in build-fuzz/ and runs each for a bounded
+# Builds the fuzz targets (VM readers, RPC session server, VM programs in a session, tracker,
+# TVM library readers) with clang and libFuzzer in build-fuzz/ and runs each for a bounded
 # time. Exits non-zero when a target finds a crash, a sanitizer error or a broken round trip
 # (the reproducer is left in build-fuzz/fuzz-artifacts/), and when a harness could not set
 # itself up (exit status 75, fuzz/fuzz_setup.h: its message names the cause; no reproducer,
@@ -27,6 +28,7 @@ targets=(
   "kiln_fuzz_vm_binary $root/fuzz/corpus/vm_binary 16384 -"
   "kiln_fuzz_vm_asm $root/fuzz/corpus/vm_asm 8192 $root/fuzz/vm_asm.dict"
   "kiln_fuzz_rpc_session $root/fuzz/corpus/rpc_session 65536 $root/fuzz/rpc_session.dict"
+  "kiln_fuzz_vm_session $root/fuzz/corpus/vm_session 8192 $root/fuzz/vm_session.dict"
   "kiln_fuzz_tracker_message $root/fuzz/corpus/tracker_message 65536 $root/fuzz/tracker_message.dict"
   "kiln_fuzz_tvm_blob $root/fuzz/corpus/tvm_blob 32768 -"
 )

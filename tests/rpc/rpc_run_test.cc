@@ -363,12 +363,12 @@ TEST(RpcCli, RunWithARemoteSection) {
   Tracker tracker(tracker_options());
   auto server = kiln::test::start_rpc_server({"--key", "cli-board", "--tracker",
                                               fmt::format("127.0.0.1:{}", tracker.port()),
-                                              "--token", "t0ken"});
+                                              "--token", "t0ken-0123456789abcdef"});
   ASSERT_TRUE(wait_until([&] { return free_count(tracker.port(), "cli-board") == 1; }, 10s));
   const fs::path dir = fs::temp_directory_path() / fmt::format("kiln_rpc_cli_{}", getpid());
   fs::create_directories(dir);
   {
-    std::ofstream(dir / "token") << "t0ken\n";
+    std::ofstream(dir / "token") << "t0ken-0123456789abcdef\n";
     std::ofstream yaml(dir / "run.yaml");
     yaml << "module: " << kKernels << "/libvector_add.so\n"
          << "function: vector_add\ndevice: cpu\nexport: tar\n"
@@ -385,10 +385,10 @@ TEST(RpcCli, RunWithARemoteSection) {
   EXPECT_THAT(run.log(), HasSubstr("remote, key 'cli-board'"));
   EXPECT_THAT(run.log(), HasSubstr("out      float32[64] min=2 max=65"));
   // A wrong token is a clear error.
-  std::ofstream(dir / "token") << "wrong\n";
+  std::ofstream(dir / "token") << "wrong-0123456789abcdef\n";
   ChildProcess refused({kiln::test::kiln_cli(), "run", (dir / "run.yaml").string()});
   EXPECT_EQ(refused.wait_for(60s), 3) << refused.log();  // at once: a token is not retried
-  EXPECT_THAT(refused.log(), HasSubstr("wrong token"));
+  EXPECT_THAT(refused.log(), HasSubstr("could not prove the channel"));
   fs::remove_all(dir);
 }
 

@@ -326,8 +326,12 @@ struct TokenFiles {
 
 TEST(TrackerToken, OnlyHoldersOfTheTokenGetPastTls) {
   TokenFiles files;
-  auto tracker = kiln::test::start_tracker({"--token-file", files.good.string()});
+  auto tracker =
+      kiln::test::start_tracker({"--token-file", files.good.string(), "--handshake-timeout", "2"});
   const int port = tracker.port;
+  // A peer that starts a TLS handshake and stalls is closed at the handshake deadline.
+  Peer stalled(port, "127.0.0.4");
+  ASSERT_TRUE(stalled.send(std::string("\x16\x03\x01", 3)));
   // Kiln's client without the token, and with a wrong one: clear errors.
   try {
     TrackerSession::connect("127.0.0.1", port, 10s);
@@ -362,6 +366,7 @@ TEST(TrackerToken, OnlyHoldersOfTheTokenGetPastTls) {
     ASSERT_TRUE(raw.send(std::string("\x16\x03\x01\x00\x05garbage-after-the-record", 29)));
     EXPECT_TRUE(raw.closed_within(10s));
   }
+  EXPECT_TRUE(stalled.closed_within(10s)) << "the TLS handshake has a deadline";
   const TrackerSummary summary = session.summary();
   EXPECT_TRUE(summary.queues.empty());
   EXPECT_TRUE(summary.servers.empty());

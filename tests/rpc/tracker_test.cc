@@ -563,7 +563,8 @@ TEST(TrackerHardening, HeldBytesAreBoundedAndSummaryStaysAnswerable) {
 
 // Item 5: connections that never send the magic (or their first message) are closed at a
 // deadline, one address cannot hold more than its share, and when the tracker is full the
-// oldest connection still in its handshake makes room for a new one.
+// connection idle the longest makes room for a new one (issue 27 extends this to peers that
+// talked: tracker_fairness_test.cc).
 TEST(TrackerHardening, IdleConnectionsCannotLockOutClients) {
   struct rlimit lim {};
   ::getrlimit(RLIMIT_NOFILE, &lim);

@@ -128,7 +128,7 @@ struct TrackerCommandOptions {
   int port_end = 9199;
   std::string stop_key;                      // empty: a random one
   double handshake_timeout = 10;             // seconds for the magic and first message
-  double idle_timeout = 30;  // seconds a client that neither serves nor waits may stay silent
+  double idle_timeout = 30;                  // seconds a mere client may stay silent; 0: none
   size_t max_connections = 4096;             // open at once
   size_t max_connections_per_address = 256;  // open at once from one peer address
   size_t max_held_bytes = 64u << 20;         // free values and requests, all peers
@@ -141,8 +141,7 @@ int run_tracker(const TrackerCommandOptions& options);
 
 // The tracker token: the first line of `file` when given (UsageError naming `flag` when it
 // cannot be read), else $KILN_TRACKER_TOKEN, else empty (no token).
-std::string read_tracker_token(const std::optional<std::filesystem::path>& file,
-                               const char* flag);
+std::string read_tracker_token(const std::optional<std::filesystem::path>& file, const char* flag);
 
 // Options of `kiln query` (docs/tracker.md).
 struct QueryOptions {

@@ -8,20 +8,22 @@ namespace {
 constexpr size_t kMaxAddresses = 4096;
 }
 
-AuthThrottle::Clock::time_point AuthThrottle::admit(const std::string& ip, Clock::time_point now) {
+std::optional<AuthThrottle::Clock::time_point> AuthThrottle::admit(const std::string& ip,
+                                                                   Clock::time_point now,
+                                                                   Clock::time_point deadline) {
   std::lock_guard lock(mu_);
   Clock::time_point at = now;
   auto it = addresses_.find(ip);
   const bool trusted = it != addresses_.end() && it->second.trusted_until > now;
-  if (it != addresses_.end() && now - it->second.window_start < kWindow &&
-      it->second.failures >= kFreeFailuresPerAddress) {
-    at = std::max(at, it->second.next_check);
-    it->second.next_check = at + kAddressSpacing;
-  }
-  if (!trusted && now - window_start_ < kWindow && failures_ >= kFreeFailuresOverall) {
-    at = std::max(at, next_global_check_);
-    next_global_check_ = at + kGlobalSpacing;
-  }
+  const bool spaced_here = it != addresses_.end() && now - it->second.window_start < kWindow &&
+                           it->second.failures >= kFreeFailuresPerAddress;
+  const bool spaced_overall =
+      !trusted && now - window_start_ < kWindow && failures_ >= kFreeFailuresOverall;
+  if (spaced_here) at = std::max(at, it->second.next_check);
+  if (spaced_overall) at = std::max(at, next_global_check_);
+  if (at >= deadline) return std::nullopt;
+  if (spaced_here) it->second.next_check = at + kAddressSpacing;
+  if (spaced_overall) next_global_check_ = at + kGlobalSpacing;
   return at;
 }
 

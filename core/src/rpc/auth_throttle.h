@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace kiln::rpc {
@@ -27,9 +28,11 @@ class AuthThrottle {
   static constexpr auto kTrustedFor = std::chrono::hours(1);
 
   // Reserves the time at which the handshake from `ip` may have its token checked: `now`
-  // unless the rules above space it. The caller waits until then, or refuses the connection
-  // when that is past its handshake deadline.
-  Clock::time_point admit(const std::string& ip, Clock::time_point now);
+  // unless the rules above space it; the caller waits until then. nullopt, reserving nothing,
+  // when that would be at or past `deadline` (the caller refuses the connection): refused
+  // connections do not push later ones further back.
+  std::optional<Clock::time_point> admit(const std::string& ip, Clock::time_point now,
+                                         Clock::time_point deadline);
   // Records the outcome of a check from `ip`.
   void record(const std::string& ip, bool ok, Clock::time_point now);
 

@@ -43,6 +43,11 @@ void check_evaluation_bounds(const TimeEvaluatorOptions& o, const EvaluationBoun
     refuse(fmt::format("{} {} exceeds the server's bound of {} repeats", repeats_name, repeats,
                        kMaxEvaluatorRepeats));
   }
+  // Batches that read 0 ns are measured again up to this many times per repeat.
+  if (o.limit_zero_time_iterations > kMaxEvaluatorRepeats) {
+    refuse(fmt::format("limit_zero_time_iterations {} exceeds the server's bound of {}",
+                       o.limit_zero_time_iterations, kMaxEvaluatorRepeats));
+  }
   if (int64_t{o.number} * repeats > kMaxEvaluatorCalls) {
     refuse(fmt::format("number {} x {} {} = {} calls exceeds the server's bound of {} calls",
                        o.number, repeats_name, repeats, int64_t{o.number} * repeats,

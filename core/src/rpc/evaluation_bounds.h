@@ -15,7 +15,8 @@ namespace kiln::rpc {
 
 // Calls per batch a client may ask for (the starting `number`; min_repeat_ms may grow it).
 inline constexpr int64_t kMaxEvaluatorNumber = 1'000'000;
-// Repeats a client may ask for (`repeat`, and noise.max_repeats with the noise rule).
+// Repeats a client may ask for (`repeat`, and noise.max_repeats with the noise rule), and
+// limit_zero_time_iterations.
 inline constexpr int64_t kMaxEvaluatorRepeats = 10'000;
 // number × repeats: calls one evaluation plans (100 s at 1 us a call).
 inline constexpr int64_t kMaxEvaluatorCalls = 100'000'000;
@@ -35,11 +36,11 @@ struct EvaluationBounds {
 double planned_evaluation_seconds(const TimeEvaluatorOptions& options);
 
 // Throws ValueError naming the option, its value and the bound when `options` are beyond what
-// `bounds` allow: number, repeat (noise.max_repeats) and their product beyond the constants
-// above; cooldown_interval_ms, min_repeat_ms or noise.timeout_s alone, or the whole plan
-// (planned_evaluation_seconds), not below the session timeout (the 1-hour cap without one);
-// two cache flush buffers beyond the session's memory limit. Options validate() refuses are
-// left to it.
+// `bounds` allow: number, repeat (noise.max_repeats), limit_zero_time_iterations and
+// number x repeats beyond the constants above; cooldown_interval_ms, min_repeat_ms or
+// noise.timeout_s alone, or the whole plan (planned_evaluation_seconds), not below the session
+// timeout (the 1-hour cap without one); two cache flush buffers beyond the session's memory limit.
+// Runs options.validate() first (its ValueError for invalid values).
 void check_evaluation_bounds(const TimeEvaluatorOptions& options, const EvaluationBounds& bounds);
 
 }  // namespace kiln::rpc

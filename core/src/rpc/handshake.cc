@@ -76,7 +76,7 @@ std::string client(Connection& conn, const ConnectOptions& options,
   uint16_t status = 0;
   conn.read_exact(&version, 2, "the server's version");
   conn.read_exact(&status, 2, "the server's status");
-  const std::string message =
+  std::string message =
       read_string(conn, wire::kMaxHelloMessageBytes, "the server's hello message");
   const auto refused = [&](const std::string& why) {
     return RuntimeError(fmt::format("{} refused the session: {}", conn.peer(), why));

@@ -266,16 +266,15 @@ struct Server::Impl {
   // throttle admits it. Returns false (having logged why) when it is refused.
   bool authenticate(SessionState& state, std::chrono::steady_clock::time_point deadline) {
     Connection& conn = *state.conn;
-    const auto at = auth.admit(state.peer_ip, std::chrono::steady_clock::now());
-    if (at >= deadline) {
-      refusals.log(fmt::format("refused {}: too many wrong tokens lately; its token is checked "
-                               "again in {} s",
-                               conn.peer(),
-                               std::chrono::ceil<std::chrono::seconds>(
-                                   at - std::chrono::steady_clock::now())
-                                   .count()));
+    const auto admitted = auth.admit(state.peer_ip, std::chrono::steady_clock::now(), deadline);
+    if (!admitted) {
+      refusals.log(fmt::format(
+          "refused {}: too many wrong tokens lately; its token cannot be checked before its "
+          "handshake deadline",
+          conn.peer()));
       return false;
     }
+    const auto at = *admitted;
     while (std::chrono::steady_clock::now() < at) {
       {
         std::lock_guard lock(mu);
@@ -395,6 +394,14 @@ struct Server::Impl {
   // removes its directory, crashed or not.
   void serve_in_worker(SessionState& state) {
     Connection& conn = *state.conn;
+    if (conn.buffered() > 0) {
+      // Bytes read past the hello would not reach the worker: a client sends nothing before
+      // the server's answer (docs/rpc-protocol.md §2).
+      warn(fmt::format("session {} with {}: the client sent {} bytes before the server's "
+                       "answer; ending the session",
+                       state.id, conn.peer(), conn.buffered()));
+      return;
+    }
     fs::path dir;
     try {
       dir = make_session_directory(work_dir);

@@ -204,6 +204,7 @@ SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& confi
   std::vector<std::string> args = worker_arguments(config);
   args.insert(args.begin(), worker.string());
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<char*> envp;
@@ -303,7 +304,7 @@ bool crashed(int status) {
 
 std::string relay(Connection& client, int worker_fd, const SessionProcess& worker,
                   const std::atomic<bool>& stop) {
-  constexpr size_t kBufferBytes = 256 * 1024;
+  constexpr size_t kBufferBytes = size_t{256} << 10;
   std::vector<uint8_t> to_worker;
   std::vector<uint8_t> to_client;
   size_t to_worker_at = 0;
@@ -315,12 +316,15 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
   const int client_fd = client.fd();
   ::fcntl(client_fd, F_SETFL, ::fcntl(client_fd, F_GETFL) | O_NONBLOCK);
   ::fcntl(worker_fd, F_SETFL, ::fcntl(worker_fd, F_GETFL) | O_NONBLOCK);
-  std::vector<uint8_t> chunk(64 * 1024);
+  std::vector<uint8_t> chunk(size_t{64} << 10);
   while (!stop.load()) {
+    bool moved = false;  // bytes moved this round: go on without waiting in poll
     // Client -> worker: decrypt what arrived (and what TLS already holds).
     if (client_open && to_worker.size() < kBufferBytes) {
+      tls_wants_write = false;  // as the last TLS call says, below
       const ssize_t got = tls.recv(chunk.data(), chunk.size());
       if (got > 0) {
+        moved = true;
         to_worker.insert(to_worker.end(), chunk.begin(), chunk.begin() + got);
       } else if (got == 0) {
         client_open = false;
@@ -337,7 +341,10 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     if (to_worker_at < to_worker.size()) {
       const ssize_t n = ::send(worker_fd, to_worker.data() + to_worker_at,
                                to_worker.size() - to_worker_at, MSG_NOSIGNAL);
-      if (n > 0) to_worker_at += static_cast<size_t>(n);
+      if (n > 0) {
+        to_worker_at += static_cast<size_t>(n);
+        moved = true;
+      }
       if (n < 0 && errno != EAGAIN && errno != EINTR) return "the session worker stopped reading";
       if (to_worker_at == to_worker.size()) {
         to_worker.clear();
@@ -348,17 +355,20 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     if (worker_open && to_client.size() < kBufferBytes) {
       const ssize_t got = ::recv(worker_fd, chunk.data(), chunk.size(), 0);
       if (got > 0) {
+        moved = true;
         to_client.insert(to_client.end(), chunk.begin(), chunk.begin() + got);
-      } else if (got == 0) {
-        worker_open = false;
-      } else if (errno != EAGAIN && errno != EINTR) {
-        worker_open = false;
+      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+        worker_open = false;  // it ended the session, or its end of the pair failed
       }
     }
     if (to_client_at < to_client.size()) {
+      tls_wants_write = false;
       const ssize_t n =
           tls.send(to_client.data() + to_client_at, to_client.size() - to_client_at);
-      if (n > 0) to_client_at += static_cast<size_t>(n);
+      if (n > 0) {
+        to_client_at += static_cast<size_t>(n);
+        moved = true;
+      }
       if (n < 0) {
         if (errno == EPROTO) {
           return fmt::format("the encrypted channel failed ({})", tls.error());
@@ -373,6 +383,7 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     }
     if (!worker_open && to_client.empty()) return "the session ended";
     if (!client_open && !worker_open) return "the client closed the connection";
+    if (moved) continue;
     // Wait for something to do.
     pollfd fds[3];
     nfds_t count = 0;

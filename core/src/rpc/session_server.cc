@@ -324,8 +324,8 @@ class SessionServer {
           const Device d = local_device(r.device("device"));
           TimeEvaluatorOptions options = decode_evaluator_options(r);
           r.finish();
-          // Options whose plan cannot finish within the session are refused here; the
-          // evaluator polls the session's cancellation for the rest (call()).
+          // Options whose plan cannot finish within the session are refused here; for the
+          // rest the evaluator polls the session's cancellation (serve() installs it).
           check_evaluation_bounds(options, {.session_timeout_s = state_.timeout_s,
                                             .max_memory_bytes = state_.max_memory_bytes});
           if (is_test_function(options.f_preproc) && !state_.enable_test_functions) {
@@ -488,9 +488,9 @@ class SessionServer {
     const Object* o = v.object();
     if (!visited.insert(o).second) return;
     if (path.size() > static_cast<size_t>(vm::kMaxValueNesting)) {
-      throw ValueError(fmt::format(
-          "{} nests more than {} deep: the session cannot measure the memory it holds",
-          value_at(path), vm::kMaxValueNesting));
+      throw ValueError(
+          fmt::format("{} nests more than {} deep: the session cannot measure the memory it holds",
+                      value_at(path), vm::kMaxValueNesting));
     }
     const auto walk = [&](const std::vector<Any>& items) {
       for (size_t i = 0; i < items.size(); ++i) {
@@ -568,6 +568,14 @@ class SessionServer {
   }
 
   void encode(wire::Writer& w, const Any& v) {
+    // Nothing the client's reader would refuse (wire::read_tensor_header, decode_plain_value):
+    // a reply it cannot read would end the session.
+    if (v.type_code() == KILN_TYPE_SHAPE &&
+        v.cast<std::vector<int64_t>>().size() > wire::kMaxNdim) {
+      throw ValueError(fmt::format("a shape of more than {} dimensions cannot be returned over RPC",
+                                   wire::kMaxNdim));
+    }
+    if (v.type_code() == KILN_TYPE_DTYPE) check_wire_dtype(v.cast<DataType>());
     if (wire::encode_plain_value(w, v)) return;
     switch (v.type_code()) {
       case KILN_TYPE_DEVICE:
@@ -577,6 +585,11 @@ class SessionServer {
       case KILN_TYPE_TENSOR: {
         const Tensor t = v.cast<Tensor>();
         if (!t.is_contiguous()) throw ValueError("a strided tensor cannot be returned over RPC");
+        if (t.ndim() > static_cast<int64_t>(wire::kMaxNdim)) {
+          throw ValueError(fmt::format(
+              "a tensor of more than {} dimensions cannot be returned over RPC", wire::kMaxNdim));
+        }
+        check_wire_dtype(t.dtype());
         wire::write_tensor_header(w, add_buffer(t), *t.dl());
         return;
       }
@@ -592,6 +605,14 @@ class SessionServer {
         w.u8(static_cast<uint8_t>(Tag::kObject));
         w.u64(add_object(v));
         return;
+    }
+  }
+
+  // ValueError for a dtype the wire has no form for (0 bits or lanes: the void dtype).
+  static void check_wire_dtype(DataType dtype) {
+    if (dtype.bits == 0 || dtype.lanes == 0) {
+      throw ValueError(
+          fmt::format("a value of dtype {} (no bits) cannot be returned over RPC", dtype.str()));
     }
   }
 

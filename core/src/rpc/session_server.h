@@ -36,8 +36,8 @@ struct SessionState {
   bool enable_test_functions = false;  // whether "rpc.test.*" and "testing.*" are offered
   std::atomic<bool> finished{false};   // set by the connection's thread as its last step
   std::atomic<bool> timed_out{false};
-  // Set when the session must end (timeout, server stop): functions that cooperate
-  // (rpc::call_cancelled()) return early.
+  // Set when the session must end (timeout, server stop, the client hung up): functions
+  // that cooperate (rpc::call_cancelled(), the time evaluator) return early.
   std::atomic<bool> cancelled{false};
   std::atomic<bool> slot_released{false};  // the server no longer counts it as active
   uint64_t id = 0;

@@ -114,6 +114,37 @@ int find_session(SSL* ssl, const unsigned char* identity, size_t identity_len,
   return *session != nullptr ? 1 : 0;
 }
 
+// OpenSSL's socket BIO writes with write(2): an alert sent to a peer that reset the connection
+// raised SIGPIPE and killed a process that does not ignore it (a client handshaking with a
+// tracker or server without a token). The same BIO, sending with MSG_NOSIGNAL.
+int send_without_sigpipe(BIO* bio, const char* data, int size) {
+  const int fd = static_cast<int>(BIO_get_fd(bio, nullptr));
+  errno = 0;
+  const auto sent = static_cast<int>(::send(fd, data, static_cast<size_t>(size), MSG_NOSIGNAL));
+  BIO_clear_retry_flags(bio);
+  if (sent <= 0 && BIO_sock_should_retry(sent)) BIO_set_retry_write(bio);
+  return sent;
+}
+
+// Null when OpenSSL refuses to make it.
+BIO_METHOD* socket_without_sigpipe() {
+  static BIO_METHOD* const method = [] {
+    const BIO_METHOD* socket = BIO_s_socket();
+    BIO_METHOD* m = BIO_meth_new(BIO_TYPE_SOCKET, "socket without SIGPIPE");
+    if (m == nullptr || BIO_meth_set_write(m, send_without_sigpipe) != 1 ||
+        BIO_meth_set_read(m, BIO_meth_get_read(socket)) != 1 ||
+        BIO_meth_set_puts(m, BIO_meth_get_puts(socket)) != 1 ||
+        BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(socket)) != 1 ||
+        BIO_meth_set_create(m, BIO_meth_get_create(socket)) != 1 ||
+        BIO_meth_set_destroy(m, BIO_meth_get_destroy(socket)) != 1) {
+      BIO_meth_free(m);
+      return static_cast<BIO_METHOD*>(nullptr);
+    }
+    return m;
+  }();
+  return method;
+}
+
 }  // namespace
 
 void check_token_strength(const std::string& token, const std::string& what) {
@@ -219,12 +250,17 @@ std::shared_ptr<const Context> client_context(Purpose purpose, const std::string
 
 Session::Session(const Context& context, int fd, std::chrono::steady_clock::time_point deadline) {
   ssl_ = SSL_new(context.native());
-  if (ssl_ == nullptr || SSL_set_fd(ssl_, fd) != 1) {
+  BIO_METHOD* const method = socket_without_sigpipe();
+  BIO* bio = method != nullptr ? BIO_new(method) : nullptr;
+  if (ssl_ == nullptr || bio == nullptr) {
     const std::string why = openssl_errors();
+    BIO_free(bio);
     SSL_free(ssl_);
     throw HandshakeError(HandshakeError::Kind::kClosed,
                          fmt::format("cannot start TLS: {}", why));
   }
+  BIO_set_fd(bio, fd, BIO_NOCLOSE);
+  SSL_set_bio(ssl_, bio, bio);  // ssl_ owns it
   const bool client = context.side() == Context::Side::kClient;
   while (true) {
     ERR_clear_error();

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include "kiln/error.h"
@@ -148,7 +149,9 @@ class TrackerConnection {
  private:
   // Why a TLS handshake with the tracker `peer` failed, for the user.
   static std::string handshake_failure(const std::string& peer, const tls::HandshakeError& e) {
-    switch (e.kind()) {
+    // OpenSSL 3 reports a peer that closed mid-handshake as a protocol error.
+    const bool closed = std::string_view(e.what()).find("unexpected eof") != std::string::npos;
+    switch (closed ? tls::HandshakeError::Kind::kClosed : e.kind()) {
       case tls::HandshakeError::Kind::kWrongKey:
         return fmt::format(
             "the tracker {} refused the tracker token, or could not prove the channel: the TLS "

@@ -611,9 +611,8 @@ fs::path examples_dir() {
 }
 
 RemoteSpec parse_remote(MapReader& reader, const fs::path& base_dir) {
-  reader.allow_keys(
-      {"tracker", "key", "priority", "session_timeout", "wait", "token", "token_file",
-       "tracker_token", "tracker_token_file"});
+  reader.allow_keys({"tracker", "key", "priority", "session_timeout", "wait", "token", "token_file",
+                     "tracker_token", "tracker_token_file"});
   reader.reject_unknown_keys();
   RemoteSpec r;
   if (reader.contains("tracker")) {
@@ -654,8 +653,8 @@ RemoteSpec parse_remote(MapReader& reader, const fs::path& base_dir) {
     r.tracker_token = non_empty_string(reader, "tracker_token", "", "");
   }
   if (reader.contains("tracker_token_file")) {
-    const fs::path file = resolve_path(reader, "tracker_token_file",
-                                       reader.required<std::string>("tracker_token_file"), base_dir);
+    const fs::path file = resolve_path(
+        reader, "tracker_token_file", reader.required<std::string>("tracker_token_file"), base_dir);
     try {
       r.tracker_token = rpc::read_token_file(file);
     } catch (const ValueError& e) {

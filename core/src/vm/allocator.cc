@@ -214,8 +214,8 @@ Tensor tensor_in_storage(const Ref<StorageObj>& storage, int64_t offset, std::ve
 }
 
 Tensor empty_tensor(Allocator& allocator, const std::vector<int64_t>& shape, DataType dtype) {
-  auto storage = allocator.alloc(checked_nbytes(shape, dtype, "allocating a tensor"),
-                                 alignment_of(dtype));
+  auto storage =
+      allocator.alloc(checked_nbytes(shape, dtype, "allocating a tensor"), alignment_of(dtype));
   return tensor_in_storage(storage, 0, shape, dtype);
 }
 

@@ -361,8 +361,8 @@ struct CopyTarget {
 // copies count against its owner's limit as its other allocations do.
 Tensor copy_on(const Tensor& t, Device d, const CopyTarget& target) {
   if (!target.budget) return t.to(d, *target.context);
-  auto allocator = make_allocator(MemoryConfig::Kind::kNaive, target.context->backend(d.type), d,
-                                  target.budget);
+  auto allocator =
+      make_allocator(MemoryConfig::Kind::kNaive, target.context->backend(d.type), d, target.budget);
   Tensor copy = empty_tensor(*allocator, {t.shape().begin(), t.shape().end()}, t.dtype());
   copy.copy_from(t);
   return copy;
@@ -475,9 +475,10 @@ Any make_closure(const Any* a, int32_t n) {
   auto captured = std::make_shared<const std::vector<Any>>(a + 1, a + n);
   auto made = make_object<ClosureObj>(closure->func_name, Function(), *captured, a[0]);
   if (made->depth > kMaxValueNesting) {
-    throw ValueError(fmt::format("vm.builtin.make_closure: a closure of '{}' nested {} deep passes "
-                                 "the VM's limit of {}",
-                                 closure->func_name, made->depth, kMaxValueNesting));
+    throw ValueError(
+        fmt::format("vm.builtin.make_closure: a closure of '{}' nested {} deep passes "
+                    "the VM's limit of {}",
+                    closure->func_name, made->depth, kMaxValueNesting));
   }
   Function inner = closure->impl;
   // The new closure appends the captured values after the call's arguments (§2.4).

@@ -49,7 +49,8 @@ int deepest(const std::vector<Any>& values) {
 }
 }  // namespace
 
-ArrayObj::ArrayObj(std::vector<Any> items_in) : items(std::move(items_in)), depth(1 + deepest(items)) {}
+ArrayObj::ArrayObj(std::vector<Any> items_in)
+    : items(std::move(items_in)), depth(1 + deepest(items)) {}
 
 ClosureObj::ClosureObj(std::string func_name_in, Function impl_in, std::vector<Any> captured_in,
                        Any wrapped_in)
@@ -62,8 +63,8 @@ ClosureObj::ClosureObj(std::string func_name_in, Function impl_in, std::vector<A
 Any make_array(std::vector<Any> items) {
   auto array = make_object<ArrayObj>(std::move(items));
   if (array->depth > kMaxValueNesting) {
-    throw ValueError(fmt::format("a tuple nested {} deep passes the VM's limit of {}",
-                                 array->depth, kMaxValueNesting));
+    throw ValueError(fmt::format("a tuple nested {} deep passes the VM's limit of {}", array->depth,
+                                 kMaxValueNesting));
   }
   return Any::object(std::move(array));
 }
