@@ -273,10 +273,10 @@ TEST(SecureChannel, AWrongTokenCannotCompleteTheChannel) {
 TEST(SecureChannel, AClientWithoutTheTokenIsToldOnlyThatOneIsNeeded) {
   Server server(with_token("hidden-key"));
   RPCSession holder = connect("127.0.0.1", server.port(), client(kToken, "hidden-key"));
-  EXPECT_THAT([&] { connect("127.0.0.1", server.port(), client("", "guess")); },
-              ::testing::ThrowsMessage<ValueError>(
-                  ::testing::AllOf(HasSubstr("requires a token"), Not(HasSubstr("hidden-key")),
-                                   Not(HasSubstr("busy")))));
+  EXPECT_THAT(
+      [&] { connect("127.0.0.1", server.port(), client("", "guess")); },
+      ::testing::ThrowsMessage<ValueError>(::testing::AllOf(
+          HasSubstr("requires a token"), Not(HasSubstr("hidden-key")), Not(HasSubstr("busy")))));
 }
 
 // The naive impostor (accepts without TLS) and the challenge collector (keeps what the client
@@ -306,8 +306,7 @@ TEST(SecureChannel, ARelaySeesOnlyCiphertext) {
             marker + ":7");
   std::vector<uint8_t> pattern(1 << 16);
   for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = "KILN-INPUT-DATA!"[i % 16];
-  Tensor remote = Tensor::empty({static_cast<int64_t>(pattern.size())}, DataType::UInt(8),
-                                s.cpu());
+  Tensor remote = Tensor::empty({static_cast<int64_t>(pattern.size())}, DataType::UInt(8), s.cpu());
   remote.copy_from(pattern.data(), pattern.size());
   std::vector<uint8_t> back(pattern.size());
   remote.copy_to(back.data(), back.size());
@@ -348,8 +347,8 @@ TEST(SecureChannel, GuessesFromOtherAddressesDoNotLockOutTheTokenHolder) {
   int refused = 0;
   for (int i = 1; i <= 60; ++i) {
     const std::string source = fmt::format("127.0.9.{}", i);
-    refused += guess_from(source.c_str(), server.port(), "guess-token-0123456789") ==
-               Guess::kRefused;
+    refused +=
+        guess_from(source.c_str(), server.port(), "guess-token-0123456789") == Guess::kRefused;
   }
   EXPECT_EQ(refused, 60);
   // Over the overall budget now: the token holder is still served at once.
@@ -371,8 +370,8 @@ TEST(SecureChannel, RefusalsAreLoggedRateLimited) {
   const auto token_file = std::filesystem::temp_directory_path() /
                           fmt::format("kiln-secure-channel-token-{}", ::getpid());
   std::ofstream(token_file) << kToken << "\n";
-  auto server = kiln::test::start_rpc_server({"--key", "board", "--token-file",
-                                              token_file.string(), "--handshake-timeout", "2"});
+  auto server = kiln::test::start_rpc_server(
+      {"--key", "board", "--token-file", token_file.string(), "--handshake-timeout", "2"});
   ASSERT_GT(server.port, 0);
   for (int i = 1; i <= 40; ++i) {
     const std::string source = fmt::format("127.0.11.{}", i);

@@ -124,9 +124,9 @@ TEST(SessionProcess, ASessionCannotReachAnotherSessionsFiles) {
   ASSERT_FALSE(path.empty());
   RPCSession b = connect("127.0.0.1", server.port(), board());
   EXPECT_NE(pid_of(a), pid_of(b));
-  EXPECT_THROW(b.get_function("rpc.test.read_file")(fmt::format("/proc/{}/cwd/secret.txt",
-                                                                pid_of(a))),
-               Error);
+  EXPECT_THROW(
+      b.get_function("rpc.test.read_file")(fmt::format("/proc/{}/cwd/secret.txt", pid_of(a))),
+      Error);
   if (!confined(b)) {
     GTEST_SKIP() << "no mount namespace here: sessions' directories are hidden by their "
                     "unguessable names only";

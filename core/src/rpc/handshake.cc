@@ -39,8 +39,8 @@ std::string client(Connection& conn, const ConnectOptions& options,
       conn.start_tls(*context, deadline);
     } catch (const tls::HandshakeError& e) {
       if (e.kind() == tls::HandshakeError::Kind::kTimedOut) {
-        throw RuntimeError(fmt::format(
-            "{} did not complete the encrypted handshake in time ({})", conn.peer(), e.what()));
+        throw RuntimeError(fmt::format("{} did not complete the encrypted handshake in time ({})",
+                                       conn.peer(), e.what()));
       }
       // Whatever the reason (a wrong token, a server without one, an impostor, a relay that
       // altered bytes), nothing was sent: fail closed.
@@ -88,10 +88,10 @@ std::string client(Connection& conn, const ConnectOptions& options,
       throw ValueError(fmt::format("{} refused the session: {}", conn.peer(), message));
     case wire::HelloStatus::kAuthRequired:
       // Authentication problems are ValueErrors: retrying with the same options cannot help.
-      throw ValueError(fmt::format(
-          "{} refused the session: the server requires a token (ConnectOptions::token, "
-          "--token, or remote.token in a run config) and none was given",
-          conn.peer()));
+      throw ValueError(
+          fmt::format("{} refused the session: the server requires a token (ConnectOptions::token, "
+                      "--token, or remote.token in a run config) and none was given",
+                      conn.peer()));
     case wire::HelloStatus::kVersionMismatch:
       throw refused(
           fmt::format("protocol version mismatch: this client speaks version {}, the "

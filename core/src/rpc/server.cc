@@ -139,7 +139,7 @@ struct Server::Impl {
   std::list<Running> connections;
   int handshakes = 0;
   std::map<std::string, int> handshakes_by_address;
-  bool stuck = false;                                 // stop() left a call running
+  bool stuck = false;  // stop() left a call running
   int active = 0;
   bool stopping = false;
   bool stopped = false;
@@ -179,9 +179,9 @@ struct Server::Impl {
     // find(), not []: a refused address must not leave an entry behind.
     const auto from_here = handshakes_by_address.find(ip);
     if (from_here != handshakes_by_address.end() && from_here->second >= kMaxHandshakesPerAddress) {
-      refusals.log(fmt::format(
-          "{} handshakes from {} are in progress; closing the connection from {}",
-          from_here->second, ip, peer));
+      refusals.log(
+          fmt::format("{} handshakes from {} are in progress; closing the connection from {}",
+                      from_here->second, ip, peer));
       return;
     }
     if (handshakes >= kMaxHandshakes) {
@@ -354,9 +354,8 @@ struct Server::Impl {
     {
       std::lock_guard lock(mu);
       if (active >= options.max_sessions || (registration && !registration->claim(key))) {
-        const std::string message =
-            fmt::format("the server is busy: {} of {} sessions are running", active,
-                        options.max_sessions);
+        const std::string message = fmt::format("the server is busy: {} of {} sessions are running",
+                                                active, options.max_sessions);
         info(fmt::format("refused {}: {}", conn.peer(), message));
         handshake::send_server_hello(conn, wire::HelloStatus::kBusy, message);
         return false;
@@ -397,9 +396,10 @@ struct Server::Impl {
     if (conn.buffered() > 0) {
       // Bytes read past the hello would not reach the worker: a client sends nothing before
       // the server's answer (docs/rpc-protocol.md §2).
-      warn(fmt::format("session {} with {}: the client sent {} bytes before the server's "
-                       "answer; ending the session",
-                       state.id, conn.peer(), conn.buffered()));
+      warn(
+          fmt::format("session {} with {}: the client sent {} bytes before the server's "
+                      "answer; ending the session",
+                      state.id, conn.peer(), conn.buffered()));
       return;
     }
     fs::path dir;
@@ -437,8 +437,8 @@ struct Server::Impl {
     // Under a token the server keeps the TLS channel and relays plaintext over a socket pair.
     int pair[2] = {-1, -1};
     if (conn.encrypted() && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-      warn(fmt::format("session {}: cannot make a socket pair: {}", state.id,
-                       std::strerror(errno)));
+      warn(
+          fmt::format("session {}: cannot make a socket pair: {}", state.id, std::strerror(errno)));
       remove_session_directory(dir);
       return;
     }
@@ -458,8 +458,8 @@ struct Server::Impl {
       std::string why;
       if (pair[0] >= 0) why = relay(conn, pair[0], *worker, state.cancelled);
       if (pair[0] >= 0) ::close(pair[0]);
-      std::optional<int> status = worker->wait(pair[0] >= 0 ? std::optional(std::chrono::seconds(5))
-                                                            : std::nullopt);
+      std::optional<int> status =
+          worker->wait(pair[0] >= 0 ? std::optional(std::chrono::seconds(5)) : std::nullopt);
       if (!status) {  // the relay ended first (the client left): the worker ends too
         worker->signal(SIGTERM);
         status = worker->wait(std::chrono::seconds(3));
@@ -469,9 +469,10 @@ struct Server::Impl {
         status = worker->wait(std::nullopt);
       }
       if (crashed(*status)) {
-        warn(fmt::format("session {} with {}: its process {} (a crash in an uploaded module, a "
-                         "kernel or a plugin); the server goes on",
-                         state.id, conn.peer(), describe_wait_status(*status)));
+        warn(
+            fmt::format("session {} with {}: its process {} (a crash in an uploaded module, a "
+                        "kernel or a plugin); the server goes on",
+                        state.id, conn.peer(), describe_wait_status(*status)));
         tell_crash(conn, *status);
       } else {
         info(fmt::format("session {} with {}: its process {}{}", state.id, conn.peer(),

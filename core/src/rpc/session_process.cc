@@ -53,8 +53,8 @@ const char* level_name(LogLevel level) {
 }
 
 LogLevel parse_level(const std::string& s) {
-  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError,
-                     LogLevel::kOff}) {
+  for (LogLevel l :
+       {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError, LogLevel::kOff}) {
     if (s == level_name(l)) return l;
   }
   throw ValueError(fmt::format("--log-level: unknown level '{}'", s));
@@ -84,19 +84,32 @@ double parse_seconds(const std::string& flag, const std::string& text) {
 
 std::vector<std::string> worker_arguments(const WorkerConfig& c) {
   std::vector<std::string> a = {
-      "--sessions-root",    c.sessions_root.string(),
-      "--work-dir",         c.work_dir.string(),
-      "--id",               std::to_string(c.id),
-      "--peer",             c.peer,
-      "--timeout",          fmt::format("{}", c.timeout_s),
-      "--time-left",        fmt::format("{}", c.time_left_s),
-      "--max-memory",       std::to_string(c.max_memory_bytes),
-      "--max-handles",      std::to_string(c.max_handles),
-      "--max-upload",       std::to_string(c.max_upload_bytes),
-      "--idle-timeout-ms",  std::to_string(c.idle_timeout_ms),
-      "--write-timeout-ms", std::to_string(c.write_timeout_ms),
-      "--log-level",        level_name(c.log_level),
-      "--server-pid",       std::to_string(c.server_pid),
+      "--sessions-root",
+      c.sessions_root.string(),
+      "--work-dir",
+      c.work_dir.string(),
+      "--id",
+      std::to_string(c.id),
+      "--peer",
+      c.peer,
+      "--timeout",
+      fmt::format("{}", c.timeout_s),
+      "--time-left",
+      fmt::format("{}", c.time_left_s),
+      "--max-memory",
+      std::to_string(c.max_memory_bytes),
+      "--max-handles",
+      std::to_string(c.max_handles),
+      "--max-upload",
+      std::to_string(c.max_upload_bytes),
+      "--idle-timeout-ms",
+      std::to_string(c.idle_timeout_ms),
+      "--write-timeout-ms",
+      std::to_string(c.write_timeout_ms),
+      "--log-level",
+      level_name(c.log_level),
+      "--server-pid",
+      std::to_string(c.server_pid),
   };
   if (c.test_functions) a.emplace_back("--test-functions");
   if (c.plugin_set) {
@@ -169,8 +182,8 @@ WorkerConfig parse_worker_arguments(const std::vector<std::string>& args) {
 fs::path find_session_worker(const fs::path& configured) {
   if (!configured.empty()) {
     if (::access(configured.c_str(), X_OK) != 0) {
-      throw RuntimeError(fmt::format("the session worker '{}' is not an executable file",
-                                     configured.string()));
+      throw RuntimeError(
+          fmt::format("the session worker '{}' is not an executable file", configured.string()));
     }
     return configured;
   }
@@ -199,8 +212,7 @@ fs::path find_session_worker(const fs::path& configured) {
       kWorkerName, where.empty() ? "nothing: libkiln's location is unknown" : where));
 }
 
-SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& config,
-                               int session_fd) {
+SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& config, int session_fd) {
   std::vector<std::string> args = worker_arguments(config);
   args.insert(args.begin(), worker.string());
   std::vector<char*> argv;
@@ -238,8 +250,8 @@ SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& confi
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
     pid_ = -1;
-    throw RuntimeError(fmt::format("cannot start the session worker {}: {}", worker.string(),
-                                   std::strerror(rc)));
+    throw RuntimeError(
+        fmt::format("cannot start the session worker {}: {}", worker.string(), std::strerror(rc)));
   }
   pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
 }
@@ -280,8 +292,7 @@ std::optional<int> SessionProcess::wait(std::optional<std::chrono::milliseconds>
     const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(20));
     if (pidfd_ >= 0) {
       pollfd p{pidfd_, POLLIN, 0};
-      ::poll(&p, 1,
-             static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(slice).count()));
+      ::poll(&p, 1, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(slice).count()));
     } else {
       std::this_thread::sleep_for(slice);
     }
@@ -330,8 +341,7 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
         client_open = false;
         ::shutdown(worker_fd, SHUT_WR);
       } else if (errno == EPROTO) {
-        return fmt::format("the encrypted channel failed its integrity check ({})",
-                           tls.error());
+        return fmt::format("the encrypted channel failed its integrity check ({})", tls.error());
       } else if (errno != EAGAIN && errno != EINTR) {
         return fmt::format("the client's connection failed: {}", std::strerror(errno));
       } else {
@@ -363,8 +373,7 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     }
     if (to_client_at < to_client.size()) {
       tls_wants_write = false;
-      const ssize_t n =
-          tls.send(to_client.data() + to_client_at, to_client.size() - to_client_at);
+      const ssize_t n = tls.send(to_client.data() + to_client_at, to_client.size() - to_client_at);
       if (n > 0) {
         to_client_at += static_cast<size_t>(n);
         moved = true;
@@ -388,7 +397,8 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     pollfd fds[3];
     nfds_t count = 0;
     short client_events = 0;
-    if ((client_open && to_worker.size() < kBufferBytes) || tls_wants_write) client_events |= POLLIN;
+    if ((client_open && to_worker.size() < kBufferBytes) || tls_wants_write)
+      client_events |= POLLIN;
     if (!to_client.empty() || tls_wants_write) client_events |= POLLOUT;
     fds[count++] = {client_fd, client_events, 0};
     short worker_events = 0;

@@ -10,8 +10,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/capability.h>
-#include <sched.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -61,8 +61,8 @@ std::string enter_mount_namespace() {
   const uid_t uid = ::geteuid();
   const gid_t gid = ::getegid();
   if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
-    return fmt::format("unshare(CLONE_NEWNS): {}; with a user namespace: {}",
-                       std::strerror(direct), std::strerror(errno));
+    return fmt::format("unshare(CLONE_NEWNS): {}; with a user namespace: {}", std::strerror(direct),
+                       std::strerror(errno));
   }
   if (!write_file("/proc/self/setgroups", "deny") ||
       !write_file("/proc/self/uid_map", fmt::format("{} {} 1", uid, uid)) ||
@@ -138,9 +138,10 @@ void watch(SessionState& state, const sigset_t& signals) {
       if (!must_end_by) must_end_by = now + kCancelGrace;
     }
     if (must_end_by && now >= *must_end_by && !state.finished.load()) {
-      warn(fmt::format("session {} with {}: a call did not return within {} s of the end of the "
-                       "session; ending its process",
-                       state.id, state.conn->peer(), kCancelGrace.count()));
+      warn(
+          fmt::format("session {} with {}: a call did not return within {} s of the end of the "
+                      "session; ending its process",
+                      state.id, state.conn->peer(), kCancelGrace.count()));
       std::fflush(nullptr);
       ::_exit(4);
     }

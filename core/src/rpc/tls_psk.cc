@@ -188,8 +188,8 @@ Context::Context(Side side, Purpose purpose, const std::string& token)
   if (EVP_PBE_scrypt(token.data(), token.size(), reinterpret_cast<const unsigned char*>(salt),
                      std::strlen(salt), kScryptN, kScryptR, kScryptP, kScryptMaxMem,
                      key_->bytes.data(), key_->bytes.size()) != 1) {
-    throw RuntimeError(fmt::format("cannot derive the TLS key from the token: {}",
-                                   openssl_errors()));
+    throw RuntimeError(
+        fmt::format("cannot derive the TLS key from the token: {}", openssl_errors()));
   }
   key_->identity = identity_of(purpose);
   ctx_ = SSL_CTX_new(side == Side::kClient ? TLS_client_method() : TLS_server_method());
@@ -256,8 +256,7 @@ Session::Session(const Context& context, int fd, std::chrono::steady_clock::time
     const std::string why = openssl_errors();
     BIO_free(bio);
     SSL_free(ssl_);
-    throw HandshakeError(HandshakeError::Kind::kClosed,
-                         fmt::format("cannot start TLS: {}", why));
+    throw HandshakeError(HandshakeError::Kind::kClosed, fmt::format("cannot start TLS: {}", why));
   }
   BIO_set_fd(bio, fd, BIO_NOCLOSE);
   SSL_set_bio(ssl_, bio, bio);  // ssl_ owns it
@@ -270,8 +269,7 @@ Session::Session(const Context& context, int fd, std::chrono::steady_clock::time
     const int err = SSL_get_error(ssl_, r);
     const int saved_errno = errno;
     if ((err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) &&
-        std::chrono::steady_clock::now() < deadline &&
-        (saved_errno == EINTR || saved_errno == 0)) {
+        std::chrono::steady_clock::now() < deadline && (saved_errno == EINTR || saved_errno == 0)) {
       continue;  // a signal: go on while time is left
     }
     HandshakeError::Kind kind = HandshakeError::Kind::kWrongKey;
@@ -285,9 +283,13 @@ Session::Session(const Context& context, int fd, std::chrono::steady_clock::time
       why = saved_errno != 0 ? std::strerror(saved_errno) : "the peer closed the connection";
     } else {
       why = openssl_errors();
-      if (why.find("wrong version number") != std::string::npos ||
-          why.find("packet length too long") != std::string::npos ||
-          why.find("http request") != std::string::npos) {
+      // OpenSSL 3 reports a peer that closed mid-handshake as an SSL error: it proves nothing
+      // about the key.
+      if (why.find("unexpected eof") != std::string::npos) {
+        kind = HandshakeError::Kind::kClosed;
+      } else if (why.find("wrong version number") != std::string::npos ||
+                 why.find("packet length too long") != std::string::npos ||
+                 why.find("http request") != std::string::npos) {
         kind = HandshakeError::Kind::kNotTls;
       }
     }
