@@ -76,6 +76,20 @@ int connect_from(const char* source, int port) {
   return fd;
 }
 
+// A listening socket on 127.0.0.1, an ephemeral port (in `*port`).
+int listen_on_loopback(int* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::listen(fd, 4);
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
 // One TLS handshake from `source` with `token`; what the server made of it.
 enum class Guess { kAccepted, kRefused, kNoConnection };
 Guess guess_from(const char* source, int port, const std::string& token) {
@@ -99,15 +113,7 @@ class Relay {
  public:
   using Tamper = std::function<uint8_t(int, uint64_t, uint8_t)>;
   explicit Relay(int target, Tamper tamper = {}) : target_(target), tamper_(std::move(tamper)) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    ::listen(listener_, 4);
-    socklen_t len = sizeof(a);
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    listener_ = listen_on_loopback(&port_);
     thread_ = std::thread([this] { run(); });
   }
   ~Relay() {
@@ -178,12 +184,12 @@ class Relay {
 class PlaintextImpostor {
  public:
   PlaintextImpostor() {
-    relay_target_ = std::make_unique<std::thread>([this] { run(); });
+    thread_ = std::make_unique<std::thread>([this] { run(); });
   }
   ~PlaintextImpostor() {
     stop_ = true;
     ::shutdown(listener_, SHUT_RDWR);
-    relay_target_->join();
+    thread_->join();
     ::close(listener_);
   }
   int port() {
@@ -198,17 +204,11 @@ class PlaintextImpostor {
 
  private:
   void run() {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    ::listen(listener_, 4);
-    socklen_t len = sizeof(a);
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    int port = 0;
+    listener_ = listen_on_loopback(&port);
     {
       std::lock_guard lock(mu_);
-      port_ = ntohs(a.sin_port);
+      port_ = port;
     }
     cv_.notify_all();
     pollfd p{listener_, POLLIN, 0};
@@ -233,7 +233,7 @@ class PlaintextImpostor {
     ::close(fd);
   }
 
-  std::unique_ptr<std::thread> relay_target_;
+  std::unique_ptr<std::thread> thread_;
   int listener_ = -1;
   std::mutex mu_;
   std::condition_variable cv_;
