@@ -213,6 +213,7 @@ ssize_t Connection::transport_send(const iovec* iov, int count) {
   uint8_t joined[kCoalesceBytes];
   size_t at = 0;
   for (int i = 0; i < small; ++i) {
+    if (iov[i].iov_len == 0) continue;  // an empty body or payload may have no buffer at all
     std::memcpy(joined + at, iov[i].iov_base, iov[i].iov_len);
     at += iov[i].iov_len;
   }
@@ -235,12 +236,11 @@ void Connection::start_tls(const tls::Context& context, Clock::time_point deadli
 
 void Connection::fail_io(const char* op, const char* what, int err, bool eof) {
   if (err == EPROTO && tls_) {
-    throw ConnectionError(
-        fmt::format("the encrypted channel with {} failed its integrity check while {} {} ({}): "
-                    "bytes were altered on the way (a relay or a faulty network); the session "
-                    "cannot go on",
-                    peer_, std::strcmp(op, "send") == 0 ? "sending" : "waiting for", what,
-                    tls_->error()));
+    throw ConnectionError(fmt::format(
+        "the encrypted channel with {} failed its integrity check while {} {} ({}): "
+        "bytes were altered on the way (a relay or a faulty network); the session "
+        "cannot go on",
+        peer_, std::strcmp(op, "send") == 0 ? "sending" : "waiting for", what, tls_->error()));
   }
   if (eof || err == ECONNRESET || err == EPIPE) {
     throw ConnectionError(
