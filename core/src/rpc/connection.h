@@ -155,7 +155,7 @@ class Connection {
   uint64_t min_bytes_per_s_ = 0;
   Message reading_;  // the frame being read, from its header on
   Message writing_;  // the frame (or lone write_all) being written
-  int fd_ = -1;  // owned
+  int fd_ = -1;      // owned
   std::unique_ptr<tls::Session> tls_;
   std::string peer_;
   std::vector<uint8_t> buffer_;

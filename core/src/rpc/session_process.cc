@@ -36,30 +36,6 @@ constexpr char kWorkerName[] = "kiln-rpc-session";
 // Variables that hold secrets: never passed to a worker.
 constexpr const char* kSecretVariables[] = {"KILN_RPC_TOKEN=", "KILN_TRACKER_TOKEN="};
 
-const char* level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::kDebug:
-      return "debug";
-    case LogLevel::kInfo:
-      return "info";
-    case LogLevel::kWarn:
-      return "warn";
-    case LogLevel::kError:
-      return "error";
-    case LogLevel::kOff:
-      return "off";
-  }
-  return "warn";
-}
-
-LogLevel parse_level(const std::string& s) {
-  for (LogLevel l :
-       {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError, LogLevel::kOff}) {
-    if (s == level_name(l)) return l;
-  }
-  throw ValueError(fmt::format("--log-level: unknown level '{}'", s));
-}
-
 template <typename T>
 T parse_number(const std::string& flag, const std::string& text) {
   T value{};
@@ -107,7 +83,7 @@ std::vector<std::string> worker_arguments(const WorkerConfig& c) {
       "--write-timeout-ms",
       std::to_string(c.write_timeout_ms),
       "--log-level",
-      level_name(c.log_level),
+      std::to_string(static_cast<int>(c.log_level)),
       "--server-pid",
       std::to_string(c.server_pid),
   };
@@ -160,7 +136,11 @@ WorkerConfig parse_worker_arguments(const std::vector<std::string>& args) {
     } else if (flag == "--write-timeout-ms") {
       c.write_timeout_ms = parse_number<int64_t>(flag, v);
     } else if (flag == "--log-level") {
-      c.log_level = parse_level(v);
+      const int level = parse_number<int>(flag, v);
+      if (level < static_cast<int>(LogLevel::kDebug) || level > static_cast<int>(LogLevel::kOff)) {
+        throw ValueError(fmt::format("{}: {} is not a LogLevel (0 debug .. 4 off)", flag, level));
+      }
+      c.log_level = static_cast<LogLevel>(level);
     } else if (flag == "--server-pid") {
       c.server_pid = parse_number<pid_t>(flag, v);
     } else if (flag == "--plugin-set") {

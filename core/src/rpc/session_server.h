@@ -57,8 +57,7 @@ struct SessionState {
 void serve_session(SessionState& state, const std::filesystem::path& parent, Runtime& runtime);
 // The same in the existing directory `work_dir` (canonical), which stays (a session worker:
 // its server removes the directory once the worker is gone, crashed or not).
-void serve_session_in(SessionState& state, const std::filesystem::path& work_dir,
-                      Runtime& runtime);
+void serve_session_in(SessionState& state, const std::filesystem::path& work_dir, Runtime& runtime);
 
 // A new session directory in `parent`: unique (mkdtemp, never an existing one), mode 0700,
 // canonical. Throws RuntimeError naming `parent`.
