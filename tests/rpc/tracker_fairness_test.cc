@@ -216,6 +216,13 @@ TEST(TrackerFairness, IdleTalkersFromManyAddressesCannotLockOutClientsOrServers)
 // its connection bound): accept failed, and the new connection waited in the backlog for
 // good. Now the connection idle the longest makes room.
 TEST(TrackerFairness, RunningOutOfDescriptorsClosesTheLongestIdleConnection) {
+#if defined(__SANITIZE_ADDRESS__)
+  // UBSan's vptr check probes memory through a pipe; with no descriptor left it calls the
+  // first object of each type it meets invalid ("<memory cannot be printed>") and aborts, even
+  // with a suppression file (which it cannot open either). CI's first, plain build runs this.
+  GTEST_SKIP() << "a sanitizer build cannot run out of descriptors: UBSan's vptr check needs "
+                  "a free one (false reports)";
+#endif
   raise_descriptors();
   const std::string command =
       fmt::format("ulimit -n 256 && exec '{}' tracker --port 0", kiln::test::kiln_cli());
