@@ -49,6 +49,8 @@ struct RunResult {
   // (vm::ArrayObj) as host tuples of the same shape. rpc_run keeps tensors and scalars only:
   // other values stay on the server (none here).
   Any result;
+  // rpc_run: the server that measured ("host:port"); empty for a local run.
+  std::string server;
 };
 
 // Hooks for progress reporting and the run's settings beyond the reference's. All optional.

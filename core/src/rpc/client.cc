@@ -333,6 +333,11 @@ RPCSession connect(const std::string& host, int port, const ConnectOptions& opti
           : std::chrono::milliseconds(0);
   conn->set_deadline(std::nullopt);
   conn->set_timeouts(limit, limit);
+  return attach_session(std::move(impl), std::move(conn), runtime);
+}
+
+RPCSession attach_session(std::shared_ptr<RPCSession::Impl> impl, std::unique_ptr<Connection> conn,
+                          Runtime& runtime) {
   impl->conn = std::move(conn);
   impl->runtime.emplace(runtime);
   impl->index = runtime.attach_remote_session(
@@ -342,7 +347,7 @@ RPCSession connect(const std::string& host, int port, const ConnectOptions& opti
       });
   log(LogLevel::kDebug, "rpc",
       fmt::format("session {} with {} ({})", impl->index, impl->peer, impl->server_key));
-  return RPCSession(impl);
+  return RPCSession(std::move(impl));
 }
 
 // ---- RPCSession ---------------------------------------------------------------------------

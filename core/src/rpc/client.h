@@ -106,6 +106,12 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
   [[noreturn]] void lost(const ConnectionError& e, const char* what);
 };
 
+// Makes `impl` (its peer, server key and timeout set) a session over `conn`, a connection
+// past the handshake, whose remote devices are served through `runtime`. connect() ends with
+// it; a measurement worker's socket pair has no handshake to run.
+RPCSession attach_session(std::shared_ptr<RPCSession::Impl> impl, std::unique_ptr<Connection> conn,
+                          Runtime& runtime);
+
 }  // namespace kiln::rpc
 
 #endif  // KILN_SRC_RPC_CLIENT_H_

@@ -134,7 +134,7 @@ RunResult local_run(Runtime& runtime, const Module& mod, const std::string& devi
       step(hooks, "download", [&] { return detail::args_to_host(device_args); });
   Any result = detail::result_to_host(returned);
   // 10. The temporary directory goes with `temp`.
-  return RunResult{std::move(outputs), std::move(profile), std::move(result)};
+  return RunResult{std::move(outputs), std::move(profile), std::move(result), {}};
 }
 
 }  // namespace kiln::testing

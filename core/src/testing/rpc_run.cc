@@ -14,6 +14,42 @@ namespace kiln::testing {
 
 using detail::step;
 
+namespace detail {
+
+RunResult run_in_session(const rpc::RPCSession& session, Device device,
+                         const std::filesystem::path& artifact, const std::string& remote_path,
+                         const std::vector<Any>& args, const TimeEvaluatorOptions& options,
+                         const RunHooks& hooks, const DeviceContext& context) {
+  RunResult result;
+  // 6. Remote objects live in this scope only, so they are released before the caller's
+  // cleanup removes the files.
+  step(hooks, "upload_module", [&] { session.upload(artifact, remote_path); });
+  std::vector<Any> device_args =
+      step(hooks, "upload", [&] { return args_to_device(args, device, context); });
+  rpc::RemoteModule remote_mod =
+      step(hooks, "load", [&] { return session.load_module(remote_path); });
+  const std::string function = hooks.function.empty() ? remote_mod.entry_name() : hooks.function;
+  if (function.empty()) {
+    throw NotFoundError("rpc_run: the module has no entry function; name one");
+  }
+  result.profile = step(hooks, "time", [&] {
+    return remote_mod.time_evaluator(function, device, options)(device_args);
+  });
+  Any returned;
+  step(hooks, "call",
+       [&] { returned = remote_mod.get_function(function).call_packed(device_args); });
+  result.outputs = step(hooks, "download", [&] { return args_to_host(device_args); });
+  // Tensors and scalars come back; anything else (a remote tuple) stays on the server.
+  const int32_t code = returned.type_code();
+  if (code == KILN_TYPE_TENSOR || code == KILN_TYPE_INT || code == KILN_TYPE_FLOAT ||
+      code == KILN_TYPE_BOOL) {
+    result.result = result_to_host(returned);
+  }
+  return result;
+}
+
+}  // namespace detail
+
 RunResult rpc_run(Runtime& runtime, const Module& mod, const std::string& device_type,
                   const std::vector<Any>& args,
                   const std::optional<EvaluatorConfig>& evaluator_config,
@@ -49,29 +85,9 @@ RunResult rpc_run(Runtime& runtime, const Module& mod, const std::string& device
   RunResult result;
   std::exception_ptr failure;
   try {
-    // 6. Remote objects live in this scope only, so they are released before the cleanup.
-    step(hooks, "upload_module", [&] { session.upload(artifact, remote_path); });
-    std::vector<Any> device_args =
-        step(hooks, "upload", [&] { return detail::args_to_device(args, device, runtime); });
-    rpc::RemoteModule remote_mod =
-        step(hooks, "load", [&] { return session.load_module(remote_path); });
-    const std::string function = hooks.function.empty() ? remote_mod.entry_name() : hooks.function;
-    if (function.empty()) {
-      throw NotFoundError("rpc_run: the module has no entry function; name one");
-    }
-    result.profile = step(hooks, "time", [&] {
-      return remote_mod.time_evaluator(function, device, options)(device_args);
-    });
-    Any returned;
-    step(hooks, "call",
-         [&] { returned = remote_mod.get_function(function).call_packed(device_args); });
-    result.outputs = step(hooks, "download", [&] { return detail::args_to_host(device_args); });
-    // Tensors and scalars come back; anything else (a remote tuple) stays on the server.
-    const int32_t code = returned.type_code();
-    if (code == KILN_TYPE_TENSOR || code == KILN_TYPE_INT || code == KILN_TYPE_FLOAT ||
-        code == KILN_TYPE_BOOL) {
-      result.result = detail::result_to_host(returned);
-    }
+    result = detail::run_in_session(session, device, artifact, remote_path, args, options, hooks,
+                                    runtime);
+    result.server = session.peer();
   } catch (...) {
     failure = std::current_exception();
   }

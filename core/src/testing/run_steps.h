@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "kiln/device_context.h"
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
+#include "kiln/rpc/session.h"
 #include "kiln/testing.h"
 
 namespace kiln::testing::detail {
@@ -72,6 +75,16 @@ std::vector<Any> args_to_device(const std::vector<Any>& args, Device device,
 std::vector<Any> args_to_host(const std::vector<Any>& args);
 // A returned value with its tensors on the host, also inside (nested) vm::ArrayObj tuples.
 Any result_to_host(const Any& value);
+
+// rpc_run's step 6 on an open session: uploads `artifact` as `remote_path`, copies `args` to
+// `device` (a device of the session) through `context`, loads the module, times the function
+// (hooks.function, else the entry) with `options`, calls it once more and downloads the
+// tensor arguments. Remote objects are released on return; the file stays for the caller to
+// remove. Throws what the session or the server throws.
+RunResult run_in_session(const rpc::RPCSession& session, Device device,
+                         const std::filesystem::path& artifact, const std::string& remote_path,
+                         const std::vector<Any>& args, const TimeEvaluatorOptions& options,
+                         const RunHooks& hooks, const DeviceContext& context);
 
 }  // namespace kiln::testing::detail
 

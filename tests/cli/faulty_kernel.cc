@@ -1,0 +1,44 @@
+// libfaulty.so: kernels that fail the way candidate kernels do, for the isolation tests
+// (docs/isolation.md). Each takes (in, out) float32 tensors like librelu.so's relu:
+//   copy      out = in (a good kernel)
+//   segfault  writes through a null pointer (SIGSEGV)
+//   abort     calls abort() (SIGABRT)
+//   hang      never returns
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kiln/sdk/kernel.hpp"
+
+namespace {
+
+void copy(DLTensor* in, DLTensor* out) {
+  const int64_t n = kiln::sdk::numel(in);
+  if (kiln::sdk::numel(out) != n) throw kiln::sdk::Error(KILN_ERROR_VALUE, "size mismatch");
+  std::memcpy(static_cast<char*>(out->data) + out->byte_offset,
+              static_cast<const char*>(in->data) + in->byte_offset,
+              static_cast<size_t>(n) * sizeof(float));
+}
+
+void segfault(DLTensor* in, DLTensor* out) {
+  // Both volatile: GCC dropped the store through a null pointer to volatile, and through a
+  // volatile pointer to plain float, as undefined behaviour.
+  volatile float* volatile nowhere = nullptr;
+  *nowhere = static_cast<float>(kiln::sdk::numel(in) + kiln::sdk::numel(out));
+}
+
+void abort_now(DLTensor*, DLTensor*) { std::abort(); }
+
+void hang(DLTensor*, DLTensor*) {
+  while (true) ::pause();
+}
+
+}  // namespace
+
+KILN_EXPORT_FUNCTION(copy, copy);
+KILN_EXPORT_FUNCTION(segfault, segfault);
+KILN_EXPORT_FUNCTION(abort, abort_now);
+KILN_EXPORT_FUNCTION(hang, hang);
+KILN_KERNEL_LIBRARY("faulty", "copy");

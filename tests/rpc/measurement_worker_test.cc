@@ -1,0 +1,192 @@
+// MeasurementWorker (kiln/measurement_worker.h, issue 28 item 1): runs in a worker process
+// that a crashing, aborting, hanging or killed kernel takes down instead of the caller; the
+// next run gets a fresh worker; an ordinary error keeps it. The kernels are tests/cli's
+// libfaulty.so; the worker is the real kiln-rpc-session.
+#include "kiln/measurement_worker.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "example_args.h"
+#include "kiln/kiln.h"
+#include "rpc/rpc_test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+const fs::path kFaulty = KILN_FAULTY_KERNEL;
+const fs::path kVectorAdd = fs::path(KILN_EXAMPLE_KERNEL_DIR) / "libvector_add.so";
+
+std::vector<Any> pair_of_tensors(int64_t n) {
+  Tensor in = Tensor::empty({n}, DataType::Float(32));
+  Tensor out = Tensor::empty({n}, DataType::Float(32));
+  for (int64_t i = 0; i < n; ++i) {
+    in.host_span<float>()[i] = static_cast<float>(i) * 0.5f;
+    out.host_span<float>()[i] = -1.0f;
+  }
+  return {Any(in), Any(out)};
+}
+
+RunHooks calling(const std::string& function) {
+  RunHooks hooks;
+  hooks.function = function;
+  return hooks;
+}
+
+const EvaluatorConfig kQuick{2, 3, 0, false};
+
+bool process_exists(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+
+// A good run: the outputs come back, the timing has its repeats, and the worker stays for the
+// next run (same process, one start).
+TEST(MeasurementWorker, RunsAndKeepsTheWorkerAcrossRuns) {
+  Runtime& runtime = Runtime::global();
+  MeasurementWorker worker(runtime);
+  EXPECT_EQ(worker.pid(), -1) << "started lazily";
+  std::vector<std::string> steps;
+  RunHooks hooks = calling("copy");
+  hooks.on_step = [&](const std::string& step, double) { steps.push_back(step); };
+  RunResult first = worker.run_artifact(kFaulty, "cpu", pair_of_tensors(64), kQuick, hooks);
+  ASSERT_EQ(first.outputs.size(), 2u);
+  const Tensor out = first.outputs[1].cast<Tensor>();
+  for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(out.host_span<float>()[i], i * 0.5f) << i;
+  EXPECT_EQ(first.profile.results().size(), 3u);
+  EXPECT_THAT(steps, ::testing::ElementsAre("start", "upload_module", "upload", "load", "time",
+                                            "call", "download"));
+  const pid_t pid = worker.pid();
+  EXPECT_TRUE(process_exists(pid));
+  for (int i = 0; i < 3; ++i) {
+    worker.run_artifact(kVectorAdd, "cpu", kiln::test::vector_add_args(16), kQuick);
+  }
+  EXPECT_EQ(worker.pid(), pid);
+  EXPECT_EQ(worker.starts(), 1);
+  worker.close();
+  EXPECT_EQ(worker.pid(), -1);
+  EXPECT_FALSE(process_exists(pid)) << "close() ends the worker";
+}
+
+// A kernel's own error is an error of the run; the worker serves the next run.
+TEST(MeasurementWorker, AnOrdinaryErrorKeepsTheWorker) {
+  MeasurementWorker worker(Runtime::global());
+  worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("copy"));
+  const pid_t pid = worker.pid();
+  try {
+    worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("no_such_kernel"));
+    FAIL() << "a missing function ran";
+  } catch (const WorkerError& e) {
+    FAIL() << "a missing function is not a worker failure: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no_such_kernel"));
+  }
+  EXPECT_EQ(worker.pid(), pid);
+  worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("copy"));
+  EXPECT_EQ(worker.starts(), 1);
+}
+
+// Crashes (SIGSEGV, SIGABRT) are WorkerErrors naming the signal, the function, the device and
+// the plugin; the caller lives on and the next run starts a fresh worker.
+TEST(MeasurementWorker, ACrashIsAFailedRunAndTheNextRunGetsAFreshWorker) {
+  MeasurementWorker worker(Runtime::global());
+  for (const auto& [function, signal, name] :
+       {std::tuple{"segfault", SIGSEGV, "SIGSEGV"}, std::tuple{"abort", SIGABRT, "SIGABRT"}}) {
+    worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("copy"));
+    const pid_t pid = worker.pid();
+    try {
+      worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling(function));
+      FAIL() << function << " returned";
+    } catch (const WorkerError& e) {
+      EXPECT_EQ(e.kind(), WorkerError::Kind::kCrashed) << e.what();
+      EXPECT_STREQ(e.kind_name(), "crashed");
+      EXPECT_EQ(e.signal(), signal);
+      EXPECT_THAT(e.what(), AllOf(HasSubstr(name), HasSubstr(fmt::format("'{}'", function)),
+                                  HasSubstr("cpu:0"), HasSubstr("plugin")));
+    }
+    EXPECT_FALSE(process_exists(pid)) << "the dead worker is reaped";
+    RunResult after =
+        worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("copy"));
+    EXPECT_EQ(after.outputs[1].cast<Tensor>().host_span<float>()[3], 1.5f);
+    EXPECT_NE(worker.pid(), pid);
+  }
+  EXPECT_EQ(worker.starts(), 3);
+}
+
+// A run past the worker's timeout: the worker is killed, the error says so, the next run works.
+TEST(MeasurementWorker, AHangPastTheTimeoutKillsTheWorker) {
+  WorkerOptions options;
+  options.timeout_s = 1;
+  MeasurementWorker worker(Runtime::global(), options);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("hang"));
+    FAIL() << "hang returned";
+  } catch (const WorkerError& e) {
+    EXPECT_EQ(e.kind(), WorkerError::Kind::kHung) << e.what();
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("'hang'"), HasSubstr("did not finish within 1 s")));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+  worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("copy"));
+  EXPECT_EQ(worker.starts(), 2);
+}
+
+// SIGKILL from outside (what the out-of-memory killer sends) is told apart from a crash.
+TEST(MeasurementWorker, AWorkerKilledFromOutsideIsReportedAsKilled) {
+  MeasurementWorker worker(Runtime::global());
+  worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("copy"));
+  const pid_t pid = worker.pid();
+  auto run = std::async(std::launch::async, [&] {
+    worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("hang"));
+  });
+  std::this_thread::sleep_for(300ms);  // into the hang (a kill sooner fails the run the same way)
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  try {
+    run.get();
+    FAIL() << "hang returned";
+  } catch (const WorkerError& e) {
+    EXPECT_EQ(e.kind(), WorkerError::Kind::kKilled) << e.what();
+    EXPECT_EQ(e.signal(), SIGKILL);
+    EXPECT_THAT(e.what(), HasSubstr("killed by SIGKILL"));
+  }
+}
+
+// Nothing is left behind: no worker process, no temporary directory.
+TEST(MeasurementWorker, LeavesNoProcessOrDirectoryBehind) {
+  const fs::path tmp = fs::temp_directory_path();
+  const auto workers = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(tmp)) {
+      if (e.path().filename().string().rfind("kiln_worker_", 0) == 0) ++n;
+    }
+    return n;
+  };
+  const size_t before = workers();
+  pid_t pid = -1;
+  {
+    MeasurementWorker worker(Runtime::global());
+    worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("copy"));
+    pid = worker.pid();
+    EXPECT_EQ(workers(), before + 1);
+    EXPECT_THROW(
+        worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("segfault")),
+        WorkerError);
+    EXPECT_EQ(workers(), before) << "a dead worker's directory goes with it";
+    worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("copy"));
+  }
+  EXPECT_FALSE(process_exists(pid));
+  EXPECT_EQ(workers(), before);
+}
+
+}  // namespace
+}  // namespace kiln::testing
