@@ -132,7 +132,61 @@ def rpc_run(
     a ValueError before any network access."""
     config, export_func, output_format = _prepare(mod, evaluator_config, export_func, output_format)
     _check_args(args)
-    outputs, profile = _kiln._rpc_run(
+    outputs, profile, _server = _kiln._rpc_run(
         mod, device_type, list(args), config, rpc_config, export_func, output_format
     )
     return _to_numpy(outputs), profile
+
+
+class Worker:
+    """local_run in a worker process of its own (docs/isolation.md): a kernel or plugin that
+    crashes, hangs past `timeout` seconds or is killed fails one run with kiln.WorkerError
+    (``.kind``: "crashed", "hung", "killed" or "exited"; ``.signal``) instead of this process.
+    The worker starts on the first run, is reused until it dies and restarts on the next run;
+    runs are one at a time (use one Worker per thread). Close it, or use it as a context
+    manager; it also ends with this process.
+
+    timeout: seconds one run may take (upload to download); None: no deadline."""
+
+    def __init__(self, timeout=None):
+        self._worker = _kiln._Worker(timeout)
+
+    def run(self, mod, device_type, args, evaluator_config=None, export_func="tar",
+            output_format=None):
+        """local_run's arguments and result; the module is exported here and measured in the
+        worker."""
+        config, export_func, output_format = _prepare(
+            mod, evaluator_config, export_func, output_format)
+        _check_args(args)
+        outputs, profile = self._worker.run(
+            mod, device_type, list(args), config, export_func, output_format)
+        return _to_numpy(outputs), profile
+
+    def run_file(self, path, device_type, args, evaluator_config=None, function=None):
+        """Measures an already exported artifact (a .tar or .so, e.g. a tuner's build
+        artifact): `function`, or the module's entry function when None."""
+        _check_args(args)
+        outputs, profile = self._worker.run_file(
+            str(path), device_type, list(args), EvaluatorConfig._normalized(evaluator_config),
+            function)
+        return _to_numpy(outputs), profile
+
+    @property
+    def pid(self):
+        """The worker's process id, or -1 while none runs."""
+        return self._worker.pid
+
+    @property
+    def starts(self):
+        """How many worker processes this Worker has started."""
+        return self._worker.starts
+
+    def close(self):
+        """Ends the worker process (a later run starts a new one)."""
+        self._worker.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "kiln/measurement_worker.h"
 #include "kiln/rpc/rpc_config.h"
 #include "kiln/testing.h"
 
@@ -122,11 +123,59 @@ void bind_testing(nb::module_& m) {
           return testing::rpc_run(runtime(), in.module, device_type, in.args, in.config, rpc,
                                   in.exporter, output_format);
         });
-        return run_result(result);
+        nb::tuple outputs_and_profile = run_result(result);
+        return nb::make_tuple(outputs_and_profile[0], outputs_and_profile[1], result.server);
       },
       nb::arg("mod"), nb::arg("device_type"), nb::arg("args"), nb::arg("evaluator_config").none(),
       nb::arg("rpc_config").none(), nb::arg("export_func"), nb::arg("output_format").none(),
-      "Internal: kiln.testing.rpc_run without the numpy conversion.");
+      "Internal: kiln.testing.rpc_run without the numpy conversion; also returns the server "
+      "(host:port) that measured.");
+
+  nb::class_<testing::MeasurementWorker>(
+      m, "_Worker",
+      "Internal: kiln.testing.Worker's core, a measurement worker process (kiln/measurement_"
+      "worker.h).")
+      .def(
+          "__init__",
+          [](testing::MeasurementWorker* self, std::optional<double> timeout) {
+            testing::WorkerOptions options;
+            options.timeout_s = timeout.value_or(0);
+            new (self) testing::MeasurementWorker(runtime(), options);
+          },
+          nb::arg("timeout").none())
+      .def(
+          "run",
+          [](testing::MeasurementWorker& self, nb::handle mod, const std::string& device_type,
+             nb::handle args, nb::handle config, nb::handle export_func,
+             std::optional<std::string> output_format) {
+            const RunInputs in = run_inputs(mod, args, config, export_func);
+            testing::RunResult result = without_gil([&] {
+              return self.run(in.module, device_type, in.args, in.config, in.exporter,
+                              output_format);
+            });
+            return run_result(result);
+          },
+          nb::arg("mod"), nb::arg("device_type"), nb::arg("args"),
+          nb::arg("evaluator_config").none(), nb::arg("export_func"),
+          nb::arg("output_format").none())
+      .def(
+          "run_file",
+          [](testing::MeasurementWorker& self, const std::string& path,
+             const std::string& device_type, nb::handle args, nb::handle config,
+             std::optional<std::string> function) {
+            const std::vector<Any> converted = to_anys(args);
+            const std::optional<EvaluatorConfig> evaluator = evaluator_config_from(config);
+            testing::RunHooks hooks;
+            hooks.function = function.value_or("");
+            testing::RunResult result = without_gil(
+                [&] { return self.run_artifact(path, device_type, converted, evaluator, hooks); });
+            return run_result(result);
+          },
+          nb::arg("path"), nb::arg("device_type"), nb::arg("args"),
+          nb::arg("evaluator_config").none(), nb::arg("function").none())
+      .def("close", [](testing::MeasurementWorker& self) { without_gil([&] { self.close(); }); })
+      .def_prop_ro("pid", [](const testing::MeasurementWorker& self) { return self.pid(); })
+      .def_prop_ro("starts", [](const testing::MeasurementWorker& self) { return self.starts(); });
 
   nb::class_<rpc::RPCConfig>(m, "RPCConfig",
                              "Where rpc_run finds a remote device (SPEC §1.7): a tracker, a key, "

@@ -6,6 +6,7 @@
 
 #include "bindings.h"
 #include "kiln/error.h"
+#include "kiln/measurement_worker.h"
 
 namespace kiln::python {
 namespace {
@@ -21,6 +22,7 @@ struct ErrorClasses {
   PyObject* abi = nullptr;
   PyObject* rpc = nullptr;
   PyObject* rpc_timeout = nullptr;
+  PyObject* worker = nullptr;  // kiln.WorkerError(KilnError)
 };
 ErrorClasses classes;
 
@@ -94,6 +96,12 @@ PyObject* class_of(int32_t code) {
 void translate_kiln_error(const std::exception_ptr& p) {
   try {
     std::rethrow_exception(p);
+  } catch (const testing::WorkerError& e) {
+    // With what happened as attributes: a tuner tells a crash from a hang without parsing.
+    nb::object error = nb::borrow(classes.worker)(e.what());
+    error.attr("kind") = e.kind_name();
+    error.attr("signal") = e.signal() ? nb::cast(*e.signal()) : nb::none();
+    PyErr_SetObject(classes.worker, error.ptr());
   } catch (const Error& e) {
     PyErr_SetString(class_of(e.code()), e.what());
   }
@@ -175,6 +183,12 @@ void register_errors(nb::module_& m) {
       new_error_class(m, "RPCSessionTimeoutError",
                       nb::make_tuple(nb::handle(classes.rpc), nb::handle(PyExc_TimeoutError)),
                       "The RPC session outlived its timeout; the server ended it.");
+
+  classes.worker = new_error_class(
+      m, "WorkerError", nb::make_tuple(base),
+      "A measurement worker died or was killed during a run: .kind is 'crashed', 'hung', "
+      "'killed' or 'exited'; .signal the signal number (or None). The message names the signal, "
+      "the function, the device and its plugin.");
 
   nb::register_exception_translator(
       [](const std::exception_ptr& p, void*) { translate_kiln_error(p); });
