@@ -46,6 +46,16 @@ struct RunOptions {
   std::optional<bool> progress;  // default: when stderr is a terminal
   // Also write Google Benchmark's JSON document (top-level "benchmarks") here; "-": stdout.
   std::optional<std::filesystem::path> benchmark_out;
+  // Where local measurements run (docs/isolation.md): "process" (a worker process, reused
+  // across points) or "none" (in this process); unset: process for a sweep, none for a
+  // single run.
+  std::optional<std::string> isolation;
+  // Seconds one isolated point may take before its worker is killed (0: no limit).
+  double point_timeout_s = 600;
+  // Points of a remote sweep measured at once, each on its own server of the tracker key.
+  int jobs = 1;
+  // Times a remote point whose server was lost is tried again on another server.
+  int retries = 2;
 };
 
 // `kiln run RUN.yaml`: runs the config through local_run on a Runtime made from `global`;

@@ -51,6 +51,27 @@ int main(int argc, char** argv) {
   run->add_option("--benchmark-out", run_options.benchmark_out,
                   "Also write the timing as Google Benchmark JSON to this file, readable by its "
                   "compare.py and by kiln compare (default: not written; - for stdout)");
+  run->add_option("--isolation", run_options.isolation,
+                  "Where local measurements run: process (a worker process that a crashing or "
+                  "hanging kernel takes down instead of kiln; reused across points) or none (in "
+                  "kiln's process) (default: process for a sweep, none for a single run; "
+                  "docs/isolation.md)")
+      ->check(CLI::IsMember({"process", "none"}));
+  run->add_option("--point-timeout", run_options.point_timeout_s,
+                  "Seconds an isolated run or point may take before its worker is killed and the "
+                  "point fails (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--jobs", run_options.jobs,
+                  "Points of a sweep with a remote: section measured at once, each on its own "
+                  "server of the tracker key")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  run->add_option("--retries", run_options.retries,
+                  "Times a remote point whose server is lost mid-point is tried again on another "
+                  "server")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 
   CompareOptions compare_options;
   auto* compare = app.add_subcommand(

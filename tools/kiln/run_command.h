@@ -18,6 +18,7 @@
 #include "kiln/detail/run_config.h"
 #include "kiln/detail/throughput.h"
 #include "kiln/device.h"
+#include "kiln/measurement_worker.h"
 #include "kiln/module.h"
 #include "kiln/profiling/report.h"
 #include "kiln/runtime.h"
@@ -48,6 +49,7 @@ Prepared prepare(Runtime& runtime, run::RunSpec spec, const std::optional<Device
 struct Outcome {
   testing::RunResult result;
   std::string where = "local";
+  std::string server;      // "host:port" of the server that measured a remote run
   run::CheckResult check;  // outputs and result together
   std::vector<std::pair<std::string, double>> steps;
   NoiseVerdict verdict;
@@ -58,7 +60,11 @@ struct Outcome {
 
 // Runs `p` through local_run (or rpc_run for a `remote:` section), then checks its outputs and
 // result, judges the noise, computes the throughput and profiles it when the config asks.
-Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress);
+// `worker`: where a local run is measured instead of this process (nullptr: here); its
+// testing::WorkerError (a crash, hang or kill) propagates. A config's `profile:` section still
+// runs here.
+Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
+                testing::MeasurementWorker* worker = nullptr);
 
 // The JSON document of one run (`kiln run --json`), without its "benchmark" (a sweep gathers
 // those).
@@ -70,9 +76,22 @@ struct PointRun {
   std::optional<Prepared> prepared;
   std::optional<Outcome> outcome;
   int exit_code = kExitOk;
-  std::string status = "ok";  // ok, check_failed, invalid (exit 2), error (exit 3)
+  // ok, check_failed, invalid (exit 2), error (exit 3), and for an isolated point whose worker
+  // died: crashed, hung, killed or exited (exit 3).
+  std::string status = "ok";
   std::string error;
   std::string name;  // the benchmark name, unique in the sweep
+  // A remote point: the attempts made (more than 1 when a server was lost) and why each retry.
+  int attempts = 0;
+  std::vector<std::string> retried;
+};
+
+// How a sweep's points are measured (RunOptions, resolved).
+struct SweepExecution {
+  bool isolated = true;        // local points in worker processes
+  double point_timeout_s = 0;  // an isolated point's deadline (0: none)
+  int jobs = 1;                // remote points at once
+  int retries = 2;             // a lost server's point tried again this many times
 };
 
 // The Google Benchmark name of a run: function / elements of the first tensor argument / its

@@ -81,7 +81,8 @@ Prepared prepare(Runtime& runtime, run::RunSpec spec, const std::optional<Device
   return p;
 }
 
-Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress) {
+Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
+                testing::MeasurementWorker* worker) {
   const run::RunSpec& spec = p.spec;
   Outcome o;
   testing::RunHooks hooks;
@@ -109,6 +110,12 @@ Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress) {
                               *rpc.tracker_host, *rpc.tracker_port));
     o.result = testing::rpc_run(runtime, p.module, device, p.inputs, p.evaluator.config, rpc,
                                 spec.exporter, std::nullopt, hooks);
+    o.server = o.result.server;
+    o.where += fmt::format(", server {}", o.server);
+  } else if (worker != nullptr) {
+    o.where = "local, in a worker process";
+    o.result = worker->run(p.module, device, p.inputs, p.evaluator.config, spec.exporter,
+                           std::nullopt, hooks);
   } else {
     o.result = testing::local_run(runtime, p.module, device, p.inputs, p.evaluator.config,
                                   spec.exporter, std::nullopt, hooks);

@@ -95,6 +95,7 @@ nlohmann::json outcome_json(const Runtime& runtime, const Prepared& p, const Out
   out["function"] = p.function;
   out["device"] = runtime.device_str(p.device);
   out["where"] = o.where;
+  if (!o.server.empty()) out["server"] = o.server;
   out["timer"] = timing.timer;
   out["exporter"] = spec.exporter;
   out["outputs"] = nlohmann::json::array();

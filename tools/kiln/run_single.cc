@@ -67,7 +67,15 @@ int run_single(Runtime& runtime, run::RunSpec spec, const std::optional<Device>&
                const RunOptions& options) {
   const Prepared p = prepare(runtime, std::move(spec), device_option);
   Progress progress(Progress::choose(options.progress, options.json, stderr), p.function, stderr);
-  const Outcome o = execute(runtime, p, progress);
+  // In this process by default (docs/isolation.md): one run has nothing to lose to a crash but
+  // itself, and a debugger or profiler attached to kiln sees the kernel.
+  std::optional<testing::MeasurementWorker> worker;
+  if (options.isolation.value_or("none") == "process" && !p.spec.remote) {
+    testing::WorkerOptions worker_options;
+    worker_options.timeout_s = options.point_timeout_s;
+    worker.emplace(runtime, worker_options);
+  }
+  const Outcome o = execute(runtime, p, progress, worker ? &*worker : nullptr);
 
   // Google Benchmark's document, named as its tools expect: in --json under "benchmark", and
   // at the top level in --benchmark-out's file, which compare.py reads as is.

@@ -4,14 +4,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <exception>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "kiln/rpc/rpc_error.h"
 #include "output_file.h"
 #include "run_command.h"
 
@@ -61,9 +66,10 @@ void name_points(Runtime& runtime, const run::SweepSpec& sweep, std::vector<Poin
   }
 }
 
-// Runs point `i` of `total` into `r`; a failing point is recorded there and the sweep goes on.
-void run_point(Runtime& runtime, const std::optional<Device>& device_option, size_t i, size_t total,
-               Progress& progress, PointRun* r) {
+// Checks and loads point `i` of `total` into `r->prepared`; a point that cannot be prepared is
+// recorded there (invalid or error) and the sweep goes on.
+void prepare_point(Runtime& runtime, const std::optional<Device>& device_option, size_t i,
+                   size_t total, Progress& progress, PointRun* r) {
   if (!r->point->spec) {
     r->exit_code = kExitUsage;
     r->status = "invalid";
@@ -73,12 +79,6 @@ void run_point(Runtime& runtime, const std::optional<Device>& device_option, siz
   }
   try {
     r->prepared = prepare(runtime, *r->point->spec, device_option);
-    progress.start_point(i + 1, total, r->point->label, r->prepared->function);
-    r->outcome = execute(runtime, *r->prepared, progress);
-    if (!r->outcome->check.ok) {
-      r->exit_code = kExitCheckFailed;
-      r->status = "check_failed";
-    }
   } catch (const UsageError& e) {
     r->exit_code = kExitUsage;
     r->status = "invalid";
@@ -88,10 +88,116 @@ void run_point(Runtime& runtime, const std::optional<Device>& device_option, siz
     r->status = "error";
     r->error = e.what();
   }
+  if (!r->error.empty()) {
+    progress.note(fmt::format("point {}/{} failed: {}", i + 1, total, r->error));
+  }
+}
+
+// Whether `e` says that the server of a remote point went away (the connection was lost, not
+// the kernel's error reported by a live server): such a point is tried again elsewhere.
+bool server_lost(const std::exception& e) {
+  const auto* rpc_error = dynamic_cast<const rpc::RPCError*>(&e);
+  return rpc_error != nullptr && rpc_error->remote_code() == 0 &&
+         dynamic_cast<const rpc::RPCSessionTimeoutError*>(&e) == nullptr;
+}
+
+// Measures prepared point `i` of `total` into `r` (a remote one tried again, up to
+// `execution.retries` times, when its server is lost); a failing point is recorded there and
+// the sweep goes on. `worker`: where a local point is measured (nullptr: here).
+void measure_point(Runtime& runtime, const SweepExecution& execution, size_t i, size_t total,
+                   Progress& progress, testing::MeasurementWorker* worker, PointRun* r) {
+  if (!r->prepared) return;
+  progress.start_point(i + 1, total, r->point->label, r->prepared->function);
+  const bool remote = r->prepared->spec.remote.has_value();
+  while (true) {
+    ++r->attempts;
+    try {
+      r->outcome = execute(runtime, *r->prepared, progress, remote ? nullptr : worker);
+      if (!r->outcome->check.ok) {
+        r->exit_code = kExitCheckFailed;
+        r->status = "check_failed";
+      }
+    } catch (const testing::WorkerError& e) {
+      r->exit_code = kExitRuntime;
+      r->status = e.kind_name();
+      r->error = e.what();
+    } catch (const std::exception& e) {
+      if (remote && server_lost(e) && r->attempts <= execution.retries) {
+        r->retried.push_back(e.what());
+        progress.note(
+            fmt::format("point {}/{}: server lost ({}); trying again on another server "
+                        "(attempt {} of {})",
+                        i + 1, total, e.what(), r->attempts + 1, execution.retries + 1));
+        continue;
+      }
+      r->exit_code = kExitRuntime;
+      r->status = "error";
+      r->error = r->retried.empty()
+                     ? std::string(e.what())
+                     : fmt::format("{} (after {} attempts: the server was lost each time before)",
+                                   e.what(), r->attempts);
+    }
+    break;
+  }
   progress.finish();
   if (!r->error.empty()) {
     progress.note(fmt::format("point {}/{} failed: {}", i + 1, total, r->error));
   }
+}
+
+// Measures every prepared point one after another; local points in `workers` (one per device,
+// made on first use) when the sweep is isolated.
+void measure_in_order(Runtime& runtime, const SweepExecution& execution, Progress& progress,
+                      std::vector<PointRun>* runs) {
+  std::map<std::string, std::unique_ptr<testing::MeasurementWorker>> workers;
+  for (size_t i = 0; i < runs->size(); ++i) {
+    PointRun& r = (*runs)[i];
+    testing::MeasurementWorker* worker = nullptr;
+    if (execution.isolated && r.prepared && !r.prepared->spec.remote) {
+      auto& slot = workers[runtime.device_str(r.prepared->device)];
+      if (!slot) {
+        testing::WorkerOptions options;
+        options.timeout_s = execution.point_timeout_s;
+        slot = std::make_unique<testing::MeasurementWorker>(runtime, options);
+      }
+      worker = slot.get();
+    }
+    measure_point(runtime, execution, i, runs->size(), progress, worker, &r);
+  }
+}
+
+// Measures the prepared remote points `execution.jobs` at a time, each on its own server (each
+// rpc_run requests one from the tracker); they finish in any order and are reported in point
+// order. Progress is lines of notes only: one redrawn line cannot follow several points.
+void measure_at_once(Runtime& runtime, const SweepExecution& execution, Progress& progress,
+                     std::vector<PointRun>* runs) {
+  std::mutex progress_mu;
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> done{0};
+  const size_t total = runs->size();
+  const auto work = [&] {
+    Progress quiet(Progress::Mode::kOff, "", stderr);
+    for (size_t i = next++; i < total; i = next++) {
+      PointRun& r = (*runs)[i];
+      measure_point(runtime, execution, i, total, quiet, nullptr, &r);
+      if (!r.prepared) continue;
+      std::lock_guard lock(progress_mu);
+      progress.note(
+          fmt::format("point {}/{} ({}) {} on {} [{} of {} measured]", i + 1, total, r.point->label,
+                      r.status == "ok" ? "measured" : r.status,
+                      r.outcome && !r.outcome->server.empty() ? r.outcome->server : "no server",
+                      ++done, total));
+      for (const std::string& why : r.retried) {
+        progress.note(fmt::format("point {}/{}: a server was lost and the point tried again: {}",
+                                  i + 1, total, why));
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t count = std::min<size_t>(static_cast<size_t>(execution.jobs), total);
+  threads.reserve(count);
+  for (size_t t = 0; t < count; ++t) threads.emplace_back(work);
+  for (std::thread& t : threads) t.join();
 }
 
 // The JSON document of a point: its run's (outcome_json) as far as it got, and where it sits in
@@ -116,6 +222,11 @@ nlohmann::json point_json(const Runtime& runtime, const run::SweepSpec& sweep, c
   }
   point["settings"] = settings;
   point["name"] = r.name;
+  if (r.outcome && !r.outcome->server.empty()) point["server"] = r.outcome->server;
+  if (r.attempts > 1) {
+    point["attempts"] = r.attempts;
+    point["retried_because"] = r.retried;
+  }
   point["status"] = r.status;
   point["exit_code"] = r.exit_code;
   if (!r.error.empty()) point["error"] = r.error;
@@ -153,14 +264,44 @@ void refuse_swept_device(const run::SweepSpec& sweep, const std::string& device_
   }
 }
 
+SweepExecution sweep_execution(const run::SweepSpec& sweep, const RunOptions& options) {
+  SweepExecution execution;
+  execution.isolated = options.isolation.value_or("process") == "process";
+  execution.point_timeout_s = options.point_timeout_s;
+  execution.jobs = options.jobs;
+  execution.retries = options.retries;
+  if (execution.jobs > 1) {
+    for (const run::SweepPoint& point : sweep.points) {
+      if (point.spec && !point.spec->remote) {
+        throw UsageError(fmt::format(
+            "--jobs {}: {} measures its points on this machine, one at a time so that they do "
+            "not disturb each other's timing; --jobs runs the points of a sweep with a "
+            "remote: section on several servers at once",
+            execution.jobs, sweep.file.string()));
+      }
+    }
+  }
+  return execution;
+}
+
 int run_sweep(Runtime& runtime, const run::SweepSpec& sweep,
               const std::optional<Device>& device_option, const RunOptions& options) {
+  const SweepExecution execution = sweep_execution(sweep, options);
   const size_t total = sweep.points.size();
-  Progress progress(Progress::choose(options.progress, options.json, stderr), "", stderr);
+  const bool at_once = execution.jobs > 1;
+  // Several points at once cannot share one redrawn line: plain lines instead.
+  Progress::Mode mode = Progress::choose(options.progress, options.json, stderr);
+  if (at_once && mode == Progress::Mode::kRedraw) mode = Progress::Mode::kLines;
+  Progress progress(mode, "", stderr);
   std::vector<PointRun> runs(total);
   for (size_t i = 0; i < total; ++i) {
     runs[i].point = &sweep.points[i];
-    run_point(runtime, device_option, i, total, progress, &runs[i]);
+    prepare_point(runtime, device_option, i, total, progress, &runs[i]);
+  }
+  if (at_once) {
+    measure_at_once(runtime, execution, progress, &runs);
+  } else {
+    measure_in_order(runtime, execution, progress, &runs);
   }
   name_points(runtime, sweep, &runs);
 
