@@ -7,6 +7,7 @@
 
 #include "cli_checks.h"
 #include "commands.h"
+#include "crash_note.h"
 #include "kiln/config_error.h"
 #include "kiln/error.h"
 #include "kiln/temp_dir.h"
@@ -14,6 +15,7 @@
 
 int main(int argc, char** argv) {
   using namespace kiln::tool;
+  install_crash_note();
   CLI::App app{
       "kiln: run compiled kernel modules on any device and time them honestly.\n"
       "Exit codes: 0 ok, 1 check failed, 2 usage or configuration error, 3 runtime "

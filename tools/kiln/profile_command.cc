@@ -7,8 +7,10 @@
 
 #include "cli_checks.h"
 #include "commands.h"
+#include "crash_note.h"
 #include "kiln/config_error.h"
 #include "kiln/detail/run_config.h"
+#include "kiln/device_backend.h"
 #include "kiln/kiln.h"
 #include "kiln/profiling/profiler.h"
 #include "kiln/vm/virtual_machine.h"
@@ -118,6 +120,13 @@ int run_profile(const ProfileOptions& options, const GlobalOptions& global) {
   run::ProfileSpec profile = spec.profile.value_or(run::ProfileSpec{});
   for (const auto& c : options.collectors) profile.collectors.push_back({c, ""});
   if (options.calls) profile.calls = *options.calls;
+  const Ref<DeviceBackend> backend = runtime.find_backend(device.type);
+  const CrashNoteScope note(
+      fmt::format("the profiled function{} on {}{} ({})",
+                  spec.function.empty() ? std::string() : fmt::format(" '{}'", spec.function),
+                  runtime.device_str(device),
+                  backend ? fmt::format(" (plugin {})", backend->plugin_name()) : std::string(),
+                  spec.file.string()));
   profiling::Report report = profile_run(spec, profile, device, runtime);
   std::cout << (options.json ? report.json() : report.table()) << "\n";
   return kExitOk;

@@ -66,6 +66,9 @@ struct Outcome {
 Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
                 testing::MeasurementWorker* worker = nullptr);
 
+// What a run is, for crash notes: "'relu' on cpu:0 (plugin cpu) (runs/relu.yaml)".
+std::string running_what(const Runtime& runtime, const Prepared& p);
+
 // The JSON document of one run (`kiln run --json`), without its "benchmark" (a sweep gathers
 // those).
 nlohmann::json outcome_json(const Runtime& runtime, const Prepared& p, const Outcome& o);

@@ -3,11 +3,17 @@
 // the optional profile.
 #include <fmt/format.h>
 
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "cli_checks.h"
+#include "crash_note.h"
 #include "kiln/device_backend.h"
 #include "kiln/error.h"
 #include "kiln/rpc/rpc_config.h"
@@ -48,7 +54,67 @@ rpc::RPCConfig remote_config(const run::RunSpec& spec) {
   }
 }
 
+// While a remote run waits for the tracker to grant it a server: after a few seconds, one line
+// on stderr (progress or not, once per key per process: a farm's parallel points wait
+// together) saying for what it waits and how many servers the key has, and that Ctrl-C stops.
+class ServerWaitNotice {
+ public:
+  explicit ServerWaitNotice(const rpc::RPCConfig& rpc)
+      : thread_([this, rpc] {
+          std::unique_lock lock(mu_);
+          if (cv_.wait_for(lock, std::chrono::seconds(3), [this] { return served_; })) return;
+          lock.unlock();
+          static std::mutex said_mu;
+          static std::set<std::string> said;
+          {
+            std::lock_guard said_lock(said_mu);
+            if (!said.insert(*rpc.tracker_key).second) return;
+          }
+          std::string servers;
+          try {
+            const int count = rpc.count_num_servers(/*allow_missing=*/true);
+            servers = count == 0
+                          ? "no server is registered under it"
+                          : fmt::format("its {} server{} are busy", count, count == 1 ? "" : "s");
+          } catch (const std::exception& e) {
+            servers = fmt::format("the tracker's summary failed: {}", e.what());
+          }
+          std::fprintf(stderr,
+                       "kiln: waiting for a '%s' server from the tracker %s:%d (%s); Ctrl-C "
+                       "stops\n",
+                       rpc.tracker_key->c_str(), rpc.tracker_host->c_str(), *rpc.tracker_port,
+                       servers.c_str());
+        }) {}
+  ~ServerWaitNotice() {
+    served();
+    thread_.join();
+  }
+  ServerWaitNotice(const ServerWaitNotice&) = delete;
+  ServerWaitNotice& operator=(const ServerWaitNotice&) = delete;
+  // The server was granted (or the run ended): no notice.
+  void served() {
+    {
+      std::lock_guard lock(mu_);
+      served_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool served_ = false;
+  std::thread thread_;  // last: it starts once the members above exist
+};
+
 }  // namespace
+
+std::string running_what(const Runtime& runtime, const Prepared& p) {
+  const Ref<DeviceBackend> backend = runtime.find_backend(p.device.type);
+  return fmt::format("'{}' on {}{} ({})", p.function, runtime.device_str(p.device),
+                     backend ? fmt::format(" (plugin {})", backend->plugin_name()) : "",
+                     p.spec.file.string());
+}
 
 Prepared prepare(Runtime& runtime, run::RunSpec spec, const std::optional<Device>& device_option) {
   Prepared p;
@@ -108,6 +174,12 @@ Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
                           *rpc.tracker_port);
     progress.note(fmt::format("requesting a '{}' server from {}:{}", *rpc.tracker_key,
                               *rpc.tracker_host, *rpc.tracker_port));
+    ServerWaitNotice notice(rpc);
+    const auto on_step = hooks.on_step;
+    hooks.on_step = [&](const std::string& step, double seconds) {
+      if (step == "connect") notice.served();
+      on_step(step, seconds);
+    };
     o.result = testing::rpc_run(runtime, p.module, device, p.inputs, p.evaluator.config, rpc,
                                 spec.exporter, std::nullopt, hooks);
     o.server = o.result.server;
@@ -117,6 +189,7 @@ Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
     o.result = worker->run(p.module, device, p.inputs, p.evaluator.config, spec.exporter,
                            std::nullopt, hooks);
   } else {
+    const CrashNoteScope note(running_what(runtime, p));
     o.result = testing::local_run(runtime, p.module, device, p.inputs, p.evaluator.config,
                                   spec.exporter, std::nullopt, hooks);
   }
@@ -136,7 +209,10 @@ Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
                          spec.remote ? std::nullopt : device_peak_bandwidth(runtime, p.device));
   // Nothing to say for a function of scalars without given bytes or flops.
   o.show_throughput = o.throughput.bytes > 0 || o.throughput.flops.has_value();
-  if (spec.profile) o.profile = profile_run(spec, *spec.profile, p.device, runtime);
+  if (spec.profile) {
+    const CrashNoteScope note(running_what(runtime, p) + " (its profile: section)");
+    o.profile = profile_run(spec, *spec.profile, p.device, runtime);
+  }
   return o;
 }
 
