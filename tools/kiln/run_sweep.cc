@@ -124,10 +124,15 @@ void measure_point(Runtime& runtime, const SweepExecution& execution, size_t i, 
     } catch (const std::exception& e) {
       if (remote && server_lost(e) && r->attempts <= execution.retries) {
         r->retried.push_back(e.what());
-        progress.note(
-            fmt::format("point {}/{}: server lost ({}); trying again on another server "
-                        "(attempt {} of {})",
-                        i + 1, total, e.what(), r->attempts + 1, execution.retries + 1));
+        // Said whether progress is shown or not: the run took longer and used another server.
+        const std::string note = fmt::format(
+            "point {}/{}: server lost ({}); trying again on another server (attempt {} of {})",
+            i + 1, total, e.what(), r->attempts + 1, execution.retries + 1);
+        if (progress.enabled()) {
+          progress.note(note);
+        } else {
+          std::fprintf(stderr, "[kiln] %s\n", note.c_str());
+        }
         continue;
       }
       r->exit_code = kExitRuntime;
@@ -187,10 +192,6 @@ void measure_at_once(Runtime& runtime, const SweepExecution& execution, Progress
                       r.status == "ok" ? "measured" : r.status,
                       r.outcome && !r.outcome->server.empty() ? r.outcome->server : "no server",
                       ++done, total));
-      for (const std::string& why : r.retried) {
-        progress.note(fmt::format("point {}/{}: a server was lost and the point tried again: {}",
-                                  i + 1, total, why));
-      }
     }
   };
   std::vector<std::thread> threads;

@@ -111,6 +111,14 @@ void print_verdicts(const std::vector<PointRun>& runs) {
   for (const PointRun& r : runs) {
     const std::string which = fmt::format("point {} ({})", r.point->index + 1, r.point->label);
     if (!r.outcome) continue;
+    if (!r.outcome->server.empty()) {
+      std::cout << fmt::format(
+          "{}: measured on {}{}\n", which, r.outcome->server,
+          r.retried.empty()
+              ? std::string()
+              : fmt::format(" (attempt {}: {} server{} lost before)", r.attempts, r.retried.size(),
+                            r.retried.size() == 1 ? " was" : "s were"));
+    }
     if (r.outcome->verdict.noisy)
       std::cout << fmt::format("{}: {}\n", which, r.outcome->verdict.line());
     if (!r.outcome->check.summary.empty()) {
