@@ -91,6 +91,19 @@ def single_runs(kiln, env, tmp, faulty_dir):
     check(code == 0 or code == 2 or code == -signal.SIGSEGV, "a single run ignores --jobs")
 
 
+def has_children(pid):
+    """Whether any thread of process `pid` has a child process (the children file lists those
+    of one thread each)."""
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                if f.read().split():
+                    return True
+    except OSError:
+        pass
+    return False
+
+
 class Farm:
     """A tracker and three servers under the key 'farm'."""
 
@@ -158,9 +171,21 @@ def farm_fan_out(kiln, source, env, tmp):
         sweep = subprocess.Popen([kiln, "run", "--jobs", "3", "--json", slow],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env=farm.env(env))
-        time.sleep(0.8)
-        farm.servers[0].kill()
-        killed = farm.servers[0].pid
+        # Killed while it serves a point: a server with a session has its session worker as
+        # a child process (kiln-rpc-session); 0.1 s in, the point is mid-measurement.
+        victim = None
+        deadline = time.monotonic() + 30
+        while victim is None and time.monotonic() < deadline and sweep.poll() is None:
+            for server in farm.servers:
+                if has_children(server.pid):
+                    victim = server
+                    break
+            time.sleep(0.02)
+        check(victim is not None, "a server took a session")
+        if victim is not None:
+            time.sleep(0.1)
+            victim.kill()
+            killed = victim.pid
         out, err = sweep.communicate(timeout=120)
         check(sweep.returncode == 0, f"farm sweep with a lost server: exit {sweep.returncode}\n"
                                      f"{err}")
