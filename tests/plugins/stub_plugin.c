@@ -16,6 +16,11 @@
  *   STUB_LOADER          also provide a loader for this file format, which refuses every file
  *                        with an error naming the plugin (string literal)
  *   STUB_EXPORTER        also provide an exporter of this name, which refuses likewise
+ *   STUB_CRASH_IN_LAUNCH module slots for the format "stub" (a module is any file starting with
+ *                        "KILNSTUB"; every kernel name but vector_add is not found) whose launch
+ *                        dereferences NULL (SIGSEGV) or, with KILN_TEST_PLUGIN_HANG=1 in the
+ *                        environment, sleeps forever: device code that crashes or hangs, for the
+ *                        process isolation of kiln-conformance
  *   STUB_TABLE_SIZE      the device table's struct_size (default sizeof): a shorter table as
  *                        an older minor's plugin answers it; the bytes from there up to
  *                        sizeof(KilnDeviceBackend) + 64 are 0xA5 (non-NULL junk), so a host
@@ -24,6 +29,7 @@
  * Written in plain C against the C headers only, as a third-party plugin would be. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kiln/c/kiln.h"
 
@@ -158,6 +164,49 @@ __attribute__((unused)) static void stub_timer_destroy(void* self, void* timer) 
   free(timer);
 }
 
+#ifdef STUB_CRASH_IN_LAUNCH
+static const char kStubModuleMagic[] = "KILNSTUB";
+static int g_stub_module; /* every module is this one; kernels point into it */
+
+static KilnError* stub_module_load(void* self, int32_t id, const void* data, size_t size,
+                                   const char* format, const char* metadata_json, void** module) {
+  (void)self, (void)id, (void)metadata_json;
+  if (strcmp(format, "stub") != 0) return stub_error(KILN_ERROR_VALUE, "stub: unknown format");
+  if (size < sizeof(kStubModuleMagic) - 1 ||
+      memcmp(data, kStubModuleMagic, sizeof(kStubModuleMagic) - 1) != 0) {
+    return stub_error(KILN_ERROR_VALUE, "stub: not a stub module (no KILNSTUB magic)");
+  }
+  *module = &g_stub_module;
+  return NULL;
+}
+
+static KilnError* stub_module_get_kernel(void* self, void* module, const char* name,
+                                         void** kernel) {
+  (void)self;
+  if (strcmp(name, "vector_add") != 0) return stub_error(KILN_ERROR_NOT_FOUND, "stub: no kernel");
+  *kernel = module;
+  return NULL;
+}
+
+static void stub_module_unload(void* self, void* module) { (void)self, (void)module; }
+
+static KilnError* stub_launch(void* self, void* kernel, const KilnAny* args, int32_t num_args,
+                              const uint32_t grid[3], const uint32_t block[3],
+                              uint32_t dynamic_shared_bytes, void* stream) {
+  /* Both volatile: the compiler may neither prove the pointer NULL (and emit a trap, SIGILL)
+   * nor drop the store as dead. */
+  volatile int* volatile nowhere = NULL;
+  const char* hang = getenv("KILN_TEST_PLUGIN_HANG");
+  (void)self, (void)kernel, (void)args, (void)num_args, (void)grid, (void)block;
+  (void)dynamic_shared_bytes, (void)stream;
+  if (hang != NULL && strcmp(hang, "1") == 0) {
+    for (;;) pause();
+  }
+  *nowhere = 42;
+  return NULL;
+}
+#endif
+
 /* The device table, with room after it for the junk of STUB_TABLE_SIZE. */
 static union {
   KilnDeviceBackend table;
@@ -250,6 +299,12 @@ KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo
 #ifndef STUB_NULL_OPTIONAL
   g_backend.stream_create = stub_stream_create;
   g_backend.stream_destroy = stub_stream_destroy;
+#endif
+#ifdef STUB_CRASH_IN_LAUNCH
+  g_backend.module_load = stub_module_load;
+  g_backend.module_get_kernel = stub_module_get_kernel;
+  g_backend.module_unload = stub_module_unload;
+  g_backend.launch = stub_launch;
 #endif
 
 #ifdef STUB_TABLE_SIZE

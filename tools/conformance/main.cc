@@ -1,10 +1,17 @@
 // kiln-conformance: runs the device conformance suite (docs/conformance.md) against the device
 // plugins in any plugin folder, with the vendor's own module, and writes a report a vendor can
-// attach to a release. Exit codes: 0 pass, 1 a test failed, 2 bad usage or configuration,
-// 3 an unexpected error.
+// attach to a release. Exit codes: 0 pass, 1 a test failed or crashed, 2 bad usage or
+// configuration, 3 an unexpected error, 128+N stopped by signal N (SIGINT, SIGTERM).
+//
+// By default the tests run in worker processes (worker_supervisor.h): this executable started
+// again with the hidden option `--worker PID`, which runs the tests and streams their events
+// to fd 3 instead of writing reports.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -21,6 +28,9 @@
 #include "kiln/version.h"
 #include "report.h"
 #include "suite.h"
+#include "wait_status.h"
+#include "worker_events.h"
+#include "worker_supervisor.h"
 
 namespace {
 
@@ -28,6 +38,8 @@ constexpr int kExitPass = 0;
 constexpr int kExitFail = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitError = 3;
+// Stopped by SIGINT or SIGTERM: 128 + the signal, as a shell reports a process it killed.
+constexpr int kExitSignalBase = 128;
 
 struct Options {
   std::vector<std::filesystem::path> plugin_paths;
@@ -38,6 +50,9 @@ struct Options {
   std::string report;
   std::string report_json;
   bool require_device = false;
+  std::string isolation = "process";
+  double test_timeout_s = 60;
+  std::optional<int> worker_of;  // --worker PID: this process is a worker of PID
 };
 
 // A usage error: printed with the program name, exit 2.
@@ -129,20 +144,25 @@ int run(int argc, char** argv) {
   // this tool's. Split first: GoogleTest would take --help for its own.
   std::vector<char*> gtest_argv = {argv[0]};
   std::vector<std::string> own_args;
+  // A worker's command line: all arguments but the filter, which each worker gets its own of.
+  std::vector<std::string> worker_argv = {argv[0]};
   std::string command_line = quote(argv[0]);
   for (int i = 1; i < argc; ++i) {
     command_line += " " + quote(argv[i]);
-    if (std::string(argv[i]).rfind("--gtest_", 0) == 0) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--gtest_", 0) == 0) {
       gtest_argv.push_back(argv[i]);
     } else {
-      own_args.emplace_back(argv[i]);
+      own_args.push_back(arg);
     }
+    if (arg.rfind("--gtest_filter", 0) != 0) worker_argv.push_back(arg);
   }
 
   CLI::App app{
       "kiln-conformance: run the device conformance suite against device plugins and write a "
       "report to attach to a release (docs/conformance.md).\nExit codes: 0 pass, 1 a test "
-      "failed, 2 usage or configuration error, 3 unexpected error.",
+      "failed or crashed, 2 usage or configuration error, 3 unexpected error, 130/143 "
+      "interrupted (SIGINT/SIGTERM).",
       "kiln-conformance"};
   app.set_version_flag("--version", std::string("kiln-conformance ") + kiln::version() +
                                         " (plugin ABI " + kiln::abi_version() + ")");
@@ -174,11 +194,40 @@ int run(int argc, char** argv) {
                  "Write the JSON report to this file (default: not written)");
   app.add_flag("--require-device", options.require_device,
                "Fail a device type that has no device instead of skipping it (default: off)");
+  app.add_option("--isolation", options.isolation,
+                 "process: run the tests in a worker process, so that a test that crashes or "
+                 "hangs is recorded as crashed and the run goes on in a fresh worker; none: run "
+                 "them in this process, where a crash ends the run without a report (default: "
+                 "process)")
+      ->check(CLI::IsMember({"process", "none"}));
+  app.add_option("--test-timeout", options.test_timeout_s,
+                 "Seconds a test may run before its worker is killed and the test recorded as "
+                 "crashed; 0: no limit; process isolation only (default: 60)")
+      ->check(CLI::NonNegativeNumber);
+  // Internal: set by the parent on the command line of each worker it starts.
+  app.add_option("--worker", options.worker_of, "")->group("");
   std::vector<std::string> reversed(own_args.rbegin(), own_args.rend());
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitPass : kExitUsage;
+  }
+
+  if (options.worker_of) {
+    // Die with the parent: a crash of the parent must not leave a worker running tests. A
+    // parent that died before the prctl has already left this worker to another parent.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != *options.worker_of) {
+      std::fprintf(stderr, "kiln-conformance: --worker %d: that process is not this one's parent\n",
+                   *options.worker_of);
+      return kExitError;
+    }
+    if (::fcntl(kiln::conformance::kWorkerEventFd, F_SETFD, FD_CLOEXEC) != 0) {
+      throw UsageError(
+          fmt::format("--worker: no event pipe on fd {}", kiln::conformance::kWorkerEventFd));
+    }
+    // Each line reaches the output before a crash can lose what a buffer held.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
   }
 
   // GoogleTest moves the argv entries it consumes, terminating NULL included (as argv[argc]).
@@ -210,16 +259,38 @@ int run(int argc, char** argv) {
   for (auto& t : kiln::conformance::resolve_collectors(runtime, collectors)) {
     targets.push_back(std::move(t));
   }
-  kiln::conformance::register_tests(runtime, targets);
 
-  const int gtest_status = RUN_ALL_TESTS();
-  if (GTEST_FLAG_GET(list_tests)) return gtest_status == 0 ? kExitPass : kExitFail;
+  if (options.worker_of) {
+    kiln::conformance::stream_test_events(kiln::conformance::kWorkerEventFd);
+    kiln::conformance::register_tests(runtime, targets);
+    const int status = RUN_ALL_TESTS();
+    kiln::conformance::write_done_event(kiln::conformance::kWorkerEventFd);
+    return status == 0 ? kExitPass : kExitFail;
+  }
 
-  const std::vector<kiln::conformance::TestOutcome> outcomes =
-      kiln::conformance::collect_outcomes();
   kiln::conformance::ReportContext context;
   context.command_line = command_line;
   context.gtest_filter = GTEST_FLAG_GET(filter);
+  context.isolation = options.isolation;
+  std::vector<kiln::conformance::TestOutcome> outcomes;
+  int gtest_status = 0;
+  // Listing runs no plugin code: no worker needed.
+  if (options.isolation == "none" || GTEST_FLAG_GET(list_tests)) {
+    kiln::conformance::register_tests(runtime, targets);
+    gtest_status = RUN_ALL_TESTS();
+    if (GTEST_FLAG_GET(list_tests)) return gtest_status == 0 ? kExitPass : kExitFail;
+    outcomes = kiln::conformance::collect_outcomes();
+  } else {
+    kiln::conformance::WorkerOptions worker;
+    worker.argv = worker_argv;
+    worker.gtest_filter = context.gtest_filter;
+    worker.test_timeout_s = options.test_timeout_s;
+    kiln::conformance::WorkerRun run = kiln::conformance::run_tests_in_workers(worker, targets);
+    outcomes = std::move(run.outcomes);
+    context.run_errors = std::move(run.run_errors);
+    context.interrupted_by = run.interrupted_by;
+  }
+
   for (const auto& p : runtime.search_paths()) context.search_paths.push_back(p.string());
   if (auto set = runtime.plugin_set_path()) context.plugin_set = set->string();
   if (!options.report.empty()) {
@@ -231,9 +302,11 @@ int run(int argc, char** argv) {
                                      kiln::conformance::json_report(context, targets, outcomes));
   }
 
-  const kiln::conformance::Summary summary = kiln::conformance::summarize(outcomes);
-  std::printf("\nkiln-conformance %s: %s (%d passed, %d failed, %d skipped)\n", kiln::version(),
-              summary.verdict.c_str(), summary.passed, summary.failed, summary.skipped);
+  const kiln::conformance::Summary summary = kiln::conformance::summarize_run(context, outcomes);
+  std::printf("\nkiln-conformance %s: %s (%d passed, %d failed, %d skipped, %d crashed)\n",
+              kiln::version(), summary.verdict.c_str(), summary.passed, summary.failed,
+              summary.skipped, summary.crashed);
+  for (const std::string& error : context.run_errors) std::printf("run error: %s\n", error.c_str());
   for (const auto& t : targets) {
     std::printf("  %-10s %-12s %s%s%s\n",
                 t.kind == kiln::conformance::Target::Kind::kDevice ? "device" : "collector",
@@ -248,7 +321,12 @@ int run(int argc, char** argv) {
   }
   if (!options.report.empty()) std::printf("report: %s\n", options.report.c_str());
   if (!options.report_json.empty()) std::printf("JSON report: %s\n", options.report_json.c_str());
-  return summary.failed > 0 || gtest_status != 0 ? kExitFail : kExitPass;
+  if (context.interrupted_by != 0) {
+    std::printf("interrupted by %s: the tests that had not ended are not in the report\n",
+                kiln::conformance::signal_name(context.interrupted_by).c_str());
+    return kExitSignalBase + context.interrupted_by;
+  }
+  return summary.verdict == "fail" || gtest_status != 0 ? kExitFail : kExitPass;
 }
 
 }  // namespace

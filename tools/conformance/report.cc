@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/version.h"
+#include "wait_status.h"
 
 namespace kiln::conformance {
 namespace {
@@ -85,27 +86,51 @@ Summary summarize(const std::vector<TestOutcome>& outcomes) {
       case TestOutcome::Status::kSkipped:
         ++s.skipped;
         break;
+      case TestOutcome::Status::kCrashed:
+        ++s.crashed;
+        break;
     }
   }
-  s.verdict = s.failed > 0 ? "fail" : s.passed > 0 ? "pass" : "nothing ran";
+  s.verdict = s.failed > 0 || s.crashed > 0 ? "fail" : s.passed > 0 ? "pass" : "nothing ran";
+  return s;
+}
+
+Summary summarize_run(const ReportContext& context, const std::vector<TestOutcome>& outcomes) {
+  Summary s = summarize(outcomes);
+  if (s.verdict == "fail") return s;
+  if (context.interrupted_by != 0) {
+    s.verdict = "interrupted";
+  } else if (!context.run_errors.empty()) {
+    s.verdict = "fail";
+  }
   return s;
 }
 
 std::string markdown_report(const ReportContext& context, const std::vector<Target>& targets,
                             const std::vector<TestOutcome>& outcomes) {
-  const Summary total = summarize(outcomes);
+  const Summary total = summarize_run(context, outcomes);
   std::string md;
   auto line = [&md](const std::string& text = "") { md += text + "\n"; };
   line("# Kiln device conformance report");
   line();
-  line(fmt::format("**Verdict: {}** — {} passed, {} failed, {} skipped", total.verdict,
-                   total.passed, total.failed, total.skipped));
+  line(fmt::format("**Verdict: {}** — {} passed, {} failed, {} skipped, {} crashed", total.verdict,
+                   total.passed, total.failed, total.skipped, total.crashed));
   line();
+  if (context.interrupted_by != 0) {
+    line(fmt::format("**Interrupted by {}**: the tests that had not ended are not listed.",
+                     signal_name(context.interrupted_by)));
+    line();
+  }
+  for (const std::string& error : context.run_errors) {
+    line(fmt::format("**Run error:** {}", error));
+    line();
+  }
   line(fmt::format("- Kiln: {} (plugin ABI {})", kiln::version(), kiln::abi_version()));
   line(fmt::format("- Date: {}", utc_now()));
   line(fmt::format("- Host: {}", host_description()));
   line(fmt::format("- Command: `{}`", context.command_line));
   line(fmt::format("- Test filter: `{}`", context.gtest_filter));
+  line(fmt::format("- Isolation: {}", context.isolation));
   line(fmt::format("- Plugin set: {}", context.plugin_set.empty() ? "(none)" : context.plugin_set));
   line(fmt::format("- Search paths: {}",
                    context.search_paths.empty()
@@ -158,22 +183,22 @@ std::string markdown_report(const ReportContext& context, const std::vector<Targ
   line();
   line("## Summary");
   line();
-  line("| Tested | Passed | Failed | Skipped | Verdict |");
-  line("| --- | --- | --- | --- | --- |");
+  line("| Tested | Passed | Failed | Skipped | Crashed | Verdict |");
+  line("| --- | --- | --- | --- | --- | --- |");
   for (const Target& t : targets) {
     const Summary s = count(outcomes, t);
-    line(fmt::format("| {} | {} | {} | {} | {} |", title(t), s.passed, s.failed, s.skipped,
-                     s.verdict));
+    line(fmt::format("| {} | {} | {} | {} | {} | {} |", title(t), s.passed, s.failed, s.skipped,
+                     s.crashed, s.verdict));
   }
-  line(fmt::format("| **all** | {} | {} | {} | **{}** |", total.passed, total.failed, total.skipped,
-                   total.verdict));
+  line(fmt::format("| **all** | {} | {} | {} | {} | **{}** |", total.passed, total.failed,
+                   total.skipped, total.crashed, total.verdict));
   return md;
 }
 
 std::string json_report(const ReportContext& context, const std::vector<Target>& targets,
                         const std::vector<TestOutcome>& outcomes) {
   using nlohmann::json;
-  const Summary total = summarize(outcomes);
+  const Summary total = summarize_run(context, outcomes);
   json doc;
   doc["kiln"] = {{"version", kiln::version()}, {"abi", kiln::abi_version()}};
   doc["date"] = utc_now();
@@ -182,6 +207,10 @@ std::string json_report(const ReportContext& context, const std::vector<Target>&
   doc["gtest_filter"] = context.gtest_filter;
   doc["plugin_set"] = context.plugin_set;
   doc["search_paths"] = context.search_paths;
+  doc["isolation"] = context.isolation;
+  doc["run_errors"] = context.run_errors;
+  doc["interrupted_by"] =
+      context.interrupted_by != 0 ? json(signal_name(context.interrupted_by)) : json(nullptr);
   doc["targets"] = json::array();
   for (const Target& t : targets) {
     const Summary s = count(outcomes, t);
@@ -194,7 +223,8 @@ std::string json_report(const ReportContext& context, const std::vector<Target>&
             {"verdict", s.verdict},
             {"passed", s.passed},
             {"failed", s.failed},
-            {"skipped", s.skipped}};
+            {"skipped", s.skipped},
+            {"crashed", s.crashed}};
     if (t.plugin) {
       const PluginStatus& p = *t.plugin;
       jt["plugin"] = {{"name", p.name},
@@ -236,6 +266,7 @@ std::string json_report(const ReportContext& context, const std::vector<Target>&
   doc["summary"] = {{"passed", total.passed},
                     {"failed", total.failed},
                     {"skipped", total.skipped},
+                    {"crashed", total.crashed},
                     {"verdict", total.verdict}};
   return doc.dump(2) + "\n";
 }

@@ -16,8 +16,10 @@ struct Summary {
   int passed = 0;
   int failed = 0;
   int skipped = 0;
-  // "pass" (no failure and at least one test passed), "fail" (any failure), or "nothing ran"
-  // (no failure, no pass: every test skipped or filtered out).
+  int crashed = 0;
+  // "pass" (no failure or crash and at least one test passed), "fail" (any failure or crash),
+  // or "nothing ran" (no failure, no crash, no pass: every test skipped or filtered out).
+  // summarize_run adds "interrupted".
   std::string verdict;
 };
 Summary summarize(const std::vector<TestOutcome>& outcomes);
@@ -28,7 +30,18 @@ struct ReportContext {
   std::string gtest_filter;  // "*" unless --gtest_filter narrowed the run
   std::vector<std::string> search_paths;
   std::string plugin_set;  // empty: none
+  std::string isolation;   // "process" or "none" (--isolation)
+  // What went wrong outside any test, e.g. a worker process that died while starting up; any
+  // makes the run's verdict "fail" (the run may have left tests unrun).
+  std::vector<std::string> run_errors;
+  // The signal (SIGINT, SIGTERM) that stopped the run before every test ran; 0: none. The
+  // verdict is then "interrupted" unless a test failed or crashed.
+  int interrupted_by = 0;
 };
+
+// summarize(outcomes) with the verdict of the whole run: also "fail" on a run error and
+// "interrupted" when the run was stopped (see ReportContext).
+Summary summarize_run(const ReportContext& context, const std::vector<TestOutcome>& outcomes);
 
 // The report as Markdown / as a JSON document (2-space indented). Pure functions of their
 // arguments plus the clock and uname(2).

@@ -568,8 +568,42 @@ const char* to_string(TestOutcome::Status status) {
       return "fail";
     case TestOutcome::Status::kSkipped:
       return "skip";
+    case TestOutcome::Status::kCrashed:
+      return "crash";
   }
   return "?";
+}
+
+std::optional<TestOutcome::Status> status_from_string(const std::string& text) {
+  for (TestOutcome::Status s : {TestOutcome::Status::kPassed, TestOutcome::Status::kFailed,
+                                TestOutcome::Status::kSkipped, TestOutcome::Status::kCrashed}) {
+    if (text == to_string(s)) return s;
+  }
+  return std::nullopt;
+}
+
+TestOutcome outcome_of(const ::testing::TestInfo& info) {
+  const ::testing::TestResult& result = *info.result();
+  TestOutcome o;
+  o.suite = info.test_suite_name();
+  o.name = info.name();
+  o.target = o.suite.substr(o.suite.find('/') + 1);
+  o.elapsed_ms = result.elapsed_time();
+  o.status = result.Failed()    ? TestOutcome::Status::kFailed
+             : result.Skipped() ? TestOutcome::Status::kSkipped
+                                : TestOutcome::Status::kPassed;
+  for (int k = 0; k < result.total_part_count(); ++k) {
+    const ::testing::TestPartResult& part = result.GetTestPartResult(k);
+    if (part.type() == ::testing::TestPartResult::kSuccess) continue;
+    if (!o.message.empty()) o.message += "\n";
+    if (part.failed() && part.file_name() != nullptr) {
+      o.message +=
+          fmt::format("{}:{}: ", std::filesystem::path(part.file_name()).filename().string(),
+                      part.line_number());
+    }
+    o.message += part.message();
+  }
+  return o;
 }
 
 std::vector<TestOutcome> collect_outcomes() {
@@ -579,28 +613,7 @@ std::vector<TestOutcome> collect_outcomes() {
     const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
     for (int j = 0; j < suite.total_test_count(); ++j) {
       const ::testing::TestInfo& info = *suite.GetTestInfo(j);
-      if (!info.should_run()) continue;
-      const ::testing::TestResult& result = *info.result();
-      TestOutcome o;
-      o.suite = suite.name();
-      o.name = info.name();
-      o.target = o.suite.substr(o.suite.find('/') + 1);
-      o.elapsed_ms = result.elapsed_time();
-      o.status = result.Failed()    ? TestOutcome::Status::kFailed
-                 : result.Skipped() ? TestOutcome::Status::kSkipped
-                                    : TestOutcome::Status::kPassed;
-      for (int k = 0; k < result.total_part_count(); ++k) {
-        const ::testing::TestPartResult& part = result.GetTestPartResult(k);
-        if (part.type() == ::testing::TestPartResult::kSuccess) continue;
-        if (!o.message.empty()) o.message += "\n";
-        if (part.failed() && part.file_name() != nullptr) {
-          o.message +=
-              fmt::format("{}:{}: ", std::filesystem::path(part.file_name()).filename().string(),
-                          part.line_number());
-        }
-        o.message += part.message();
-      }
-      out.push_back(std::move(o));
+      if (info.should_run()) out.push_back(outcome_of(info));
     }
   }
   return out;

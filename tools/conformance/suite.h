@@ -14,6 +14,10 @@
 
 #include "kiln/kiln.h"
 
+namespace testing {
+class TestInfo;
+}  // namespace testing
+
 namespace kiln::conformance {
 
 // A vendor's module with a kernel computing out[i] = a[i] + alpha * b[i] for float32 vectors,
@@ -83,18 +87,30 @@ std::vector<Target> resolve_collectors(const Runtime& runtime,
 // `runtime` and `targets` are borrowed and must outlive RUN_ALL_TESTS().
 void register_tests(const Runtime& runtime, const std::vector<Target>& targets);
 
-// The outcome of one test, read back from GoogleTest after RUN_ALL_TESTS().
+// The outcome of one test, read back from GoogleTest after the test ran, or made by the worker
+// supervisor (worker_supervisor.h) for a test whose worker process died or hung.
 struct TestOutcome {
   std::string suite;   // "DeviceConformance/cpu"
   std::string name;    // "AllocatesAlignedMemory"
   std::string target;  // the device type or collector: "cpu"
-  enum class Status { kPassed, kFailed, kSkipped } status = Status::kPassed;
-  std::string message;  // the skip reason or the failure messages; empty when passed
+  // kCrashed: the process running the test died (a signal, an exit) or passed the per-test
+  // deadline before the test ended; only process isolation records it.
+  enum class Status { kPassed, kFailed, kSkipped, kCrashed } status = Status::kPassed;
+  std::string message;  // the skip reason, the failure messages or the crash; empty when passed
   int64_t elapsed_ms = 0;
-};
-const char* to_string(TestOutcome::Status status);
 
-// Every test that ran (those the filter excluded are left out).
+  // "DeviceConformance/cpu.AllocatesAlignedMemory", as --gtest_filter names it.
+  std::string full_name() const { return suite + "." + name; }
+};
+// "pass", "fail", "skip", "crash": the word the reports use.
+const char* to_string(TestOutcome::Status status);
+// The status `text` names (to_string's inverse), or nullopt for any other text.
+std::optional<TestOutcome::Status> status_from_string(const std::string& text);
+
+// The outcome of the test `info`, which has ended (from GoogleTest's OnTestEnd on).
+TestOutcome outcome_of(const ::testing::TestInfo& info);
+
+// Every test that ran in this process (those the filter excluded are left out).
 std::vector<TestOutcome> collect_outcomes();
 
 }  // namespace kiln::conformance
