@@ -85,6 +85,13 @@ def single_runs(kiln, env, tmp, faulty_dir):
     code, out, err = run(kiln, env, "run", "--isolation", "process", config)
     check(code == 3 and "died of SIGSEGV" in err, f"isolated segfault: exit {code}\n{err}")
     no_leftovers(tmp, err, "isolated single run")
+    # kiln profile: in-process by default (the crash note), in a child with --isolation process.
+    code, out, err = run(kiln, env, "profile", "--isolation", "process", config)
+    check(code == 3 and "'segfault' on cpu:0 (plugin cpu)" in err
+          and "died of SIGSEGV (signal 11) in its worker process" in err,
+          f"kiln profile --isolation process on a segfault: exit {code}\n{err}")
+    code, out, err = run(kiln, env, "profile", config)
+    check(code == -signal.SIGSEGV and "kiln: SIGSEGV" in err, f"kiln profile: exit {code}\n{err}")
     # --jobs is for remote sweeps only.
     code, out, err = run(kiln, env, "run", "--jobs", "2",
                          os.path.join(os.path.dirname(config), "segfault.yaml"))

@@ -69,6 +69,9 @@ struct ProfileOptions {
   std::vector<std::string> collectors;  // added to the config's profile.collectors
   std::optional<int32_t> calls;         // overrides profile.calls
   bool json = false;
+  // "process": the whole command again in a child process (supervised.h); "none": here.
+  std::string isolation = "none";
+  std::vector<std::string> arguments;  // the command line after the program name
 };
 
 // `kiln profile RUN.yaml`: profiles the run's function on a Runtime made from `global` and

@@ -17,6 +17,8 @@ namespace {
 constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 char g_note[1024];
 std::atomic<bool> g_note_set{false};
+// Running as a supervised child (supervised.h): the parent reports the crash and its remedy.
+bool g_supervised = false;
 
 const char* signal_name(int sig) {
   switch (sig) {
@@ -51,9 +53,10 @@ void on_crash(int sig) {
     write_all(signal_name(sig));
     write_all(" while running ");
     write_all(g_note);
-    write_all(
-        ". A kernel or plugin that crashes ends a run in kiln's process; run it with --isolation "
-        "process to get a failed run instead (docs/isolation.md)\n");
+    write_all(g_supervised
+                  ? "\n"
+                  : ". A kernel or plugin that crashes ends a run in kiln's process; run it "
+                    "with --isolation process to get a failed run instead (docs/isolation.md)\n");
   }
   // The default action now: the process ends of this signal, as it would have.
   ::signal(sig, SIG_DFL);
@@ -65,6 +68,7 @@ void on_crash(int sig) {
 void install_crash_note() {
   static std::once_flag once;
   std::call_once(once, [] {
+    g_supervised = std::getenv("KILN_SUPERVISED") != nullptr;
     static char stack[64 * 1024];
     stack_t alternate{};
     alternate.ss_sp = stack;

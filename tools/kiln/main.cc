@@ -114,6 +114,14 @@ int main(int argc, char** argv) {
                    "Calls to profile (default: the config's, else 1)")
       ->check(at_least_one());
   profile->add_flag("--json", profile_options.json, "Print the report as JSON instead of a table");
+  profile
+      ->add_option("--isolation", profile_options.isolation,
+                   "process: profile in a child process, so that a crashing kernel or plugin is "
+                   "reported (exit 3) instead of ending kiln; none: in kiln's process "
+                   "(docs/isolation.md)")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)  // the child's added "none"
+      ->check(CLI::IsMember({"process", "none"}));
 
   VmOptions vm_options;
   auto* vm = app.add_subcommand("vm",
@@ -309,7 +317,10 @@ int main(int argc, char** argv) {
     if (query->parsed()) return run_query(query_options);
     if (compare->parsed()) return run_compare(compare_options);
     if (devices->parsed()) return run_devices(options);
-    if (profile->parsed()) return run_profile(profile_options, options);
+    if (profile->parsed()) {
+      profile_options.arguments.assign(argv + 1, argv + argc);
+      return run_profile(profile_options, options);
+    }
     if (vm->parsed()) {
       vm_options.command = vm_asm->parsed() ? "asm" : vm_disasm->parsed() ? "disasm" : "stats";
       return run_vm(vm_options, options);

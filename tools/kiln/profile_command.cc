@@ -15,6 +15,7 @@
 #include "kiln/profiling/profiler.h"
 #include "kiln/vm/virtual_machine.h"
 #include "output_file.h"
+#include "supervised.h"
 
 namespace kiln::tool {
 namespace {
@@ -117,16 +118,23 @@ int run_profile(const ProfileOptions& options, const GlobalOptions& global) {
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
-  run::ProfileSpec profile = spec.profile.value_or(run::ProfileSpec{});
-  for (const auto& c : options.collectors) profile.collectors.push_back({c, ""});
-  if (options.calls) profile.calls = *options.calls;
   const Ref<DeviceBackend> backend = runtime.find_backend(device.type);
-  const CrashNoteScope note(
+  const std::string what =
       fmt::format("the profiled function{} on {}{} ({})",
                   spec.function.empty() ? std::string() : fmt::format(" '{}'", spec.function),
                   runtime.device_str(device),
                   backend ? fmt::format(" (plugin {})", backend->plugin_name()) : std::string(),
-                  spec.file.string()));
+                  spec.file.string());
+  if (options.isolation == "process") {
+    // The same command in a child that profiles in-process (the later --isolation wins).
+    std::vector<std::string> arguments = options.arguments;
+    arguments.insert(arguments.end(), {"--isolation", "none"});
+    return run_supervised(arguments, what);
+  }
+  run::ProfileSpec profile = spec.profile.value_or(run::ProfileSpec{});
+  for (const auto& c : options.collectors) profile.collectors.push_back({c, ""});
+  if (options.calls) profile.calls = *options.calls;
+  const CrashNoteScope note(what);
   profiling::Report report = profile_run(spec, profile, device, runtime);
   std::cout << (options.json ? report.json() : report.table()) << "\n";
   return kExitOk;
