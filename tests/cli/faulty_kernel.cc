@@ -6,6 +6,8 @@
 //   segfault  writes through a null pointer (SIGSEGV)
 //   abort     calls abort() (SIGABRT)
 //   hang      never returns
+//   hog       touches memory 64 MiB at a time, up to 4 GiB (for a cgroup's out-of-memory killer;
+//             without a limit it frees it all and returns)
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "kiln/sdk/kernel.hpp"
 
@@ -53,6 +56,19 @@ void hang(DLTensor*, DLTensor*) {
   while (true) ::pause();
 }
 
+void hog(DLTensor* in, DLTensor* out) {
+  std::vector<char*> chunks;
+  constexpr size_t kChunk = size_t{64} << 20;
+  for (int i = 0; i < 64; ++i) {
+    char* chunk = static_cast<char*>(std::malloc(kChunk));
+    if (chunk == nullptr) break;
+    std::memset(chunk, i + 1, kChunk);  // touched: resident, charged to the cgroup
+    chunks.push_back(chunk);
+  }
+  for (char* chunk : chunks) std::free(chunk);
+  copy(in, out);
+}
+
 }  // namespace
 
 KILN_EXPORT_FUNCTION(copy, copy);
@@ -61,4 +77,5 @@ KILN_EXPORT_FUNCTION(slow, slow);
 KILN_EXPORT_FUNCTION(segfault, segfault);
 KILN_EXPORT_FUNCTION(abort, abort_now);
 KILN_EXPORT_FUNCTION(hang, hang);
+KILN_EXPORT_FUNCTION(hog, hog);
 KILN_KERNEL_LIBRARY("faulty", "copy");

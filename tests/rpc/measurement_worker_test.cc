@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -174,9 +175,97 @@ TEST(MeasurementWorker, AWorkerKilledFromOutsideIsReportedAsKilled) {
   }
 }
 
+// A memory cgroup below this process's, limited to `limit_bytes`, that this process joins while
+// the object lives (its children, a worker started meanwhile, are then charged to it). cgroup v1
+// (memory.limit_in_bytes) or v2 (memory.max); `why_not` says why none could be made (no
+// memory controller, not writable: an unprivileged container), and then nothing was changed.
+class LimitedMemoryCgroup {
+ public:
+  LimitedMemoryCgroup(uint64_t limit_bytes, std::string* why_not) {
+    std::ifstream self("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(self, line)) {
+      if (const size_t at = line.find(":memory:"); at != std::string::npos) {
+        parent_ = fs::path("/sys/fs/cgroup/memory") / line.substr(at + 9);
+        limit_file_ = "memory.limit_in_bytes";
+        swap_file_ = "memory.memsw.limit_in_bytes";
+      } else if (line.rfind("0::", 0) == 0 && parent_.empty()) {
+        parent_ = fs::path("/sys/fs/cgroup") / line.substr(4);
+        limit_file_ = "memory.max";
+        swap_file_ = "memory.swap.max";
+      }
+    }
+    std::error_code ec;
+    dir_ = parent_ / fmt::format("kiln-oom-test-{}", ::getpid());
+    if (parent_.empty() || !fs::create_directory(dir_, ec) || ec) {
+      *why_not = fmt::format("cannot make a memory cgroup under '{}' ({})", parent_.string(),
+                             ec ? ec.message() : "no memory controller");
+      dir_.clear();
+      return;
+    }
+    if (!write(limit_file_, std::to_string(limit_bytes))) {
+      *why_not = fmt::format("cannot set {} in {}", limit_file_, dir_.string());
+      return;
+    }
+    write(swap_file_, limit_file_ == "memory.max" ? "0" : std::to_string(limit_bytes));
+    if (!write("cgroup.procs", std::to_string(::getpid()))) {
+      *why_not = fmt::format("cannot move this process into {}", dir_.string());
+      return;
+    }
+    joined_ = true;
+  }
+  ~LimitedMemoryCgroup() {
+    if (joined_) {
+      std::ofstream(parent_ / "cgroup.procs") << ::getpid() << std::endl;
+    }
+    if (!dir_.empty()) {
+      // Its last process (the killed worker) may take a moment to leave.
+      kiln::test::wait_until([&] { return ::rmdir(dir_.c_str()) == 0; }, 5s);
+    }
+  }
+  LimitedMemoryCgroup(const LimitedMemoryCgroup&) = delete;
+  LimitedMemoryCgroup& operator=(const LimitedMemoryCgroup&) = delete;
+  bool joined() const { return joined_; }
+
+ private:
+  bool write(const std::string& file, const std::string& value) {
+    std::ofstream out(dir_ / file);
+    out << value << std::endl;
+    return static_cast<bool>(out);
+  }
+
+  fs::path parent_;
+  fs::path dir_;
+  std::string limit_file_;
+  std::string swap_file_;
+  bool joined_ = false;
+};
+
+// A worker the out-of-memory killer ends (in a cgroup limited to 256 MiB, a kernel that touches
+// memory until it is killed) is a `killed` failure that says it was the out-of-memory killer.
+TEST(MeasurementWorker, AWorkerKilledByTheOutOfMemoryKillerIsSaidToBe) {
+  std::string why_not;
+  LimitedMemoryCgroup cgroup(uint64_t{256} << 20, &why_not);
+  if (!cgroup.joined()) GTEST_SKIP() << why_not;
+  MeasurementWorker worker(Runtime::global());
+  try {
+    worker.run_artifact(kFaulty, "cpu", pair_of_tensors(8), kQuick, calling("hog"));
+    GTEST_SKIP() << "4 GiB touched without an out-of-memory kill (swap without a limit?)";
+  } catch (const WorkerError& e) {
+    EXPECT_EQ(e.kind(), WorkerError::Kind::kKilled) << e.what();
+    EXPECT_EQ(e.signal(), SIGKILL);
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("'hog'"), HasSubstr("from the out-of-memory killer")));
+  }
+}
+
 // Nothing is left behind: no worker process, no temporary directory.
 TEST(MeasurementWorker, LeavesNoProcessOrDirectoryBehind) {
-  const fs::path tmp = fs::temp_directory_path();
+  // A $TMPDIR of its own: other processes' workers come and go in the shared one.
+  const fs::path tmp = fs::temp_directory_path() / fmt::format("kiln-worker-test-{}", getpid());
+  fs::create_directories(tmp);
+  const char* inherited = std::getenv("TMPDIR");
+  const std::string previous = inherited ? inherited : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
   const auto workers = [&] {
     size_t n = 0;
     for (const auto& e : fs::directory_iterator(tmp)) {
@@ -199,6 +288,13 @@ TEST(MeasurementWorker, LeavesNoProcessOrDirectoryBehind) {
   }
   EXPECT_FALSE(process_exists(pid));
   EXPECT_EQ(workers(), before);
+  EXPECT_EQ(before, 0u);
+  if (inherited) {
+    ::setenv("TMPDIR", previous.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+  fs::remove_all(tmp);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "kiln/device_backend.h"
 #include "kiln/logging.h"
@@ -48,21 +49,27 @@ const char* WorkerError::kind_name() const {
 
 namespace {
 
-// The out-of-memory kills counted in this process's cgroup (cgroup v2 memory.events), which
-// the worker shares; nullopt where the file is not readable.
+// The out-of-memory kills counted in this process's memory cgroup, which the worker shares:
+// cgroup v2's memory.events or v1's memory.oom_control (both have an "oom_kill" line); nullopt
+// where neither is readable (an older kernel, no memory controller).
 std::optional<uint64_t> oom_kills() {
   std::ifstream cgroup("/proc/self/cgroup");
   std::string line;
-  std::string path;
+  std::vector<std::string> files;
   while (std::getline(cgroup, line)) {
-    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+    if (line.rfind("0::", 0) == 0) {
+      files.push_back("/sys/fs/cgroup" + line.substr(3) + "/memory.events");
+    } else if (const size_t at = line.find(":memory:"); at != std::string::npos) {
+      files.push_back("/sys/fs/cgroup/memory" + line.substr(at + 8) + "/memory.oom_control");
+    }
   }
-  if (path.empty()) return std::nullopt;
-  std::ifstream events("/sys/fs/cgroup" + path + "/memory.events");
-  std::string key;
-  uint64_t value = 0;
-  while (events >> key >> value) {
-    if (key == "oom_kill") return value;
+  for (const std::string& file : files) {
+    std::ifstream events(file);
+    std::string key;
+    uint64_t value = 0;
+    while (events >> key >> value) {
+      if (key == "oom_kill") return value;
+    }
   }
   return std::nullopt;
 }
