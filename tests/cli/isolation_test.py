@@ -170,8 +170,11 @@ def farm_fan_out(kiln, source, env, tmp):
         servers = {p.get("server") for p in points}
         check(None not in servers and len(servers) >= 2,
               f"each point names its server, several servers used: {servers}")
-        names = {b["run_name"] for b in json.load(open(bench))["benchmarks"]}
+        entries = json.load(open(bench))["benchmarks"]
+        names = {b["run_name"] for b in entries}
         check(len(names) == 12, f"--benchmark-out has {len(names)} points, expected 12")
+        check(all(b.get("kiln_server") in servers for b in entries),
+              "every --benchmark-out entry names its point's server (kiln_server)")
 
         # A server killed mid-sweep: its point is tried again elsewhere, none lost or doubled.
         slow = os.path.join(source, "tests/cli/sweep/farm_slow.yaml")

@@ -67,6 +67,7 @@ nlohmann::json sweep_benchmark_document(const Runtime& runtime, const std::vecto
     const std::string device = runtime.device_str(r.prepared->device);
     for (auto b : doc["benchmarks"]) {
       b["kiln_device"] = device;  // each entry says where it ran
+      if (!r.outcome->server.empty()) b["kiln_server"] = r.outcome->server;  // and on which server
       entries.push_back(std::move(b));
     }
   }
