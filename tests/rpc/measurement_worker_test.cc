@@ -55,12 +55,7 @@ bool process_exists(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
 // In a sanitizer build (CI's second pass) ASan would catch the workers' SIGSEGV, print its
 // report and exit(1): the workers here die of the signal itself, as in a plain build.
 [[maybe_unused]] const bool kWorkersDieOfTheirSignals = [] {
-#if defined(__SANITIZE_ADDRESS__)
-  const char* inherited = std::getenv("ASAN_OPTIONS");
-  std::string options = inherited ? inherited : "";
-  options += std::string(options.empty() ? "" : ":") + "handle_segv=0";
-  ::setenv("ASAN_OPTIONS", options.c_str(), 1);
-#endif
+  kiln::test::add_asan_option_for_children("handle_segv=0");
   return true;
 }();
 

@@ -93,6 +93,15 @@ int ChildProcess::wait_for_listen_port(std::chrono::milliseconds timeout) {
   return port;
 }
 
+void add_asan_option_for_children([[maybe_unused]] const char* option) {
+#if defined(__SANITIZE_ADDRESS__)
+  const char* inherited = std::getenv("ASAN_OPTIONS");
+  std::string options = inherited ? inherited : "";
+  options += std::string(options.empty() ? "" : ":") + option;
+  ::setenv("ASAN_OPTIONS", options.c_str(), 1);
+#endif
+}
+
 bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {

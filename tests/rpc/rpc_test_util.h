@@ -48,6 +48,11 @@ class ChildProcess {
   std::filesystem::path log_path_;
 };
 
+// In a sanitizer build (CI's second pass), appends `option` ("handle_segv=0") to
+// $ASAN_OPTIONS, so that the children this test process starts from now on run with it; a
+// no-op in other builds, whose children ignore ASAN_OPTIONS anyway.
+void add_asan_option_for_children(const char* option);
+
 // Polls `predicate` every 20 ms until it holds or `timeout` passes; returns whether it held.
 bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
 

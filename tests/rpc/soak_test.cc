@@ -53,12 +53,7 @@ Usage usage(pid_t pid, const fs::path& work_dir) {
 // Without the quarantine freed memory is reused as in a plain build, so the bound below means
 // the same thing in both. Leaks themselves are LeakSanitizer's job in that build.
 void reuse_freed_memory_in_sanitized_children() {
-#if defined(__SANITIZE_ADDRESS__)
-  const char* inherited = std::getenv("ASAN_OPTIONS");
-  std::string options = inherited ? inherited : "";
-  options += std::string(options.empty() ? "" : ":") + "quarantine_size_mb=0";
-  ::setenv("ASAN_OPTIONS", options.c_str(), 1);
-#endif
+  kiln::test::add_asan_option_for_children("quarantine_size_mb=0");
 }
 
 void one_session(int port, int i) {

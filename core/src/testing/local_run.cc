@@ -99,13 +99,7 @@ RunResult local_run(Runtime& runtime, const Module& mod, const std::string& devi
   const fs::path artifact = temp.path() / ("kiln_tmp_mod." + plan.output_format);
 
   // 3.
-  step(hooks, "export", [&] {
-    if (const auto* f = std::get_if<ExportFunction>(&plan.exporter)) {
-      (*f)(mod, artifact.string());
-    } else {
-      mod.export_library(artifact, std::get<std::string>(plan.exporter), runtime);
-    }
-  });
+  step(hooks, "export", [&] { detail::export_module(plan, mod, artifact, runtime); });
 
   // 4-5. Arguments to the device: always copies.
   std::vector<Any> device_args =

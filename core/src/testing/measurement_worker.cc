@@ -303,13 +303,7 @@ RunResult MeasurementWorker::run(const Module& mod, const std::string& device_ty
   const ExportPlan plan = normalize_export_func(export_func, output_format, impl_->runtime);
   const TemporaryDirectory temp("kiln_worker_run_");
   const fs::path artifact = temp.path() / ("kiln_tmp_mod." + plan.output_format);
-  step(hooks, "export", [&] {
-    if (const auto* f = std::get_if<ExportFunction>(&plan.exporter)) {
-      (*f)(mod, artifact.string());
-    } else {
-      mod.export_library(artifact, std::get<std::string>(plan.exporter), impl_->runtime);
-    }
-  });
+  step(hooks, "export", [&] { detail::export_module(plan, mod, artifact, impl_->runtime); });
   return run_artifact(artifact, device_type, args, evaluator_config, hooks);
 }
 

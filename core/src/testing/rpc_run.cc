@@ -74,13 +74,7 @@ RunResult rpc_run(Runtime& runtime, const Module& mod, const std::string& device
   const Device device = session.device(local_device.type, hooks.device_index.value_or(0));
 
   // 5. Outside the cleanup: a failed export has left nothing remote.
-  step(hooks, "export", [&] {
-    if (const auto* f = std::get_if<ExportFunction>(&plan.exporter)) {
-      (*f)(mod, artifact.string());
-    } else {
-      mod.export_library(artifact, std::get<std::string>(plan.exporter), runtime);
-    }
-  });
+  step(hooks, "export", [&] { detail::export_module(plan, mod, artifact, runtime); });
 
   RunResult result;
   std::exception_ptr failure;

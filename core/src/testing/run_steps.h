@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <string>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "kiln/any.h"
 #include "kiln/device_context.h"
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
+#include "kiln/module.h"
 #include "kiln/rpc/session.h"
 #include "kiln/testing.h"
 
@@ -75,6 +77,17 @@ std::vector<Any> args_to_device(const std::vector<Any>& args, Device device,
 std::vector<Any> args_to_host(const std::vector<Any>& args);
 // A returned value with its tensors on the host, also inside (nested) vm::ArrayObj tuples.
 Any result_to_host(const Any& value);
+
+// Writes `mod` to `artifact` with `plan`'s exporter: its callable, or the exporter it names
+// (through `runtime`'s exporters).
+inline void export_module(const ExportPlan& plan, const Module& mod,
+                          const std::filesystem::path& artifact, const Runtime& runtime) {
+  if (const auto* f = std::get_if<ExportFunction>(&plan.exporter)) {
+    (*f)(mod, artifact.string());
+  } else {
+    mod.export_library(artifact, std::get<std::string>(plan.exporter), runtime);
+  }
+}
 
 // rpc_run's step 6 on an open session: uploads `artifact` as `remote_path`, copies `args` to
 // `device` (a device of the session) through `context`, loads the module, times the function
