@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 FAILURES = []
@@ -218,10 +219,18 @@ def farm_fan_out(kiln, source, env, tmp):
         waiting = subprocess.Popen([kiln, "run", "--jobs", "2", config], stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True,
                                    env=farm.env(env, key="nobody"))
-        time.sleep(4.5)
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(waiting.stderr), daemon=True)
+        reader.start()
+        # The notice comes 3 s into the wait (later under a sanitizer, which starts slower).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("waiting for" in x for x in lines):
+            time.sleep(0.1)
         waiting.send_signal(signal.SIGINT)
         start = time.monotonic()
-        out, err = waiting.communicate(timeout=30)
+        waiting.wait(timeout=30)
+        reader.join(10)
+        err = "".join(lines)
         check(time.monotonic() - start < 10, "Ctrl-C stops the wait promptly")
         check("waiting for a 'nobody' server" in err and "no server is registered" in err
               and "Ctrl-C" in err, f"wait message:\n{err}")
