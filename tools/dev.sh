@@ -49,10 +49,13 @@ python_venv() {
   if [ "${KILN_SKIP_TVM:-0}" = "1" ]; then
     venv=$PWD/build/.venv-py
   else
-    packages+=(apache-tvm==0.27.0.post1)
+    # tvm-ffi 0.1.15 crashes TVM 0.27's save_json (MetaSchedule); cloudpickle and psutil are
+    # MetaSchedule's builder and search (docs/tuning.md).
+    packages+=(apache-tvm==0.27.0.post1 apache-tvm-ffi==0.1.14.post0 cloudpickle psutil)
   fi
   if ! "$venv/bin/python" -c "import nanobind, pytest, numpy, scipy" >/dev/null 2>&1 ||
-    { [ "${KILN_SKIP_TVM:-0}" != "1" ] && ! "$venv/bin/python" -c "import tvm" >/dev/null 2>&1; }; then
+    { [ "${KILN_SKIP_TVM:-0}" != "1" ] &&
+      ! "$venv/bin/python" -c "import tvm, cloudpickle, psutil" >/dev/null 2>&1; }; then
     python3 -m venv "$venv" >&2
     "$venv/bin/pip" install -q "${packages[@]}" >&2
   fi

@@ -27,4 +27,7 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(cli.sweep_json_compare PROPERTIES TIMEOUT 300)
 endif()
 # One progress display for the whole sweep: each line says the point, the sweep's time and ETA.
-kiln_cli_test(run_sweep_progress 0 "\\[kiln\\] point 1/6 \\(shape=\\[4096\\], number=1\\), [0-9.]+ m?s into the sweep: timing relu: repeat .*\\[kiln\\] point 2/6 \\(shape=\\[4096\\], number=10\\), [0-9.]+ m?s into the sweep, sweep ETA [0-9.]+ m?s: timing relu: repeat [0-9]+/5" run --progress ${runs}/sweep_relu.yaml)
+# In kiln's process (--isolation none) the repeats are followed; in a worker (a sweep's
+# default) one line per point says what is timed there.
+kiln_cli_test(run_sweep_progress 0 "\\[kiln\\] point 1/6 \\(shape=\\[4096\\], number=1\\), [0-9.]+ m?s into the sweep: timing relu: repeat .*\\[kiln\\] point 2/6 \\(shape=\\[4096\\], number=10\\), [0-9.]+ m?s into the sweep, sweep ETA [0-9.]+ m?s: timing relu: repeat [0-9]+/5" run --progress --isolation none ${runs}/sweep_relu.yaml)
+kiln_cli_test(run_sweep_progress_isolated 0 "\\[kiln\\] point 1/6 \\(shape=\\[4096\\], number=1\\), [0-9.]+ m?s into the sweep: timing relu in a worker process \\(its repeats are not followed from here\\).*\\[kiln\\] point 2/6 \\(shape=\\[4096\\], number=10\\), [0-9.]+ m?s into the sweep, sweep ETA [0-9.]+ m?s: timing relu in a worker process" run --progress ${runs}/sweep_relu.yaml)

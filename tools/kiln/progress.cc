@@ -97,6 +97,17 @@ void Progress::repeat(int32_t done, int32_t total, double timeout_s) {
         function_, done, human_duration(elapsed),
         human_duration(std::max(0.0, timeout_s - elapsed)));
   }
+  emit(line, now);
+}
+
+void Progress::timing_elsewhere(const std::string& where) {
+  if (mode_ == Mode::kOff) return;
+  last_print_ = Clock::now();
+  emit(fmt::format("timing {} {} (its repeats are not followed from here)", function_, where),
+       *last_print_);
+}
+
+void Progress::emit(std::string line, Clock::time_point now) {
   // In a sweep, the point and the sweep's time go before what the point is doing.
   if (!point_.empty()) {
     line = fmt::format("{}, {} into the sweep{}: {}", point_,

@@ -40,6 +40,9 @@ class Progress {
   // After a repeat: (repeats done, total or -1 when the noise rule decides). `timeout_s` bounds
   // an open-ended loop (its ETA is "at most" that).
   void repeat(int32_t done, int32_t total, double timeout_s);
+  // The timing loop runs `where` ("in a worker process"), whose repeats do not reach this
+  // display: one line that says what is being timed, in the sweep's frame.
+  void timing_elsewhere(const std::string& where);
   // Erases a redrawn line before the results are printed.
   void finish();
   // A sweep's point `number` (1-based) of `total` starts, running `function`: later lines read
@@ -50,6 +53,8 @@ class Progress {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // Prints `line` (led by the sweep's point and time, when in a sweep) as the mode says.
+  void emit(std::string line, Clock::time_point now);
   Mode mode_;
   std::string function_;
   std::FILE* out_;

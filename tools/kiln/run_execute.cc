@@ -186,6 +186,11 @@ Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
     o.where += fmt::format(", server {}", o.server);
   } else if (worker != nullptr) {
     o.where = "local, in a worker process";
+    const auto on_step = hooks.on_step;
+    hooks.on_step = [&](const std::string& step, double seconds) {
+      on_step(step, seconds);
+      if (step == "load") progress.timing_elsewhere("in a worker process");
+    };
     o.result = worker->run(p.module, device, p.inputs, p.evaluator.config, spec.exporter,
                            std::nullopt, hooks);
   } else {

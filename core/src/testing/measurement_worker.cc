@@ -20,6 +20,7 @@
 
 #include "kiln/device_backend.h"
 #include "kiln/logging.h"
+#include "kiln/rpc/rpc_error.h"
 #include "kiln/rpc/server.h"
 #include "kiln/runtime.h"
 #include "kiln/temp_dir.h"
@@ -281,6 +282,13 @@ RunResult MeasurementWorker::Impl::run_artifact(
   } catch (const std::exception& e) {
     if (hung || session.closed()) worker_lost(what, hung, ooms, e.what());
     remove_files();
+    // The session is up, so this is the run's own error, raised in the worker: thrown with
+    // the message local_run would have thrown, not wrapped as a remote call's (its kind where
+    // the reply kept it; a code does not survive the evaluator's packed-function boundary).
+    if (const auto* remote = dynamic_cast<const rpc::RPCError*>(&e)) {
+      throw_error(remote->remote_code() != 0 ? remote->remote_code() : KILN_ERROR_RUNTIME,
+                  remote->remote_message());
+    }
     throw;
   }
   remove_files();
