@@ -286,7 +286,9 @@ TEST(RpcSession, WrongKeyAndBusyServerAreRefused) {
 TEST(RpcSession, SessionTimeoutWhileIdleAndDuringACall) {
   Server server(loopback());
   RPCSession idle = connect("127.0.0.1", server.port(), "test", 1);
-  std::this_thread::sleep_for(1500ms);
+  // Well past the 1 s: a loaded machine (a sanitizer build, two tests at once) may start the
+  // session's worker late, and its clock with it.
+  std::this_thread::sleep_for(3s);
   EXPECT_THROW(idle.get_function("rpc.test.addone"), RPCSessionTimeoutError);
   EXPECT_TRUE(idle.closed());
 
