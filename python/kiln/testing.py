@@ -8,14 +8,28 @@ A TVM user's test changes one import::
 
 `mod` is a kiln.Module or a TVM module (anything with ``export_library``): a TVM module is
 exported by TVM's own exporters, as the reference does, and the file then runs in Kiln.
+
+run_many measures many modules or exported artifacts over a farm of RPC servers, several at
+once (docs/tuning.md); Worker measures in a worker process of its own (docs/isolation.md).
 """
 
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from . import _kiln
 from ._kiln import Module, RPCConfig
 
-__all__ = ["EvaluatorConfig", "RPCConfig", "local_run", "rpc_run"]
+__all__ = [
+    "EvaluatorConfig",
+    "RPCConfig",
+    "RunOutcome",
+    "RunTask",
+    "local_run",
+    "rpc_run",
+    "run_many",
+]
 
 
 class EvaluatorConfig(NamedTuple):
@@ -136,6 +150,150 @@ def rpc_run(
         mod, device_type, list(args), config, rpc_config, export_func, output_format
     )
     return _to_numpy(outputs), profile
+
+
+class RunTask(NamedTuple):
+    """One measurement for run_many, with rpc_run's arguments.
+
+    mod: a kiln.Module, a TVM module (anything with ``export_library``), or the path (str or
+        os.PathLike) of an already exported ``.tar`` or ``.so`` artifact, uploaded as it is (a
+        tuner's build artifact; export_func and output_format are then unused).
+    device_type, args, evaluator_config, export_func, output_format: as rpc_run."""
+
+    mod: object
+    device_type: str
+    args: list
+    evaluator_config: object = None
+    export_func: object = "tar"
+    output_format: object = None
+
+
+class RunOutcome(NamedTuple):
+    """What run_many got for one RunTask; `error` is None when it was measured.
+
+    outputs: the arguments after the final call (numpy arrays and scalars), or None.
+    profile: the BenchmarkResult, or None.
+    server: ``"host:port"`` of the RPC server that measured it, or None.
+    error: the exception that ended the task, or None. Either the task's own (a compile error,
+        a crash in its session, a session timeout: never retried), or, once `max_retries`
+        retries have all lost their server too, a kiln.RPCError that says so and lists them.
+    lost: the messages of the attempts whose server was lost (each retried on another server);
+        a lost attempt's timing is never part of `profile`."""
+
+    outputs: object
+    profile: object
+    server: object
+    error: object
+    lost: tuple = ()
+
+    @property
+    def ok(self):
+        """True when the task was measured."""
+        return self.error is None
+
+
+# What an attempt whose server went away says (core/src/rpc/client.cc, rpc_config.cc): the
+# connection dropped, or no server of the key could be reached. Everything else, including a
+# session whose process crashed (the candidate's fault; the server goes on) and a session
+# timeout (a candidate that hangs), is the task's own error.
+_SERVER_LOST_MESSAGES = ("lost the connection to the RPC server", "Cannot request ")
+
+
+def _server_lost(error):
+    if isinstance(error, _kiln.RPCSessionTimeoutError):
+        return False
+    return isinstance(error, RuntimeError) and any(m in str(error) for m in _SERVER_LOST_MESSAGES)
+
+
+def _artifact_format(path):
+    """'tar' or 'so' for an artifact path; ValueError for anything else."""
+    extension = os.path.splitext(path)[1]
+    if extension not in (".tar", ".so"):
+        raise ValueError(f"run_many: artifact '{path}' must be a .tar or .so file")
+    if not os.path.isfile(path):
+        raise ValueError(f"run_many: artifact '{path}' does not exist")
+    return extension[1:]
+
+
+def _task_call(task):
+    """The arguments of one _kiln._rpc_run call for `task`, checked (ValueError, TypeError)."""
+    if isinstance(task.mod, (str, os.PathLike)):
+        path = os.fspath(task.mod)
+        output_format = _artifact_format(path)
+        # The core asks the exporter for the file it uploads; an artifact is copied there as it is.
+        export = lambda target, source=path: shutil.copyfile(source, target)  # noqa: E731
+        config = EvaluatorConfig._normalized(task.evaluator_config)
+        mod = path  # not a kiln.Module: the core takes the file from the exporter
+    else:
+        mod = task.mod
+        config, export, output_format = _prepare(
+            mod, task.evaluator_config, task.export_func, task.output_format
+        )
+    _check_args(task.args)
+    return mod, task.device_type, list(task.args), config, export, output_format
+
+
+def _run_with_retries(call, rpc_config, max_retries):
+    lost = []
+    while True:
+        mod, device_type, args, config, export, output_format = call
+        try:
+            outputs, profile, server = _kiln._rpc_run(
+                mod, device_type, args, config, rpc_config, export, output_format
+            )
+            return RunOutcome(_to_numpy(outputs), profile, server or None, None, tuple(lost))
+        except Exception as error:  # noqa: BLE001  (a task's error is its outcome)
+            if not _server_lost(error):
+                return RunOutcome(None, None, None, error, tuple(lost))
+            lost.append(str(error))
+            if len(lost) > max_retries:
+                gave_up = _kiln.RPCError(
+                    f"run_many: the server was lost in each of {len(lost)} attempts "
+                    f"(max_retries={max_retries}): " + " | ".join(lost)
+                )
+                gave_up.__cause__ = error
+                return RunOutcome(None, None, None, gave_up, tuple(lost))
+
+
+def run_many(tasks, rpc_config=None, jobs=None, max_retries=2):
+    """Measures every RunTask of `tasks` with rpc_run on servers found through a tracker, up to
+    `jobs` at once, each on one server, and returns one RunOutcome per task, in their order.
+
+    A task whose server goes away during its attempt (the connection is lost, or no server can
+    be reached) is tried again, on whichever server the tracker hands out next, at most
+    `max_retries` times; its outcome lists the lost attempts. Any other failure is the task's
+    own: its outcome's `error`, never retried. Nothing is measured twice.
+
+    tasks: RunTask values, or tuples of their fields.
+    rpc_config: a kiln.RPCConfig (or TVM's); missing settings fall back to KILN_TRACKER_*, then
+        TVM_TRACKER_*. ``request_wait_sec`` bounds each wait for a free server.
+    jobs: tasks in flight at once; None: the number of servers of the key the tracker has now
+        (at least 1). More jobs than servers queue at the tracker.
+    max_retries: further attempts after a lost server, per task.
+
+    Raises, before any measurement: ValueError for a missing tracker setting, a tracker that
+    cannot be reached (when `jobs` is None), jobs < 1, max_retries < 0, an artifact that is not
+    a .tar or .so file, and the argument errors of rpc_run. Ctrl-C cancels the tasks not yet
+    started and raises KeyboardInterrupt once the running ones end. The calls run on threads
+    of a pool and release the GIL while they wait."""
+    tasks = [task if isinstance(task, RunTask) else RunTask(*task) for task in tasks]
+    config = RPCConfig._normalized(rpc_config)
+    if max_retries < 0:
+        raise ValueError(f"run_many: max_retries must be >= 0, got {max_retries}")
+    if jobs is None:
+        jobs = max(1, config.count_num_servers())
+    elif jobs < 1:
+        raise ValueError(f"run_many: jobs must be >= 1, got {jobs}")
+    calls = [_task_call(task) for task in tasks]
+    if not calls:
+        return []
+    pool = ThreadPoolExecutor(max_workers=min(jobs, len(calls)), thread_name_prefix="run_many")
+    try:
+        futures = [pool.submit(_run_with_retries, call, config, max_retries) for call in calls]
+        return [future.result() for future in futures]
+    finally:
+        # After Ctrl-C (or any exception here): the tasks not yet started never start.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class Worker:
