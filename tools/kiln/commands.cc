@@ -105,7 +105,7 @@ int run_devices(const GlobalOptions& options) {
       for (const auto& d : b.devices) {
         nlohmann::json attrs = nlohmann::json::object();
         for (const auto& [k, v] : d.attributes) attrs[k] = to_json(v);
-        jb["devices"].push_back({{"device", d.device.str()}, {"attributes", attrs}});
+        jb["devices"].push_back({{"device", runtime.device_str(d.device)}, {"attributes", attrs}});
       }
       out.push_back(jb);
     }
@@ -126,7 +126,8 @@ int run_devices(const GlobalOptions& options) {
     std::cout << fmt::format("{} (plugin {}): {} device{}\n", b.type_name, b.plugin,
                              b.devices.size(), b.devices.size() == 1 ? "" : "s");
     for (const auto& d : b.devices) {
-      std::cout << "  " << d.device.str() << "\n";
+      // The name its plugin gives the type ("acmeaccel:0"), as everywhere else, not "dev121:0".
+      std::cout << "  " << runtime.device_str(d.device) << "\n";
       size_t w = 0;
       for (const auto& [k, v] : d.attributes) w = std::max(w, k.size());
       for (const auto& [k, v] : d.attributes) {
