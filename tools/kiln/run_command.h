@@ -84,6 +84,11 @@ struct PointRun {
   std::string status = "ok";
   std::string error;
   std::string name;  // the benchmark name, unique in the sweep
+  // Kept once the point is measured, when its tensors are let go: the benchmark name from its
+  // function, first tensor and device (before the sweep makes names unique), and its JSON
+  // document (outcome_json).
+  std::string base_name;
+  std::optional<nlohmann::json> document;
   // A remote point: the attempts made (more than 1 when a server was lost) and why each retry.
   int attempts = 0;
   std::vector<std::string> retried;
