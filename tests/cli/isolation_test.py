@@ -59,6 +59,13 @@ def sweep_with_faults(kiln, source, env, tmp):
             check(word in messages[function], f"{function}'s error lacks {word!r}: "
                                               f"{messages[function]!r}")
     benchmarks = json.load(open(bench))["benchmarks"]
+    # Numbered as Google Benchmark numbers them: a family per function, in point order.
+    numbers = sorted({(b["family_index"], b["per_family_instance_index"], b["run_name"])
+                      for b in benchmarks})
+    check([(f, i) for f, i, _ in numbers] == [(f, 0) for f in range(6)]
+          and [n.split("/")[0] for _, _, n in numbers] == [p["settings"]["function"]
+                                                           for p in points],
+          f"family_index / per_family_instance_index: {numbers}")
     failed = {b["run_name"] for b in benchmarks if b.get("error_occurred")}
     check(len(failed) == 3, f"--benchmark-out marks {len(failed)} failed points, expected 3")
     no_leftovers(tmp, out, "faulty sweep --json")

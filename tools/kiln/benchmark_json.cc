@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,21 @@ nlohmann::json sweep_benchmark_document(const Runtime& runtime, const std::vecto
   // The context names one device and timer; a sweep's points may have used several: all of
   // them, from the points' results, in the order first seen.
   std::vector<std::string> devices, timers;
+  // Numbered as Google Benchmark numbers its own: a family per function (the name up to its
+  // first '/', in first-seen order), and each point an instance of its family.
+  std::vector<std::string> families;
+  std::map<std::string, int64_t> instances;
+  const auto numbered = [&](nlohmann::json entry, const PointRun& r) {
+    const std::string family = r.name.substr(0, r.name.find('/'));
+    add_once(&families, family);
+    entry["family_index"] = std::find(families.begin(), families.end(), family) - families.begin();
+    entry["per_family_instance_index"] = instances[family];
+    return entry;
+  };
   for (const PointRun& r : runs) {
     if (!r.outcome) {
-      entries.push_back(failed_entry(r.name, r.error));
+      entries.push_back(numbered(failed_entry(r.name, r.error), r));
+      ++instances[r.name.substr(0, r.name.find('/'))];
       continue;
     }
     const BenchmarkResult& timing = r.outcome->result.profile;
@@ -68,8 +81,9 @@ nlohmann::json sweep_benchmark_document(const Runtime& runtime, const std::vecto
     for (auto b : doc["benchmarks"]) {
       b["kiln_device"] = device;  // each entry says where it ran
       if (!r.outcome->server.empty()) b["kiln_server"] = r.outcome->server;  // and on which server
-      entries.push_back(std::move(b));
+      entries.push_back(numbered(std::move(b), r));
     }
+    ++instances[r.name.substr(0, r.name.find('/'))];
   }
   if (!benchmark.contains("context")) {
     benchmark["context"] = benchmark_document(BenchmarkResult{}, "").value["context"];
