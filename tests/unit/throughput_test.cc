@@ -85,13 +85,14 @@ TEST(Throughput, PercentOfPeakOnlyWhereTheBackendReportsOne) {
   EXPECT_FALSE(peak_memory_bandwidth({{kPeakMemoryBandwidthAttribute, Any(std::string("fast"))}}));
 }
 
-TEST(Throughput, ZeroTimeGivesZeroRatesNotInfinity) {
+TEST(Throughput, ZeroTimeGivesNoRateNotZeroNorInfinity) {
   ThroughputSpec spec;
   spec.flops = 10;
   const Throughput t = compute_throughput(spec, 100, 0, 1e9);
-  EXPECT_EQ(t.gb_per_s, 0);
+  EXPECT_EQ(t.gb_per_s, 0);  // never infinity; the line and the JSON say n/a
   EXPECT_EQ(*t.gflop_per_s, 0);
   EXPECT_FALSE(t.fraction_of_peak);
+  EXPECT_EQ(t.line(), "throughput: n/a (no time per call was measured; 100 bytes per call)");
 }
 
 // The run config's `throughput:` section.

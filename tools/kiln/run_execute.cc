@@ -3,6 +3,8 @@
 // the optional profile.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -107,6 +109,25 @@ class ServerWaitNotice {
   std::thread thread_;  // last: it starts once the members above exist
 };
 
+// A call cannot take no time: repeats that read 0 (or less) per call mean the timer is
+// broken, and the run fails naming it (issue 29 item 3) rather than print "median 0.000 ns".
+void check_timer(const Runtime& runtime, const Prepared& p, const Outcome& o) {
+  const std::vector<double>& results = o.result.profile.results();
+  const auto zero = std::count_if(results.begin(), results.end(),
+                                  [](double s) { return !(s > 0) || !std::isfinite(s); });
+  if (zero == 0) return;
+  const Ref<DeviceBackend> backend = runtime.find_backend(p.device.type);
+  throw RuntimeError(fmt::format(
+      "the timing of '{}' on {} is invalid: the {} timer{} read {} for {} of {} repeats, but a "
+      "call cannot take no time; the timer is broken{}",
+      p.function, runtime.device_str(p.device), o.result.profile.timer,
+      p.spec.remote ? std::string(" of the server")
+      : backend     ? fmt::format(" of plugin {}", backend->plugin_name())
+                    : std::string(),
+      results.empty() ? "nothing" : "0 ns or less", zero, results.size(),
+      o.result.profile.timer == "device" ? " (its timer_elapsed_ns slot)" : ""));
+}
+
 }  // namespace
 
 std::string running_what(const Runtime& runtime, const Prepared& p) {
@@ -199,6 +220,7 @@ Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
                                   spec.exporter, std::nullopt, hooks);
   }
   progress.finish();
+  check_timer(runtime, p, o);
   o.check = run::check_outputs(spec, o.result.outputs);
   const run::CheckResult result_check = run::check_result(spec, o.result.result);
   o.check.ok = o.check.ok && result_check.ok;

@@ -1,5 +1,6 @@
 // `kiln run --json`: the document of one run, built from what the run measured and checked (the
 // values themselves, never text printed for people and read back).
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -68,14 +69,16 @@ nlohmann::json noise_json(const NoiseVerdict& verdict) {
 }
 
 nlohmann::json throughput_json(const Throughput& throughput) {
+  const bool timed = throughput.seconds > 0 && std::isfinite(throughput.seconds);
+  // No rate from no time: null, never 0.
   nlohmann::json tp = {{"bytes", throughput.bytes},
                        {"bytes_derived", throughput.bytes_derived},
                        {"seconds", throughput.seconds},
-                       {"gb_per_s", throughput.gb_per_s},
+                       {"gb_per_s", timed ? nlohmann::json(throughput.gb_per_s) : nullptr},
                        {"line", throughput.line()}};
   if (throughput.flops) {
     tp["flops"] = *throughput.flops;
-    tp["gflop_per_s"] = *throughput.gflop_per_s;
+    tp["gflop_per_s"] = timed ? nlohmann::json(*throughput.gflop_per_s) : nullptr;
   }
   if (throughput.fraction_of_peak) {
     tp["peak_bytes_per_s"] = *throughput.peak_bytes_per_s;

@@ -57,6 +57,11 @@ Throughput compute_throughput(const ThroughputSpec& spec, double derived_bytes, 
 }
 
 std::string Throughput::line() const {
+  if (!(seconds > 0 && std::isfinite(seconds))) {
+    // No rate from no time: "n/a", never 0 GB/s (issue 29: a timer reading 0 printed 0.00).
+    return fmt::format("throughput: n/a (no time per call was measured; {:.0f} bytes per call)",
+                       bytes);
+  }
   std::string out = fmt::format("throughput: {} GB/s (", rate(gb_per_s));
   if (fraction_of_peak) {
     out += fmt::format("{:.0f}% of the {} GB/s peak memory bandwidth; ", *fraction_of_peak * 100,
