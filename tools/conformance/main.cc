@@ -94,21 +94,30 @@ std::vector<std::string> all_collectors(const kiln::Runtime& runtime) {
   return with_declared(runtime.collector_names(), runtime, "collector:");
 }
 
-// Throws UsageError for a --device or --collector no plugin found provides (`known_types`,
+// Throws UsageError for a --device or --collector no plugin found provides (naming `broken`,
+// the manifests that could not be read, as where it may be; `known_types`,
 // `known_collectors`: all_device_types, all_collectors) and for a --module that repeats a type,
 // names a type not under test (`types`) or a file that does not exist.
 void check_usage(const Options& options, const std::vector<kiln::conformance::ModuleSpec>& modules,
                  const std::vector<std::string>& types, const std::vector<std::string>& known,
-                 const std::vector<std::string>& collectors) {
+                 const std::vector<std::string>& collectors,
+                 const std::vector<std::string>& broken) {
   const std::string known_text = known.empty()
                                      ? "none: no device plugin was found in the search paths"
                                      : fmt::format("{}", fmt::join(known, ", "));
   for (const std::string& type : options.devices) {
     if (std::find(known.begin(), known.end(), type) == known.end()) {
+      // The truth about where to look: a manifest that did not parse may be the one.
+      std::string hint = "add its folder with --plugin-path";
+      if (!broken.empty()) {
+        hint = fmt::format(
+            "a plugin manifest found could not be read and may be the one "
+            "serving it: {}",
+            fmt::join(broken, "; "));
+      }
       throw UsageError(fmt::format(
-          "--device {}: no plugin found serves device type '{}' (device types found: {}); add "
-          "its folder with --plugin-path",
-          type, type, known_text));
+          "--device {}: no plugin found serves device type '{}' (device types found: {}); {}", type,
+          type, known_text, hint));
     }
   }
   for (const std::string& name : options.collectors) {
@@ -251,12 +260,24 @@ int run(int argc, char** argv) {
   const bool everything = options.devices.empty() && options.collectors.empty();
   const std::vector<std::string>& types = everything ? known_types : options.devices;
   const std::vector<std::string>& collectors = everything ? known_collectors : options.collectors;
-  check_usage(options, modules, types, known_types, known_collectors);
+  // Manifests that could not be read: "<manifest>: <error at file:line:column>".
+  std::vector<std::string> broken;
+  for (const kiln::PluginStatus& s : runtime.plugins()) {
+    if (s.state == kiln::PluginStatus::State::kFailed && s.provides.empty()) {
+      broken.push_back(fmt::format("plugin {}: {}", s.name, s.reason));
+    }
+  }
+  check_usage(options, modules, types, known_types, known_collectors, broken);
   kiln::conformance::ResolveOptions resolve;
   resolve.require_device = options.require_device;
   std::vector<kiln::conformance::Target> targets =
       kiln::conformance::resolve_targets(runtime, types, modules, resolve);
   for (auto& t : kiln::conformance::resolve_collectors(runtime, collectors)) {
+    targets.push_back(std::move(t));
+  }
+  // A plugin whose manifest cannot be read serves nothing anyone could name: it fails the run
+  // whatever was asked for, never leaves it by omission.
+  for (auto& t : kiln::conformance::resolve_broken_manifests(runtime)) {
     targets.push_back(std::move(t));
   }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -512,6 +513,24 @@ std::vector<Target> resolve_targets(const Runtime& runtime,
       }
       t.devices.push_back(std::move(attrs));
     }
+    targets.push_back(std::move(t));
+  }
+  return targets;
+}
+
+std::vector<Target> resolve_broken_manifests(const Runtime& runtime) {
+  std::vector<Target> targets;
+  for (const PluginStatus& s : runtime.plugins()) {
+    if (s.state != PluginStatus::State::kFailed || !s.provides.empty()) continue;
+    Target t;
+    // A GoogleTest suite name: letters, digits and underscores.
+    t.name = "manifest_" + s.name;
+    for (char& c : t.name) {
+      if (std::isalnum(static_cast<unsigned char>(c)) == 0) c = '_';
+    }
+    t.plugin = s;
+    t.disposition = Target::Disposition::kFail;
+    t.reason = fmt::format("plugin {} is failed: {}", s.name, s.reason);
     targets.push_back(std::move(t));
   }
   return targets;

@@ -83,6 +83,12 @@ std::vector<Target> resolve_targets(const Runtime& runtime,
 std::vector<Target> resolve_collectors(const Runtime& runtime,
                                        const std::vector<std::string>& names);
 
+// The plugins whose manifest could not be read (state failed, nothing declared, so no device
+// type or collector names them): one device target each, named "manifest_<file stem>", whose
+// tests all fail with the manifest's error (its file, line and column), so that a folder with a
+// broken plugin never passes by leaving it out.
+std::vector<Target> resolve_broken_manifests(const Runtime& runtime);
+
 // Registers the suite's tests with GoogleTest, one test suite per target (Target::suite()).
 // `runtime` and `targets` are borrowed and must outlive RUN_ALL_TESTS().
 void register_tests(const Runtime& runtime, const std::vector<Target>& targets);
