@@ -86,6 +86,9 @@ class DeviceTypeNames {
   // Records why `name`, a type this table does not have, is missing (e.g. "; plugin 'x' would
   // provide it but is disabled: ..."); parse() appends it to its "unknown device type" error.
   void add_missing_hint(const std::string& name, std::string hint);
+  // Records what parse() says of an unknown name that has no hint of its own (e.g. "; plugin
+  // 'y' may provide it, but its manifest could not be read: ..."); empty: nothing.
+  void set_hint_for_any_missing(std::string hint);
 
   // Parses "cpu", "cpu:0", "cuda:1" or any name of this table, with optional ":index". Throws
   // ValueError for an unknown name (listing the known ones) or a bad index.
@@ -98,6 +101,7 @@ class DeviceTypeNames {
   std::map<std::string, int32_t, std::less<>> by_name_;  // canonical names and aliases
   std::map<int32_t, std::string> canonical_;
   std::map<std::string, std::string, std::less<>> missing_hints_;
+  std::string any_missing_hint_;  // set_hint_for_any_missing
 };
 
 }  // namespace kiln

@@ -71,6 +71,10 @@ void DeviceTypeNames::add_missing_hint(const std::string& name, std::string hint
   missing_hints_[name] = std::move(hint);
 }
 
+void DeviceTypeNames::set_hint_for_any_missing(std::string hint) {
+  any_missing_hint_ = std::move(hint);
+}
+
 Device DeviceTypeNames::parse(std::string_view text) const {
   std::string_view name = text;
   int32_t id = 0;
@@ -88,7 +92,7 @@ Device DeviceTypeNames::parse(std::string_view text) const {
     auto hint = missing_hints_.find(name);
     throw ValueError(fmt::format("unknown device type '{}' in '{}' (known: {}){}", name, text,
                                  fmt::join(names(), ", "),
-                                 hint != missing_hints_.end() ? hint->second : ""));
+                                 hint != missing_hints_.end() ? hint->second : any_missing_hint_));
   }
   return Device{*code, id};
 }

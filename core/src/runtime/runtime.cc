@@ -48,6 +48,9 @@ struct Runtime::Impl : DeviceContext, std::enable_shared_from_this<Runtime::Impl
   // "; plugin 'x' would provide it but is disabled: <reason>" for each plugin not loaded whose
   // manifest provides `tag` ("device:cuda", "collector:papi"): what to append to a NotFoundError.
   std::string not_active_hint(const std::string& tag) const;
+  // "; plugin 'y' may provide it, but its manifest could not be read: <error>" for each plugin
+  // whose manifest did not parse (it declares nothing, so it may be what any name is missing).
+  std::string unreadable_manifests_hint() const;
 
   // Adds `plugin`'s device backends, names and components; the reason when they conflict with
   // what is already there (then nothing is added).
@@ -67,6 +70,16 @@ std::string Runtime::Impl::not_active_hint(const std::string& tag) const {
     if (std::find(s.provides.begin(), s.provides.end(), tag) == s.provides.end()) continue;
     hint += fmt::format("; plugin '{}' would provide it but is {}: {}", s.name, to_string(s.state),
                         s.reason);
+  }
+  return hint + unreadable_manifests_hint();
+}
+
+std::string Runtime::Impl::unreadable_manifests_hint() const {
+  std::string hint;
+  for (const auto& s : statuses) {
+    if (s.state != PluginStatus::State::kFailed || !s.provides.empty()) continue;
+    hint += fmt::format("; plugin '{}' may provide it, but its manifest could not be read: {}",
+                        s.name, s.reason);
   }
   return hint;
 }
@@ -164,6 +177,7 @@ Runtime::Runtime(const RuntimeOptions& options) : impl_(std::make_shared<Impl>()
       }
     }
   }
+  impl_->type_names.set_hint_for_any_missing(impl_->unreadable_manifests_hint());
   register_host_loaders(impl_->module_loaders);
   impl_->startup_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
