@@ -26,6 +26,7 @@ __all__ = [
     "RPCConfig",
     "RunOutcome",
     "RunTask",
+    "Worker",
     "local_run",
     "rpc_run",
     "run_many",
