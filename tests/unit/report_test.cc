@@ -605,6 +605,29 @@ TEST(ReportCsv, EmptyReport) { EXPECT_EQ(Report().csv(), "\n"); }
 // ---------------------------------------------------------------------------------------------
 // Table details.
 
+// Issue 29: a collector's 150 % or negative duration was printed as a measurement.
+TEST(ReportTable, ValuesImpossibleForTheirKindAreMarked) {
+  Report r;
+  r.calls = {Call("ok", 100, "cpu0", "float32[4]", 40), Call("hot", 200, "cpu0", "float32[4]", 60)};
+  r.calls[1]["Occupancy (%)"] = Percent{150};
+  r.calls[0]["Stall (us)"] = Duration{-3};
+  r.calls[0]["Misses"] = Count{-1};
+  r.device_metrics["cpu0"] = Total("cpu0", 300);
+  const std::string table = r.table();
+  EXPECT_TRUE(Contains(table, "150.00 (!)"));
+  EXPECT_TRUE(Contains(table, "-3.00 (!)"));
+  EXPECT_TRUE(Contains(table, "-1 (!)"));
+  EXPECT_TRUE(Contains(table,
+                       "(!) impossible for its kind (a percentage outside 0-100, a "
+                       "negative duration or count)"));
+  // The percentages of the calls sum to 100: that sum is not marked, nor are sound values.
+  EXPECT_FALSE(Contains(table, "100.00 (!)"));
+  EXPECT_FALSE(Contains(table, "40.00 (!)"));
+  Report sound;
+  sound.calls = {Call("ok", 100, "cpu0", "float32[4]", 100)};
+  EXPECT_EQ(sound.table().find("(!)"), std::string::npos);
+}
+
 TEST(ReportTable, EmptyReport) {
   EXPECT_EQ(Report().table(),
             "Name        Duration (us)  Percent  Device  Count  Argument Shapes  \n"

@@ -368,6 +368,23 @@ std::string Report::csv() const {
   return out;
 }
 
+namespace {
+
+// What table() appends to a value that cannot be (issue 29 item 3).
+constexpr const char* kImpossibleMark = " (!)";
+
+// A percentage outside 0-100 (with room for a sum's rounding), a negative duration or count.
+bool impossible_for_its_kind(const MetricValue& value) {
+  if (const auto* c = std::get_if<Count>(&value)) return c->value < 0;
+  if (const auto* d = std::get_if<Duration>(&value)) return d->microseconds < 0;
+  if (const auto* p = std::get_if<Percent>(&value)) {
+    return p->percent < 0 || p->percent > 100 * (1 + 1e-9);
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string Report::table(bool sort, bool aggregate, bool col_sums) const {
   // 1. Rows.
   std::vector<MetricMap> rows = aggregate ? aggregate_calls(calls) : calls;
@@ -407,16 +424,24 @@ std::string Report::table(bool sort, bool aggregate, bool col_sums) const {
   for (const std::string& name : others) {
     if (std::find(headers.begin(), headers.end(), name) == headers.end()) headers.push_back(name);
   }
-  // 6. Cells and widths (in bytes).
+  // 6. Cells and widths (in bytes). A value impossible for its kind is marked, not printed as
+  // if it were a measurement.
   std::vector<std::vector<std::string>> cells;
   cells.reserve(rows.size() + 1);
   cells.push_back(headers);
+  bool marked = false;
   for (const MetricMap& row : rows) {
     std::vector<std::string> line;
     line.reserve(headers.size());
     for (const std::string& header : headers) {
       auto it = row.find(header);
-      line.push_back(it == row.end() ? std::string() : format_metric(it->second));
+      if (it == row.end()) {
+        line.emplace_back();
+        continue;
+      }
+      const bool wrong = impossible_for_its_kind(it->second);
+      marked = marked || wrong;
+      line.push_back(format_metric(it->second) + (wrong ? kImpossibleMark : ""));
     }
     cells.push_back(std::move(line));
   }
@@ -433,6 +458,12 @@ std::string Report::table(bool sort, bool aggregate, bool col_sums) const {
       out += "  ";
     }
     out += '\n';
+  }
+  if (marked) {
+    out += fmt::format(
+        "{} impossible for its kind (a percentage outside 0-100, a negative duration or count): "
+        "the collector or plugin that reported it is wrong\n",
+        kImpossibleMark);
   }
   // 8. Configuration.
   out += "\nConfiguration\n-------------\n";
