@@ -424,8 +424,10 @@ std::string Report::table(bool sort, bool aggregate, bool col_sums) const {
   for (const std::string& name : others) {
     if (std::find(headers.begin(), headers.end(), name) == headers.end()) headers.push_back(name);
   }
-  // 6. Cells and widths (in bytes). A value impossible for its kind is marked, not printed as
-  // if it were a measurement.
+  // 6. Cells and widths (in bytes). A collector's value impossible for its kind is marked, not
+  // printed as if it were a measurement (the fixed columns are the profiler's own: a merged
+  // report's Percent may pass 100 by design).
+  constexpr size_t kFixedColumns = 6;
   std::vector<std::vector<std::string>> cells;
   cells.reserve(rows.size() + 1);
   cells.push_back(headers);
@@ -433,13 +435,13 @@ std::string Report::table(bool sort, bool aggregate, bool col_sums) const {
   for (const MetricMap& row : rows) {
     std::vector<std::string> line;
     line.reserve(headers.size());
-    for (const std::string& header : headers) {
-      auto it = row.find(header);
+    for (size_t column = 0; column < headers.size(); ++column) {
+      auto it = row.find(headers[column]);
       if (it == row.end()) {
         line.emplace_back();
         continue;
       }
-      const bool wrong = impossible_for_its_kind(it->second);
+      const bool wrong = column >= kFixedColumns && impossible_for_its_kind(it->second);
       marked = marked || wrong;
       line.push_back(format_metric(it->second) + (wrong ? kImpossibleMark : ""));
     }
