@@ -23,12 +23,12 @@
 #include <vector>
 
 #include "kiln/config_error.h"
+#include "kiln/detail/wait_status.h"
 #include "kiln/kiln.h"
 #include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/version.h"
 #include "report.h"
 #include "suite.h"
-#include "wait_status.h"
 #include "worker_events.h"
 #include "worker_supervisor.h"
 
@@ -344,7 +344,7 @@ int run(int argc, char** argv) {
   if (!options.report_json.empty()) std::printf("JSON report: %s\n", options.report_json.c_str());
   if (context.interrupted_by != 0) {
     std::printf("interrupted by %s: the tests that had not ended are not in the report\n",
-                kiln::conformance::signal_name(context.interrupted_by).c_str());
+                kiln::detail::signal_name(context.interrupted_by).c_str());
     return kExitSignalBase + context.interrupted_by;
   }
   return summary.verdict == "fail" || gtest_status != 0 ? kExitFail : kExitPass;

@@ -8,8 +8,8 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "kiln/detail/wait_status.h"
 #include "kiln/version.h"
-#include "wait_status.h"
 
 namespace kiln::conformance {
 namespace {
@@ -118,7 +118,7 @@ std::string markdown_report(const ReportContext& context, const std::vector<Targ
   line();
   if (context.interrupted_by != 0) {
     line(fmt::format("**Interrupted by {}**: the tests that had not ended are not listed.",
-                     signal_name(context.interrupted_by)));
+                     kiln::detail::signal_name(context.interrupted_by)));
     line();
   }
   for (const std::string& error : context.run_errors) {
@@ -209,8 +209,9 @@ std::string json_report(const ReportContext& context, const std::vector<Target>&
   doc["search_paths"] = context.search_paths;
   doc["isolation"] = context.isolation;
   doc["run_errors"] = context.run_errors;
-  doc["interrupted_by"] =
-      context.interrupted_by != 0 ? json(signal_name(context.interrupted_by)) : json(nullptr);
+  doc["interrupted_by"] = context.interrupted_by != 0
+                              ? json(kiln::detail::signal_name(context.interrupted_by))
+                              : json(nullptr);
   doc["targets"] = json::array();
   for (const Target& t : targets) {
     const Summary s = count(outcomes, t);

@@ -16,8 +16,8 @@
 #include <optional>
 #include <thread>
 
+#include "kiln/detail/wait_status.h"
 #include "kiln/error.h"
-#include "wait_status.h"
 #include "worker_events.h"
 
 extern char** environ;
@@ -341,7 +341,7 @@ WorkerRun run_tests_in_workers(const WorkerOptions& options, const std::vector<T
       run.interrupted_by = life.interrupted_by;
       return run;
     }
-    const std::string how = describe_wait_status(life.wait_status);
+    const std::string how = kiln::detail::describe_wait_status(life.wait_status);
     if (life.current) {
       const std::string what =
           life.test_timed_out

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "commands.h"
+#include "kiln/detail/wait_status.h"
 #include "kiln/error.h"
 
 extern char** environ;
@@ -69,9 +70,8 @@ int run_supervised(const std::vector<std::string>& args, const std::string& what
     ::signal(sig, SIG_DFL);
     ::raise(sig);
   }
-  const char* abbrev = ::sigabbrev_np(sig);
-  std::fprintf(stderr, "kiln: %s died of SIG%s (signal %d) in its worker process\n", what.c_str(),
-               abbrev != nullptr ? abbrev : "?", sig);
+  std::fprintf(stderr, "kiln: %s %s in its worker process\n", what.c_str(),
+               detail::describe_wait_status(status).c_str());
   return kExitRuntime;
 }
 

@@ -20,6 +20,7 @@
 #include <list>
 #include <thread>
 
+#include "kiln/detail/wait_status.h"
 #include "kiln/error.h"
 #include "kiln/function.h"
 #include "kiln/logging.h"
@@ -472,11 +473,12 @@ struct Server::Impl {
         warn(
             fmt::format("session {} with {}: its process {} (a crash in an uploaded module, a "
                         "kernel or a plugin); the server goes on",
-                        state.id, conn.peer(), describe_wait_status(*status)));
+                        state.id, conn.peer(), kiln::detail::describe_wait_status(*status)));
         tell_crash(conn, *status);
       } else {
         info(fmt::format("session {} with {}: its process {}{}", state.id, conn.peer(),
-                         describe_wait_status(*status), why.empty() ? "" : " (" + why + ")"));
+                         kiln::detail::describe_wait_status(*status),
+                         why.empty() ? "" : " (" + why + ")"));
       }
       std::lock_guard lock(mu);
       state.worker.reset();
@@ -504,7 +506,7 @@ struct Server::Impl {
     w.str(fmt::format(
         "the session's process on the server {}: a crash in an uploaded module, a kernel or a "
         "plugin. The server goes on; start a new session",
-        describe_wait_status(status)));
+        kiln::detail::describe_wait_status(status)));
     try {
       conn.write_frame(wire::Code::kException, body);
     } catch (const std::exception&) {

@@ -279,16 +279,6 @@ std::optional<int> SessionProcess::wait(std::optional<std::chrono::milliseconds>
   }
 }
 
-std::string describe_wait_status(int status) {
-  if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* name = sigabbrev_np(sig);
-    return fmt::format("died of SIG{} (signal {})", name != nullptr ? name : "?", sig);
-  }
-  return fmt::format("ended with status {}", status);
-}
-
 bool crashed(int status) {
   return WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL && WTERMSIG(status) != SIGTERM;
 }

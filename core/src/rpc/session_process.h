@@ -89,8 +89,6 @@ class SessionProcess {
   std::optional<int> status_;
 };
 
-// "exited with code 3", "died of SIGSEGV (signal 11)".
-std::string describe_wait_status(int status);
 // Whether the status says the worker crashed (a signal other than the server's own SIGTERM /
 // SIGKILL).
 bool crashed(int status);

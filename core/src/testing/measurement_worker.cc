@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/detail/wait_status.h"
 #include "kiln/device_backend.h"
 #include "kiln/logging.h"
 #include "kiln/rpc/rpc_error.h"
@@ -226,11 +227,11 @@ void MeasurementWorker::Impl::worker_lost(const std::string& what, bool hung,
     }
     throw WorkerError(WorkerError::Kind::kCrashed, sig,
                       fmt::format("the measurement worker (pid {}) running {} {}", pid, what,
-                                  rpc::describe_wait_status(*status)));
+                                  kiln::detail::describe_wait_status(*status)));
   }
   throw WorkerError(WorkerError::Kind::kExited, std::nullopt,
                     fmt::format("the measurement worker (pid {}) running {} {} ({})", pid, what,
-                                rpc::describe_wait_status(*status), cause));
+                                kiln::detail::describe_wait_status(*status), cause));
 }
 
 RunResult MeasurementWorker::Impl::run_artifact(

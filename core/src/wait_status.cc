@@ -1,11 +1,12 @@
-#include "wait_status.h"
+// kiln/detail/wait_status.h.
+#include "kiln/detail/wait_status.h"
 
 #include <fmt/format.h>
 #include <sys/wait.h>
 
 #include <cstring>
 
-namespace kiln::conformance {
+namespace kiln::detail {
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);  // glibc 2.32; strsignal's text is localised
@@ -21,4 +22,4 @@ std::string describe_wait_status(int status) {
   return fmt::format("ended with wait status {}", status);
 }
 
-}  // namespace kiln::conformance
+}  // namespace kiln::detail
