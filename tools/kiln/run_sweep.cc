@@ -28,7 +28,7 @@ namespace {
 // one (points that differ only in an evaluator setting, a scalar argument, a second input's
 // shape), "/axis=value" for each axis whose value differs among them, so that `kiln compare`
 // matches points one to one.
-void name_points(Runtime& runtime, const run::SweepSpec& sweep, std::vector<PointRun>* runs) {
+void name_points(const run::SweepSpec& sweep, std::vector<PointRun>* runs) {
   // "/shape=[1024,1024]": axis a's value in a name, without spaces.
   const auto name_part = [&](const PointRun& r, size_t a) {
     std::string value = r.point->values[a];
@@ -337,7 +337,7 @@ int run_sweep(Runtime& runtime, const run::SweepSpec& sweep,
   } else {
     measure_in_order(runtime, device_option, execution, progress, &runs);
   }
-  name_points(runtime, sweep, &runs);
+  name_points(sweep, &runs);
 
   const nlohmann::json benchmark = sweep_benchmark_document(runtime, runs);
   if (options.benchmark_out) write_output_file(*options.benchmark_out, benchmark.dump(2) + "\n");
