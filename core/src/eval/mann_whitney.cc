@@ -6,12 +6,10 @@
 #include <utility>
 
 namespace kiln::stats {
-namespace {
 
-// The exact null distribution of U for samples of m and n: the coefficients of the Gaussian
-// binomial [m + n choose m]_q = prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i), as counts (doubles:
-// only their ratios matter, and they stay far below the double range for m <= 8).
-std::vector<double> u_counts(size_t m, size_t n) {
+// The coefficients of the Gaussian binomial [m + n choose m]_q =
+// prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i).
+std::vector<double> u_null_counts(size_t m, size_t n) {
   const size_t top = m * n;
   std::vector<double> c(top + 1, 0.0);
   c[0] = 1;
@@ -23,8 +21,6 @@ std::vector<double> u_counts(size_t m, size_t n) {
   }
   return c;
 }
-
-}  // namespace
 
 UTestResult mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y) {
   UTestResult r;
@@ -58,7 +54,7 @@ UTestResult mann_whitney_u(const std::vector<double>& x, const std::vector<doubl
 
   // scipy's method="auto": exact unless both samples are larger than 8 or there are ties.
   if (!ties && (n1 <= 8 || n2 <= 8)) {
-    const std::vector<double> c = u_counts(std::min(n1, n2), std::max(n1, n2));
+    const std::vector<double> c = u_null_counts(std::min(n1, n2), std::max(n1, n2));
     const double total = std::accumulate(c.begin(), c.end(), 0.0);
     // P(U >= u_max); u_max is a whole number without ties.
     double tail = 0;

@@ -23,6 +23,11 @@ struct UTestResult {
 // The two-sided U-test of `x` against `y`. An empty sample gives p = 1 (no evidence).
 UTestResult mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y);
 
+// The exact null distribution of U for samples of m and n values without ties: element u is the
+// number of the C(m + n, m) orderings with U = u (0 <= u <= m n). Doubles, since only their
+// ratios matter: exact up to 2^53 and within the double range for m + n <= 1000.
+std::vector<double> u_null_counts(size_t m, size_t n);
+
 // The smallest two-sided p-value samples of these sizes can reach (all of one sample below all of
 // the other, no ties): with 3 and 3 repeats it is 0.1, so no difference is ever significant at
 // 0.05. 1 when either is empty.
