@@ -81,15 +81,38 @@ def verdicts(kiln):
         # A 20% regression within a 25% threshold is no change.
         ok &= expect(kiln, 0, ["no change, significant"], a, slow, "--threshold", "25%")
         ok &= expect(kiln, 1, ["slower, significant"], a, slow, "--metric", "min")
-        ok &= expect(kiln, 0, ["slower, not significant",
-                               "3 and 3 repeats cannot reach p < 0.05"], few_a, few_b)
+        ok &= expect(kiln, 0, ["undecided", "3 and 3 repeats cannot bound a 95% interval",
+                               "too few repeats to detect any change"], few_a, few_b)
+        # Noise: the same 20% slowdown, but B ran while threads waited for a CPU 30% of the
+        # time (kiln_cpu_pressure), or A's machine had a load of 3 on 2 CPUs: within noise.
+        pressed = gbench({"k/1024/float32/cpu:0": slower})
+        for entry in pressed["benchmarks"]:
+            entry["kiln_cpu_pressure"] = 0.3
+        pressed_b = write(d, "pressed.json", pressed)
+        ok &= expect(kiln, 0, ["within noise, significant", "noise band of 30.0%",
+                               "CPU pressure 30% in B", "no significant regression",
+                               "cannot tell a change smaller than 30.0% from noise"],
+                     a, pressed_b)
+        loaded = gbench({"k/1024/float32/cpu:0": base, "gone": base})
+        loaded["context"].update({"load_avg": [3.0, 2.0, 1.0], "num_cpus": 2})
+        loaded_a = write(d, "loaded.json", loaded)
+        ok &= expect(kiln, 0, ["within noise", "load 1.5 per CPU in A"], loaded_a, slow)
+        # A quiet machine (pressure 1%) leaves the threshold as the band: still a regression.
+        quiet = gbench({"k/1024/float32/cpu:0": slower})
+        for entry in quiet["benchmarks"]:
+            entry["kiln_cpu_pressure"] = 0.01
+        ok &= expect(kiln, 1, ["slower, significant"], a, write(d, "quiet.json", quiet))
         ok &= expect(kiln, 0, ["slower, untested", "no per-repeat times"], a, aggregates_only)
         got, text = compare(kiln, "--json", a, slow)
         doc = json.loads(text) if got == 1 else {}
         row = doc.get("benchmarks", [{}])[0]
         # scipy.stats.mannwhitneyu: exact for 8 and 8 without ties, U = 0 -> 2 / C(16, 8).
+        # The interval of B/A: with 8 and 8 repeats (exact U distribution, P(U <= 13) <= 0.025)
+        # the 14th to the 51st of the 64 pairwise ratios, all above 1.
         if not (abs(row.get("p_value", 1) - 2 / 12870) < 1e-15 and row.get("p_exact")
-                and doc.get("regressions") == ["k/1024/float32/cpu:0"]):
+                and doc.get("regressions") == ["k/1024/float32/cpu:0"]
+                and 1 < row.get("ratio_low", 0) < 1.2 < row.get("ratio_high", 0)
+                and row.get("direction") == "slower" and row.get("detectable", 1) < 0.2):
             print(f"FAIL: --json: {text}")
             ok = False
         # Bad input: exit 2 naming the file and what is wrong.

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
+#include "commands.h"
 #include "kiln/config_error.h"
 #include "kiln/device_backend.h"
 
@@ -145,6 +147,23 @@ void check_exporter(const Runtime& runtime, const run::RunSpec& spec) {
           names.empty() ? "no exporter is loaded (see `kiln plugins`)"
                         : fmt::format("the loaded exporters are: {}", fmt::join(names, ", ")),
           runtime.not_active_hint("exporter:" + spec.exporter)));
+}
+
+double parse_threshold(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '%' || t.back() == ' ')) t.pop_back();
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (t.empty() || used != t.size() || !(v >= 0) || !std::isfinite(v)) {
+    throw UsageError(
+        fmt::format("--threshold: expected a percentage >= 0 such as 5% or 2.5, got '{}'", text));
+  }
+  return v / 100;
 }
 
 }  // namespace kiln::tool

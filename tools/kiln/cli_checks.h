@@ -23,6 +23,10 @@ CLI::Validator at_least_one();
 CLI::Validator greater_than_zero();
 CLI::Validator not_negative();
 
+// `--threshold`'s value: "5%", "5" and "2.5 %" all mean that many percent. Returns the
+// fraction (0.05); UsageError for anything but a finite number >= 0.
+double parse_threshold(const std::string& text);
+
 // When `args` (argv without the program name) names a command `app` does not have where a
 // command is expected, e.g. `kiln rn`: "unknown command 'rn' (did you mean 'run'?); commands:
 // plugins, devices, run, ...". Global options before the command and their values are skipped;

@@ -184,6 +184,26 @@ struct CompareOptions {
 // significantly so, 2 for unreadable or malformed input.
 int run_compare(const CompareOptions& options);
 
+// `kiln ab A.yaml B.yaml`: two single-run configs timed in one run, alternating in a random
+// order per round (kiln::testing::ab_run).
+struct AbCommandOptions {
+  std::filesystem::path config_a, config_b;
+  std::optional<std::string> device;                 // --device, for both sides
+  int32_t rounds = 20;                               // rounds, each timing A once and B once
+  std::string threshold = "5%";                      // a change within this is "no change"
+  double alpha = 0.05;                               // 1 - the confidence of the interval
+  std::optional<uint64_t> seed;                      // the order's seed (default: random, printed)
+  std::vector<std::filesystem::path> plugin_path_b;  // B's plugin folders (two builds)
+  std::optional<bool> progress;                      // --progress / --no-progress
+  bool json = false;
+};
+
+// Runs and checks each side once, then times both in `rounds` interleaved rounds and prints
+// the ratio B / A with its interval and the verdict. Exit 0, or 1 when B is slower beyond the
+// threshold with the interval above 1 (or a side's check fails); 2 for bad arguments or
+// configs, 3 for a failure while running.
+int run_ab(const AbCommandOptions& options, const GlobalOptions& global);
+
 // `kiln plugins`: every plugin considered, its version, ABI, state and reason.
 int run_plugins(const GlobalOptions& options);
 // `kiln devices`: every device of every loaded backend, or why a backend has none.

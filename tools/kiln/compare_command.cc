@@ -1,12 +1,15 @@
 // `kiln compare A.json B.json`: did B get slower than A? Per benchmark the change of a statistic
-// of the per-repeat times, a two-sided Mann-Whitney U-test on those times
-// (kiln/detail/mann_whitney.h) and a verdict; a regression beyond the threshold that is
-// significant fails (exit 1) so that CI can gate on it. Reads Google Benchmark's JSON (its own
-// files, `kiln run --benchmark-out`, BenchmarkResult::to_json) and `kiln run --json` (the same
-// document under "benchmark"; a sweep's document holds every point, its failed points as entries
-// with error_occurred).
+// of the per-repeat times, the interval of B / A that the Mann-Whitney U-test gives
+// (kiln/detail/ratio_interval.h), its p-value, and a verdict that weighs the change against the
+// noise both files recorded (the CPU pressure of each run, else the machine's load): a change
+// the machine's state could explain is "within noise", not a regression. A regression beyond
+// that band that is significant fails (exit 1) so that CI can gate on it. Reads Google
+// Benchmark's JSON (its own files, `kiln run --benchmark-out`, BenchmarkResult::to_json) and
+// `kiln run --json` (the same document under "benchmark"; a sweep's document holds every point,
+// its failed points as entries with error_occurred).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -19,8 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "kiln/detail/mann_whitney.h"
+#include "kiln/detail/noise_verdict.h"
+#include "kiln/detail/ratio_interval.h"
 #include "kiln/statistics.h"
 #include "progress.h"
 
@@ -32,6 +38,9 @@ namespace {
 struct Entry {
   std::vector<double> samples_ns;
   std::optional<double> mean_ns, median_ns;
+  // The largest kiln_cpu_pressure of its entries: the share of the run in which a thread of
+  // the machine waited for a CPU (BenchmarkResult::to_json writes it; Google Benchmark does not).
+  std::optional<double> cpu_pressure;
 };
 
 struct Document {
@@ -40,6 +49,8 @@ struct Document {
   // Benchmarks that failed (error_occurred, e.g. a failed point of a `kiln run` sweep) and
   // their error messages.
   std::map<std::string, std::string> errors;
+  // The context's 1-minute load average per CPU (load_avg[0] / num_cpus), when it has both.
+  std::optional<double> load_per_cpu;
 };
 
 double to_ns(const nlohmann::json& b, const std::string& field, const std::string& where) {
@@ -82,6 +93,15 @@ Document read_document(const std::filesystem::path& path) {
         file));
   }
   Document out;
+  if (doc.contains("context") && doc["context"].is_object()) {
+    const auto& context = doc["context"];
+    if (context.contains("load_avg") && context["load_avg"].is_array() &&
+        !context["load_avg"].empty() && context["load_avg"][0].is_number() &&
+        context.contains("num_cpus") && context["num_cpus"].is_number() &&
+        context["num_cpus"].get<double>() >= 1) {
+      out.load_per_cpu = context["load_avg"][0].get<double>() / context["num_cpus"].get<double>();
+    }
+  }
   const auto& benchmarks = doc["benchmarks"];
   for (size_t i = 0; i < benchmarks.size(); ++i) {
     const auto& b = benchmarks[i];
@@ -104,6 +124,10 @@ Document read_document(const std::filesystem::path& path) {
       Entry& e = out.entries[name];
       if (e.samples_ns.empty() && !e.mean_ns && !e.median_ns) out.order.push_back(name);
       e.samples_ns.push_back(to_ns(b, "real_time", where));
+      if (b.contains("kiln_cpu_pressure") && b["kiln_cpu_pressure"].is_number()) {
+        const double pressure = std::clamp(b["kiln_cpu_pressure"].get<double>(), 0.0, 1.0);
+        e.cpu_pressure = std::max(e.cpu_pressure.value_or(0.0), pressure);
+      }
     } else if (run_type == "aggregate" && b.value("aggregate_unit", "time") == "time") {
       const std::string which = b.value("aggregate_name", "");
       if (which != "mean" && which != "median") continue;
@@ -118,24 +142,6 @@ Document read_document(const std::filesystem::path& path) {
   return out;
 }
 
-// "5%", "5" and "2.5 %" all mean that many percent; returns the fraction.
-double parse_threshold(const std::string& text) {
-  std::string t = text;
-  while (!t.empty() && (t.back() == '%' || t.back() == ' ')) t.pop_back();
-  size_t used = 0;
-  double v = -1;
-  try {
-    v = std::stod(t, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (t.empty() || used != t.size() || !(v >= 0) || !std::isfinite(v)) {
-    throw UsageError(
-        fmt::format("--threshold: expected a percentage >= 0 such as 5% or 2.5, got '{}'", text));
-  }
-  return v / 100;
-}
-
 // The statistic `metric` of an entry, from its samples or else from the file's aggregate.
 std::optional<double> metric_of(const Entry& e, const std::string& metric) {
   if (!e.samples_ns.empty()) {
@@ -147,14 +153,43 @@ std::optional<double> metric_of(const Entry& e, const std::string& metric) {
   return std::nullopt;
 }
 
+// How much of a change between two runs made at different times the machine's state could
+// explain: the larger CPU pressure the two recorded for this benchmark (a share of the run in
+// which threads waited for a CPU slows a CPU-bound kernel by up to about that share), and for a
+// file without one, its load beyond one runnable thread per CPU (load 3 on 2 CPUs: 50%), at
+// most 100%. 0 when neither file says.
+struct NoiseBand {
+  double band = 0;
+  std::string source;  // "CPU pressure 31% in B", "load 1.5 per CPU in A", or ""
+};
+NoiseBand noise_band(const Document& da, const Entry& ea, const Document& db, const Entry& eb) {
+  NoiseBand out;
+  const auto consider = [&out](const Document& d, const Entry& e, const char* which) {
+    double band = 0;
+    std::string source;
+    if (e.cpu_pressure) {
+      band = *e.cpu_pressure;
+      source = fmt::format("CPU pressure {} in {}", format_percent(band), which);
+    } else if (d.load_per_cpu) {
+      band = std::clamp(*d.load_per_cpu - 1, 0.0, 1.0);
+      source = fmt::format("load {:.2g} per CPU in {}", *d.load_per_cpu, which);
+    }
+    if (band > out.band) out = {band, source};
+  };
+  consider(da, ea, "A");
+  consider(db, eb, "B");
+  return out;
+}
+
 struct Row {
   std::string name;
   std::optional<double> a, b, change;
   size_t n_a = 0, n_b = 0;
   std::optional<double> p;
   bool exact = false;
-  std::string direction;  // "faster", "slower", "no change" or "" (no metric)
-  bool significant = false;
+  std::optional<stats::RatioInterval> interval;  // of B / A, when both have per-repeat times
+  NoiseBand noise;
+  std::optional<stats::ChangeVerdict> judged;
   std::string verdict;
   std::string note;  // why the test cannot decide, when it cannot
 };
@@ -205,27 +240,42 @@ int run_compare(const CompareOptions& options) {
     r.n_a = ea.samples_ns.size();
     r.n_b = eb.samples_ns.size();
     if (r.a && r.b && *r.a > 0) r.change = (*r.b - *r.a) / *r.a;
-    if (r.n_a > 0 && r.n_b > 0) {
+    r.noise = noise_band(a, ea, b, eb);
+    const bool positive =
+        std::all_of(ea.samples_ns.begin(), ea.samples_ns.end(), [](double t) { return t > 0; }) &&
+        std::all_of(eb.samples_ns.begin(), eb.samples_ns.end(), [](double t) { return t > 0; });
+    if (r.n_a > 0 && r.n_b > 0 && positive && r.change) {
       const stats::UTestResult u = stats::mann_whitney_u(ea.samples_ns, eb.samples_ns);
       r.p = u.p_value;
       r.exact = u.exact;
-      r.significant = u.p_value < options.alpha;
-      const double floor = stats::min_p_value(r.n_a, r.n_b);
-      if (!(floor < options.alpha)) {
-        r.note = fmt::format(
-            "{} and {} repeats cannot reach p < {:g} (the smallest p is {:.3g}); time at least "
-            "4 repeats on each side",
-            r.n_a, r.n_b, options.alpha, floor);
+      r.interval = stats::unpaired_ratio(ea.samples_ns, eb.samples_ns, 1 - options.alpha);
+      // The verdict is about the metric compared; its interval is the U-test's.
+      stats::RatioInterval judged = *r.interval;
+      judged.ratio = 1 + *r.change;
+      r.judged = stats::judge_change(judged, threshold, r.noise.band);
+      r.verdict = r.judged->direction;
+      if (r.verdict != "undecided") {
+        r.verdict += r.judged->significant ? ", significant" : ", not significant";
       }
-    } else {
-      r.note = "no per-repeat times in both files, so no U-test (a regression here never fails)";
-    }
-    if (r.change) {
-      r.direction = *r.change > threshold    ? "slower"
-                    : *r.change < -threshold ? "faster"
-                                             : "no change";
-      r.verdict = r.direction +
-                  (r.p ? (r.significant ? ", significant" : ", not significant") : ", untested");
+      if (!r.interval->bounded()) {
+        r.note = fmt::format(
+            "{} and {} repeats cannot bound a {:g}% interval (the smallest p is {:.3g}); time at "
+            "least 4 repeats on each side",
+            r.n_a, r.n_b, (1 - options.alpha) * 100, stats::min_p_value(r.n_a, r.n_b));
+      } else if (!r.judged->reason.empty()) {
+        r.note =
+            r.judged->reason + (r.noise.source.empty() ? "" : fmt::format(" ({})", r.noise.source));
+      }
+    } else if (r.change) {
+      const std::string direction = *r.change > threshold    ? "slower"
+                                    : *r.change < -threshold ? "faster"
+                                                             : "no change";
+      r.verdict = direction + ", untested";
+      r.note = r.n_a > 0 && r.n_b > 0
+                   ? "a time of 0 or less in a file: no ratio, so no test (a regression here "
+                     "never fails)"
+                   : "no per-repeat times in both files, so no U-test (a regression here never "
+                     "fails)";
     } else {
       r.verdict = fmt::format("no {} in both files", options.metric);
     }
@@ -233,7 +283,7 @@ int run_compare(const CompareOptions& options) {
   }
   std::vector<std::string> regressions;
   for (const Row& r : rows) {
-    if (r.direction == "slower" && r.significant) regressions.push_back(r.name);
+    if (r.judged && r.judged->direction == "slower") regressions.push_back(r.name);
   }
 
   if (options.json) {
@@ -248,17 +298,27 @@ int run_compare(const CompareOptions& options) {
       return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
     };
     for (const Row& r : rows) {
-      out["benchmarks"].push_back({{"name", r.name},
-                                   {"baseline_ns", opt(r.a)},
-                                   {"contender_ns", opt(r.b)},
-                                   {"change", opt(r.change)},
-                                   {"repeats", {r.n_a, r.n_b}},
-                                   {"p_value", opt(r.p)},
-                                   {"p_exact", r.exact},
-                                   {"direction", r.direction},
-                                   {"significant", r.significant},
-                                   {"verdict", r.verdict},
-                                   {"note", r.note}});
+      out["benchmarks"].push_back(
+          {{"name", r.name},
+           {"baseline_ns", opt(r.a)},
+           {"contender_ns", opt(r.b)},
+           {"change", opt(r.change)},
+           {"repeats", {r.n_a, r.n_b}},
+           {"p_value", opt(r.p)},
+           {"p_exact", r.exact},
+           {"ratio_low", r.interval && r.interval->bounded() ? nlohmann::json(r.interval->low)
+                                                             : nlohmann::json(nullptr)},
+           {"ratio_high", r.interval && r.interval->bounded() ? nlohmann::json(r.interval->high)
+                                                              : nlohmann::json(nullptr)},
+           {"noise_band", r.noise.band},
+           {"noise_source", r.noise.source},
+           {"detectable", r.judged && std::isfinite(r.judged->detectable)
+                              ? nlohmann::json(r.judged->detectable)
+                              : nlohmann::json(nullptr)},
+           {"direction", r.judged ? r.judged->direction : ""},
+           {"significant", r.judged && r.judged->significant},
+           {"verdict", r.verdict},
+           {"note", r.note}});
     }
     out["only_in_baseline"] = only_a;
     out["only_in_contender"] = only_b;
@@ -274,14 +334,29 @@ int run_compare(const CompareOptions& options) {
   } else {
     size_t width = 9;
     for (const Row& r : rows) width = std::max(width, r.name.size());
-    std::cout << fmt::format("{:<{}}  {:>11}  {:>11}  {:>8}  {:>8}  {}\n", "benchmark", width,
-                             "A " + options.metric, "B " + options.metric, "change", "p-value",
-                             "verdict");
+    // B / A's interval, the noise band and the smallest change the data could call.
+    const auto interval_text = [](const Row& r) {
+      if (!r.interval) return std::string("-");
+      if (!r.interval->bounded()) return std::string("unbounded");
+      return fmt::format("{:.3f}-{:.3f}", r.interval->low, r.interval->high);
+    };
+    const auto detectable_text = [](const Row& r) {
+      if (!r.judged) return std::string("-");
+      if (!std::isfinite(r.judged->detectable)) return std::string("none");
+      return fmt::format("{:.1f}%", r.judged->detectable * 100);
+    };
+    const std::string ci = fmt::format("{:g}% B/A", (1 - options.alpha) * 100);
+    std::cout << fmt::format("{:<{}}  {:>11}  {:>11}  {:>8}  {:>13}  {:>8}  {:>6}  {:>10}  {}\n",
+                             "benchmark", width, "A " + options.metric, "B " + options.metric,
+                             "change", ci, "p-value", "noise", "detectable", "verdict");
     for (const Row& r : rows) {
-      std::cout << fmt::format("{:<{}}  {:>11}  {:>11}  {:>8}  {:>8}  {}\n", r.name, width,
-                               r.a ? format_time_ns(*r.a) : "-", r.b ? format_time_ns(*r.b) : "-",
-                               r.change ? fmt::format("{:+.1f}%", *r.change * 100) : "-",
-                               r.p ? fmt::format("{:.3g}", *r.p) : "-", r.verdict);
+      std::cout << fmt::format(
+          "{:<{}}  {:>11}  {:>11}  {:>8}  {:>13}  {:>8}  {:>6}  {:>10}  {}\n", r.name, width,
+          r.a ? format_time_ns(*r.a) : "-", r.b ? format_time_ns(*r.b) : "-",
+          r.change ? fmt::format("{:+.1f}%", *r.change * 100) : "-", interval_text(r),
+          r.p ? fmt::format("{:.3g}", *r.p) : "-",
+          r.noise.source.empty() ? "-" : fmt::format("{:.1f}%", r.noise.band * 100),
+          detectable_text(r), r.verdict);
     }
     for (const Row& r : rows) {
       if (!r.note.empty()) std::cout << fmt::format("note: {}: {}\n", r.name, r.note);
@@ -295,11 +370,24 @@ int run_compare(const CompareOptions& options) {
       std::cout << fmt::format("failed in B: {}: {}\n", n, b.errors.at(n));
     }
     std::cout << fmt::format(
-        "{} benchmark{} compared by {} (threshold {}, two-sided Mann-Whitney U-test, alpha "
-        "{:g}): ",
+        "{} benchmark{} compared by {} (threshold {} or the noise band, two-sided Mann-Whitney "
+        "U-test, alpha {:g}): ",
         rows.size(), rows.size() == 1 ? "" : "s", options.metric, pct, options.alpha);
     if (regressions.empty()) {
       std::cout << "no significant regression\n";
+      // Say so when the runs were too noisy for the gate to mean much.
+      double widest = 0;
+      for (const Row& r : rows) {
+        if (r.judged) widest = std::max(widest, r.judged->detectable);
+      }
+      if (widest > 2 * threshold) {
+        std::cout << fmt::format(
+            "{}; time both sides in one run with kiln ab for a tighter answer\n",
+            std::isfinite(widest)
+                ? fmt::format("these files cannot tell a change smaller than {:.1f}% from noise",
+                              widest * 100)
+                : std::string("too few repeats to detect any change in some benchmark"));
+      }
     } else {
       std::cout << fmt::format("{} significant regression{}: {}\n", regressions.size(),
                                regressions.size() == 1 ? "" : "s", fmt::join(regressions, ", "));

@@ -99,6 +99,37 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   compare->add_flag("--json", compare_options.json, "Print JSON instead of a table");
 
+  AbCommandOptions ab_options;
+  auto* ab = app.add_subcommand(
+      "ab",
+      "Time two run configs in one run, alternating A and B in random order per round: the "
+      "ratio B/A with a confidence interval and a verdict; exit 1 when B is slower");
+  ab->add_option("a", ab_options.config_a, "Run config A, the baseline (YAML)")->required();
+  ab->add_option("b", ab_options.config_b, "Run config B, the contender (YAML)")->required();
+  ab->add_option("--device", ab_options.device,
+                 "Device both run on, overriding the configs' (e.g. cpu, opencl:0)");
+  ab->add_option("--rounds", ab_options.rounds,
+                 "Rounds, each timing A once and B once (at least 6)")
+      ->capture_default_str()
+      ->check(CLI::Range(6, 100000));
+  ab->add_option("--threshold", ab_options.threshold,
+                 "Changes within this percentage are no change (e.g. 5%, 2.5)")
+      ->capture_default_str();
+  ab->add_option("--alpha", ab_options.alpha,
+                 "1 - the confidence of the interval of B/A (0.05: a 95% interval)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0001, 0.5));
+  ab->add_option("--seed", ab_options.seed,
+                 "Seed of the per-round order (default: a random one, printed)");
+  ab->add_option("--plugin-path-b", ab_options.plugin_path_b,
+                 "Plugin folder(s) B loads instead of --plugin-path's: compare two builds of "
+                 "one plugin (repeatable)");
+  bool ab_progress_on = false, ab_progress_off = false;
+  ab->add_flag("--progress", ab_progress_on,
+               "Show progress (default: $KILN_PROGRESS, else only when stderr is a terminal)");
+  ab->add_flag("--no-progress", ab_progress_off, "Never show progress")->excludes("--progress");
+  ab->add_flag("--json", ab_options.json, "Print one JSON document instead of text");
+
   ProfileOptions profile_options;
   auto* profile =
       app.add_subcommand("profile",
@@ -303,7 +334,7 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? kExitOk : kExitUsage;
   }
-  if (run->parsed() || profile->parsed()) {
+  if (run->parsed() || profile->parsed() || ab->parsed()) {
     // Directories of earlier runs killed before they could clean up, then this run's own
     // removed even on ^C or SIGTERM.
     kiln::remove_stale_temporary_directories();
@@ -316,6 +347,11 @@ int main(int argc, char** argv) {
     if (tracker->parsed()) return run_tracker(tracker_options);
     if (query->parsed()) return run_query(query_options);
     if (compare->parsed()) return run_compare(compare_options);
+    if (ab->parsed()) {
+      if (ab_progress_on) ab_options.progress = true;
+      if (ab_progress_off) ab_options.progress = false;
+      return run_ab(ab_options, options);
+    }
     if (devices->parsed()) return run_devices(options);
     if (profile->parsed()) {
       profile_options.arguments.assign(argv + 1, argv + argc);

@@ -238,6 +238,12 @@ std::string BenchmarkResult::to_json() const {
                           {"real_time", ns},
                           {"cpu_time", ns},
                           {"time_unit", "ns"}});
+    // The share of the measurement in which a runnable thread of the machine waited for a CPU
+    // (PSI): what `kiln compare` weighs a change against. A user counter to Google
+    // Benchmark's tools.
+    if (cpu_pressure_s >= 0 && wall_time_s > 0) {
+      benchmarks.back()["kiln_cpu_pressure"] = std::min(1.0, cpu_pressure_s / wall_time_s);
+    }
   }
   if (repetitions > 0) {
     // As Google Benchmark's ComputeStats: mean, median, sample (n - 1) stddev, and cv as a
