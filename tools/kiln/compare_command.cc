@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -154,27 +155,30 @@ std::optional<double> metric_of(const Entry& e, const std::string& metric) {
 }
 
 // How much of a change between two runs made at different times the machine's state could
-// explain: the larger CPU pressure the two recorded for this benchmark (a share of the run in
-// which threads waited for a CPU slows a CPU-bound kernel by up to about that share), and for a
-// file without one, its load beyond one runnable thread per CPU (load 3 on 2 CPUs: 50%), at
-// most 100%. 0 when neither file says.
+// explain. A run during which threads waited for a CPU more than kiln run's noise verdict
+// allows (NoiseThresholds::max_cpu_pressure, 10% of the run), or whose file records no
+// pressure but a load above one runnable thread per CPU, can be slowed by any amount (a
+// parallel kernel that shares its CPUs with one busy process takes twice as long): the band is
+// unbounded and no change counts. A quieter run allows its pressure. 0 when neither file says.
 struct NoiseBand {
   double band = 0;
   std::string source;  // "CPU pressure 31% in B", "load 1.5 per CPU in A", or ""
 };
 NoiseBand noise_band(const Document& da, const Entry& ea, const Document& db, const Entry& eb) {
+  const NoiseThresholds limits;
+  const double unbounded = std::numeric_limits<double>::infinity();
   NoiseBand out;
-  const auto consider = [&out](const Document& d, const Entry& e, const char* which) {
+  const auto consider = [&](const Document& d, const Entry& e, const char* which) {
     double band = 0;
     std::string source;
     if (e.cpu_pressure) {
-      band = *e.cpu_pressure;
-      source = fmt::format("CPU pressure {} in {}", format_percent(band), which);
+      band = *e.cpu_pressure > limits.max_cpu_pressure ? unbounded : *e.cpu_pressure;
+      source = fmt::format("CPU pressure {} in {}", format_percent(*e.cpu_pressure), which);
     } else if (d.load_per_cpu) {
-      band = std::clamp(*d.load_per_cpu - 1, 0.0, 1.0);
+      band = *d.load_per_cpu > limits.max_load_per_core ? unbounded : 0;
       source = fmt::format("load {:.2g} per CPU in {}", *d.load_per_cpu, which);
     }
-    if (band > out.band) out = {band, source};
+    if (band > out.band || (out.source.empty() && !source.empty())) out = {band, source};
   };
   consider(da, ea, "A");
   consider(db, eb, "B");
@@ -355,7 +359,9 @@ int run_compare(const CompareOptions& options) {
           r.a ? format_time_ns(*r.a) : "-", r.b ? format_time_ns(*r.b) : "-",
           r.change ? fmt::format("{:+.1f}%", *r.change * 100) : "-", interval_text(r),
           r.p ? fmt::format("{:.3g}", *r.p) : "-",
-          r.noise.source.empty() ? "-" : fmt::format("{:.1f}%", r.noise.band * 100),
+          r.noise.source.empty()        ? "-"
+          : std::isfinite(r.noise.band) ? fmt::format("{:.1f}%", r.noise.band * 100)
+                                        : "busy",
           detectable_text(r), r.verdict);
     }
     for (const Row& r : rows) {
@@ -375,18 +381,26 @@ int run_compare(const CompareOptions& options) {
         rows.size(), rows.size() == 1 ? "" : "s", options.metric, pct, options.alpha);
     if (regressions.empty()) {
       std::cout << "no significant regression\n";
-      // Say so when the runs were too noisy for the gate to mean much.
+      // Say so when the runs were too noisy, or too short, for the gate to mean much.
       double widest = 0;
+      bool busy = false, short_runs = false;
       for (const Row& r : rows) {
-        if (r.judged) widest = std::max(widest, r.judged->detectable);
+        if (!r.judged) continue;
+        widest = std::max(widest, r.judged->detectable);
+        busy |= !std::isfinite(r.noise.band);
+        short_runs |= !r.interval->bounded();
       }
-      if (widest > 2 * threshold) {
-        std::cout << fmt::format(
-            "{}; time both sides in one run with kiln ab for a tighter answer\n",
-            std::isfinite(widest)
-                ? fmt::format("these files cannot tell a change smaller than {:.1f}% from noise",
-                              widest * 100)
-                : std::string("too few repeats to detect any change in some benchmark"));
+      std::string why;
+      if (busy) {
+        why = "the machine was too noisy to tell any change in some benchmark";
+      } else if (short_runs) {
+        why = "too few repeats to detect any change in some benchmark";
+      } else if (widest > 2 * threshold) {
+        why = fmt::format("these files cannot tell a change smaller than {:.1f}% from noise",
+                          widest * 100);
+      }
+      if (!why.empty()) {
+        std::cout << why << "; time both sides in one run with kiln ab for a tighter answer\n";
       }
     } else {
       std::cout << fmt::format("{} significant regression{}: {}\n", regressions.size(),

@@ -184,8 +184,10 @@ ChangeVerdict judge_change(const RatioInterval& interval, double threshold, doub
   v.direction = "within noise";
   v.reason = !v.significant
                  ? fmt::format("the {:.0f}% interval includes no change", interval.confidence * 100)
-                 : fmt::format("inside the noise band of {:.1f}% the machine's state could explain",
-                               noise_band * 100);
+             : std::isfinite(noise_band)
+                 ? fmt::format("inside the noise band of {:.1f}% the machine's state could explain",
+                               noise_band * 100)
+                 : std::string("the machine was too busy to tell a change from noise");
   return v;
 }
 

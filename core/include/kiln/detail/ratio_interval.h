@@ -65,7 +65,8 @@ struct ChangeVerdict {
 };
 
 // Judges `interval` with `threshold` (a fraction: 0.05 for 5%) and `noise_band` (a fraction the
-// machine's drift could explain; 0 for an interleaved run, where drift cancels).
+// machine's drift could explain; 0 for an interleaved run, where drift cancels; +infinity when
+// the machine was too busy for any change to count).
 ChangeVerdict judge_change(const RatioInterval& interval, double threshold, double noise_band);
 
 }  // namespace kiln::stats
