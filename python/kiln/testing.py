@@ -19,14 +19,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from . import _kiln
-from ._kiln import Module, RPCConfig
+from ._kiln import AbResult, Module, RPCConfig
 
 __all__ = [
     "EvaluatorConfig",
     "RPCConfig",
     "RunOutcome",
     "RunTask",
+    "AbResult",
     "Worker",
+    "ab_run",
     "local_run",
     "rpc_run",
     "run_many",
@@ -349,3 +351,51 @@ class Worker:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _loaded(mod, folder, name):
+    """A kiln.Module for `mod`: itself, the file at a path, or a TVM module exported (as TVM's
+    export_library writes a shared library) and loaded."""
+    if isinstance(mod, Module):
+        return mod
+    if isinstance(mod, (str, os.PathLike)):
+        return _kiln.load_module(os.fspath(mod))
+    if hasattr(mod, "export_library"):
+        path = os.path.join(folder, f"{name}.so")
+        mod.export_library(path)
+        return _kiln.load_module(path)
+    raise TypeError(
+        f"mod_{name} must be a kiln.Module, a module file's path or a TVM module, "
+        f"got {type(mod).__name__}"
+    )
+
+
+def ab_run(mod_a, mod_b, device_type, args, args_b=None, evaluator_config=None, rounds=20,
+           threshold=0.05, confidence=0.95, seed=None, function=None, function_b=None):
+    """Times A and B in one run, alternating them in a random order per round, and returns an
+    ``AbResult``: per-round seconds per call, the ratio B/A with its interval, and the verdict
+    "slower", "faster", "no change" or "within noise" (docs/evaluator.md "Interleaved A/B").
+    A load or a neighbour's job that comes and goes hits both sides alike instead of reading as
+    a change, as it does between two runs made at different times.
+
+    mod_a, mod_b: kiln.Modules, module file paths or TVM modules. args: A's arguments (numpy
+    arrays, tensors, scalars), copied to ``device_type`` once; ``args_b`` B's (default: the
+    same). function / function_b: the functions timed (default: the entry; B: A's name).
+    evaluator_config: how each round times a side (number, min_repeat_ms, cache flush; repeat
+    is ignored). rounds: at least 6. threshold: a change within it is "no change" (0.05: 5%).
+    seed: the order's seed (default: random; AbResult.seed says which). The results are not
+    checked: run each side through local_run first to check its outputs. Ctrl-C stops between
+    rounds with KeyboardInterrupt."""
+    _check_args(args)
+    if args_b is not None:
+        _check_args(args_b)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kiln-ab-") as folder:
+        a = _loaded(mod_a, folder, "a")
+        b = _loaded(mod_b, folder, "b")
+        return _kiln._ab_run(
+            a, b, device_type, list(args), list(args if args_b is None else args_b),
+            EvaluatorConfig._normalized(evaluator_config), function, function_b, rounds,
+            threshold, confidence, seed,
+        )

@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "kiln/ab_run.h"
 #include "kiln/measurement_worker.h"
 #include "kiln/rpc/rpc_config.h"
 #include "kiln/testing.h"
@@ -176,6 +177,60 @@ void bind_testing(nb::module_& m) {
       .def("close", [](testing::MeasurementWorker& self) { without_gil([&] { self.close(); }); })
       .def_prop_ro("pid", [](const testing::MeasurementWorker& self) { return self.pid(); })
       .def_prop_ro("starts", [](const testing::MeasurementWorker& self) { return self.starts(); });
+
+  nb::class_<testing::AbResult>(
+      m, "AbResult",
+      "What kiln.testing.ab_run measured: per-round seconds per call of each side, the ratio "
+      "B/A with its interval and the verdict (kiln/ab_run.h).")
+      .def_ro("a_seconds", &testing::AbResult::a_seconds)
+      .def_ro("b_seconds", &testing::AbResult::b_seconds)
+      .def_ro("b_first", &testing::AbResult::b_first)
+      .def_ro("seed", &testing::AbResult::seed)
+      .def_ro("ratio", &testing::AbResult::ratio)
+      .def_ro("low", &testing::AbResult::low)
+      .def_ro("high", &testing::AbResult::high)
+      .def_ro("confidence", &testing::AbResult::confidence)
+      .def_ro("verdict", &testing::AbResult::verdict)
+      .def_ro("significant", &testing::AbResult::significant)
+      .def_ro("detectable", &testing::AbResult::detectable)
+      .def_ro("reason", &testing::AbResult::reason)
+      .def("__repr__", [](const testing::AbResult& r) {
+        return "AbResult(verdict='" + r.verdict + "', ratio=" + std::to_string(r.ratio) +
+               ", low=" + std::to_string(r.low) + ", high=" + std::to_string(r.high) +
+               ", rounds=" + std::to_string(r.a_seconds.size()) + ")";
+      });
+
+  m.def(
+      "_ab_run",
+      [](const Module& mod_a, const Module& mod_b, const std::string& device_type, nb::handle args_a,
+         nb::handle args_b, nb::handle config, std::optional<std::string> function_a,
+         std::optional<std::string> function_b, int32_t rounds, double threshold,
+         double confidence, std::optional<uint64_t> seed) {
+        Runtime& rt = runtime();
+        const Device device = rt.parse_device(device_type);
+        testing::AbSide a, b;
+        a.module = mod_a;
+        b.module = mod_b;
+        a.function = function_a.value_or("");
+        b.function = function_b.value_or(a.function);
+        a.device = b.device = device;
+        a.args = to_anys(args_a);
+        b.args = to_anys(args_b);
+        a.evaluator_config = b.evaluator_config = evaluator_config_from(config);
+        a.context = b.context = &rt;
+        testing::AbOptions options;
+        options.rounds = rounds;
+        options.threshold = threshold;
+        options.confidence = confidence;
+        options.seed = seed;
+        options.on_round = [](int32_t, int32_t) { check_interrupt(); };  // Ctrl-C between rounds
+        return without_gil([&] { return testing::ab_run(a, b, options); });
+      },
+      nb::arg("mod_a"), nb::arg("mod_b"), nb::arg("device_type"), nb::arg("args_a"),
+      nb::arg("args_b"), nb::arg("evaluator_config").none(), nb::arg("function_a").none(),
+      nb::arg("function_b").none(), nb::arg("rounds"), nb::arg("threshold"),
+      nb::arg("confidence"), nb::arg("seed").none(),
+      "Internal: kiln.testing.ab_run on two loaded kiln.Modules.");
 
   nb::class_<rpc::RPCConfig>(m, "RPCConfig",
                              "Where rpc_run finds a remote device (SPEC §1.7): a tracker, a key, "

@@ -42,7 +42,7 @@ Ready ready(const AbSide& side, const char* name) {
     return {std::move(device_args), TimeEvaluator(f, side.device, options, *side.context),
             side.context->device_str(side.device)};
   } catch (const Error& e) {
-    throw RuntimeError(fmt::format("ab_run: side {}: {}", name, e.what()));
+    throw_error(e.code(), fmt::format("ab_run: side {}: {}", name, e.what()));  // same type
   }
 }
 
@@ -53,7 +53,7 @@ double time_once(Ready& side, const char* name) {
   try {
     r = side.evaluator(side.device_args);
   } catch (const Error& e) {
-    throw RuntimeError(fmt::format("ab_run: side {}: {}", name, e.what()));
+    throw_error(e.code(), fmt::format("ab_run: side {}: {}", name, e.what()));  // same type
   }
   const double seconds = r.results().at(0);
   if (!(seconds > 0) || !std::isfinite(seconds)) {

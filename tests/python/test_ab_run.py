@@ -1,0 +1,55 @@
+"""kiln.testing.ab_run (issue 29 item 2): A and B timed in one run, alternating in a random
+order per round; the ratio B/A with its interval and a verdict. The kernels are the relu
+example at two sizes: 8x the elements is 8x the work, far beyond any noise."""
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.testing
+from conftest import example_kernel
+
+QUICK = kiln.testing.EvaluatorConfig(number=20, repeat=1, min_repeat_ms=0)
+
+
+def relu_args(n):
+    return [np.linspace(-1, 1, n, dtype="float32"), np.zeros(n, dtype="float32")]
+
+
+def test_eight_times_the_work_is_slower():
+    relu = kiln.load_module(example_kernel("relu"))
+    r = kiln.testing.ab_run(relu, example_kernel("relu"), "cpu", relu_args(1 << 14),
+                            args_b=relu_args(1 << 17), evaluator_config=QUICK, rounds=10)
+    assert isinstance(r, kiln.testing.AbResult)
+    assert r.verdict == "slower", r
+    assert r.significant and r.low > 1 and r.low <= r.ratio <= r.high
+    assert len(r.a_seconds) == len(r.b_seconds) == len(r.b_first) == 10
+    assert all(t > 0 for t in r.a_seconds + r.b_seconds)
+    assert 0.9 < r.confidence < 1 and r.detectable >= 0.05
+
+
+def test_the_seed_fixes_the_order_and_identical_sides_agree():
+    relu = kiln.load_module(example_kernel("relu"))
+    args = relu_args(1 << 12)
+    first = kiln.testing.ab_run(relu, relu, "cpu", args, evaluator_config=QUICK, rounds=8,
+                                seed=42)
+    again = kiln.testing.ab_run(relu, relu, "cpu", args, evaluator_config=QUICK, rounds=8,
+                                seed=42)
+    assert first.seed == again.seed == 42
+    assert list(first.b_first) == list(again.b_first)
+    assert 0 < any(first.b_first) <= 8  # both orders occur with this seed
+    assert not all(first.b_first)
+    # The same function on the same data: a ratio near 1, whatever the verdict.
+    assert 0.5 < first.ratio < 2 and first.low <= first.ratio <= first.high
+
+
+def test_bad_arguments_are_errors():
+    relu = kiln.load_module(example_kernel("relu"))
+    with pytest.raises(ValueError, match="rounds must be at least 6"):
+        kiln.testing.ab_run(relu, relu, "cpu", relu_args(64), rounds=3)
+    with pytest.raises(TypeError, match="mod_b must be"):
+        kiln.testing.ab_run(relu, 42, "cpu", relu_args(64))
+    with pytest.raises(ValueError, match="Unsupported input type"):
+        kiln.testing.ab_run(relu, relu, "cpu", [object()])
+    with pytest.raises(kiln.KilnError, match="side B"):
+        kiln.testing.ab_run(relu, relu, "cpu", relu_args(64), function_b="no_such_function")
