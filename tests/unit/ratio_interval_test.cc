@@ -26,9 +26,9 @@ TEST(RatioInterval, PairedConstantRatioIsExact) {
   EXPECT_TRUE(r.bounded());
 }
 
-// With 6 pairs, P(T <= 0) = 1/64 <= 0.025 < P(T <= 1) = 2/64: the interval runs from the
-// smallest to the largest Walsh average, with coverage 1 - 2/64. With 5 pairs even the extremes
-// (P = 1/32 each) cannot make 95%: unbounded.
+// With 6 pairs, P(X <= 0) = 1/64 <= 0.025 < P(X <= 1) = 7/64 (X the sign test's binomial):
+// the interval runs from the smallest to the largest ratio, with coverage 1 - 2/64. With 5
+// pairs even the extremes (P = 1/32 each) cannot make 95%: unbounded.
 TEST(RatioInterval, PairedSmallSamplesUseTheExactDistribution) {
   const std::vector<double> a(6, 1.0);
   const std::vector<double> b = {0.9, 1.0, 1.05, 1.1, 1.2, 1.3};
@@ -36,6 +36,7 @@ TEST(RatioInterval, PairedSmallSamplesUseTheExactDistribution) {
   EXPECT_NEAR(r.low, 0.9, 1e-12);
   EXPECT_NEAR(r.high, 1.3, 1e-12);
   EXPECT_NEAR(r.confidence, 1 - 2.0 / 64, 1e-12);
+  EXPECT_NEAR(r.ratio, std::sqrt(1.05 * 1.1), 1e-12);  // the median of the log ratios
   const RatioInterval five =
       paired_ratio(std::vector<double>(5, 1.0), std::vector<double>{0.9, 1.0, 1.1, 1.2, 1.3}, 0.95);
   EXPECT_FALSE(five.bounded());
@@ -43,12 +44,18 @@ TEST(RatioInterval, PairedSmallSamplesUseTheExactDistribution) {
   EXPECT_TRUE(std::isinf(five.high));
 }
 
-// The Hodges-Lehmann estimate is the median of the Walsh averages: for log ratios {0, 0, x}
-// the averages are {0, 0, 0, x/2, x/2, x}, median x/4.
-TEST(RatioInterval, PairedEstimateIsTheMedianOfWalshAverages) {
-  const double x = std::log(2.0);
-  const RatioInterval r = paired_ratio({1, 1, 1}, {1, 1, 2}, 0.95);
-  EXPECT_NEAR(std::log(r.ratio), x / 4, 1e-12);
+// 20 pairs at 95%: P(X <= 5) = 0.0207 <= 0.025 < P(X <= 6) = 0.0577, so the interval runs from
+// the 6th to the 15th smallest ratio, and five rounds upset by load on either side cannot move
+// it.
+TEST(RatioInterval, PairedIntervalIgnoresAFewWildRounds) {
+  std::vector<double> a(20, 1.0), b;
+  for (int i = 0; i < 20; ++i) b.push_back(1.10 + 0.001 * i);
+  for (int i = 0; i < 5; ++i) b[i] = 0.4;   // the hog hit A's slot
+  for (int i = 5; i < 10; ++i) b[i] = 2.5;  // ... or B's
+  const RatioInterval r = paired_ratio(a, b, 0.95);
+  EXPECT_NEAR(r.low, 1.110, 1e-12);
+  EXPECT_NEAR(r.high, 1.119, 1e-12);
+  EXPECT_NEAR(r.confidence, 1 - 2 * 0.020694732666015625, 1e-12);
 }
 
 // With 4 and 4 repeats, P(U <= 0) = 1/70 <= 0.025 < P(U <= 1) = 2/70: the interval spans the

@@ -109,23 +109,49 @@ class ServerWaitNotice {
   std::thread thread_;  // last: it starts once the members above exist
 };
 
+// The timer of `p`'s device and who provides it, for messages: "device timer of plugin rocm".
+std::string timer_owner(const Runtime& runtime, const Prepared& p, const Outcome& o) {
+  const Ref<DeviceBackend> backend = runtime.find_backend(p.device.type);
+  return fmt::format("{} timer{}", o.result.profile.timer,
+                     p.spec.remote ? std::string(" of the server")
+                     : backend     ? fmt::format(" of plugin {}", backend->plugin_name())
+                                   : std::string());
+}
+
 // A call cannot take no time: repeats that read 0 (or less) per call mean the timer is
 // broken, and the run fails naming it (issue 29 item 3) rather than print "median 0.000 ns".
+// Nor can the device be busy for longer than the host waited for it: timed calls adding up to
+// more than the host's wall time around the whole loop mean a timer in the wrong unit or
+// reading garbage.
 void check_timer(const Runtime& runtime, const Prepared& p, const Outcome& o) {
-  const std::vector<double>& results = o.result.profile.results();
+  const BenchmarkResult& timing = o.result.profile;
+  const std::vector<double>& results = timing.results();
+  const char* slot = timing.timer == "device" ? " (its timer_elapsed_ns slot)" : "";
   const auto zero = std::count_if(results.begin(), results.end(),
                                   [](double s) { return !(s > 0) || !std::isfinite(s); });
-  if (zero == 0) return;
-  const Ref<DeviceBackend> backend = runtime.find_backend(p.device.type);
-  throw RuntimeError(fmt::format(
-      "the timing of '{}' on {} is invalid: the {} timer{} read {} for {} of {} repeats, but a "
-      "call cannot take no time; the timer is broken{}",
-      p.function, runtime.device_str(p.device), o.result.profile.timer,
-      p.spec.remote ? std::string(" of the server")
-      : backend     ? fmt::format(" of plugin {}", backend->plugin_name())
-                    : std::string(),
-      results.empty() ? "nothing" : "0 ns or less", zero, results.size(),
-      o.result.profile.timer == "device" ? " (its timer_elapsed_ns slot)" : ""));
+  if (zero > 0) {
+    throw RuntimeError(fmt::format(
+        "the timing of '{}' on {} is invalid: the {} read {} for {} of {} repeats, but a call "
+        "cannot take no time; the timer is broken{}",
+        p.function, runtime.device_str(p.device), timer_owner(runtime, p, o),
+        results.empty() ? "nothing" : "0 ns or less", zero, results.size(), slot));
+  }
+  // The host's clocks around the loop travel with local runs only (a remote run's are 0).
+  if (timing.wall_time_s <= 0) return;
+  double timed_s = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    timed_s += results[i] * static_cast<double>(i < timing.numbers.size() ? timing.numbers[i] : 1);
+  }
+  // Generous: clocks of two kinds, rounded differently; a timer off by a unit is 1000x.
+  constexpr double kTolerance = 1.5, kSlackS = 0.002;
+  if (timed_s > kTolerance * timing.wall_time_s + kSlackS) {
+    throw RuntimeError(fmt::format(
+        "the timing of '{}' on {} is invalid: the {} adds its {} repeats up to {}, but the host "
+        "waited only {} for all of them (its steady clock around the loop); the timer is "
+        "broken{}",
+        p.function, runtime.device_str(p.device), timer_owner(runtime, p, o), results.size(),
+        format_time_ns(timed_s * 1e9), format_time_ns(timing.wall_time_s * 1e9), slot));
+  }
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ struct AbResult {
   std::vector<double> a_seconds, b_seconds;
   std::vector<bool> b_first;
   uint64_t seed = 0;
-  // The Hodges-Lehmann estimate of B / A from the per-round ratios and its interval (low = 0,
+  // The median of the per-round ratios B / A and its interval (the sign test's; low = 0,
   // high = +infinity when unbounded), at `confidence` or a little above (the exact
   // distribution is discrete).
   double ratio = 1, low = 0, high = 0, confidence = 0;

@@ -14,7 +14,6 @@ namespace kiln::stats {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-constexpr size_t kMaxPairs = 2000;
 constexpr size_t kMaxRepeats = 1000;
 
 void check_confidence(double confidence) {
@@ -99,27 +98,19 @@ RatioInterval paired_ratio(const std::vector<double>& a, const std::vector<doubl
   }
   std::vector<double> d(a.size());
   for (size_t i = 0; i < a.size(); ++i) d[i] = std::log(b[i]) - std::log(a[i]);
-  d = evenly_spaced(d, kMaxPairs);
+  std::sort(d.begin(), d.end());
   const size_t n = d.size();
-  // Walsh averages (d_i + d_j) / 2, i <= j.
-  std::vector<double> walsh;
-  walsh.reserve(n * (n + 1) / 2);
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t j = i; j < n; ++j) walsh.push_back((d[i] + d[j]) / 2);
-  }
-  std::sort(walsh.begin(), walsh.end());
-  // The signed-rank statistic's null distribution: the coefficients of prod (1 + q^i) / 2^n,
-  // halved at every factor so that they stay probabilities.
-  const size_t top = n * (n + 1) / 2;
-  std::vector<double> p(top + 1, 0.0);
+  // The sign test's null distribution: Binomial(n, 1/2), built by halving so that it stays
+  // probabilities.
+  std::vector<double> p(n + 1, 0.0);
   p[0] = 1;
   for (size_t i = 1; i <= n; ++i) {
-    for (size_t k = std::min(top, i * (i + 1) / 2); k >= i; --k) p[k] = (p[k] + p[k - i]) / 2;
-    for (size_t k = 0; k < i && k <= top; ++k) p[k] /= 2;
+    for (size_t k = i; k >= 1; --k) p[k] = (p[k] + p[k - 1]) / 2;
+    p[0] /= 2;
   }
   double below = 0;
   const long t = critical_index(p, (1 - confidence) / 2, &below);
-  RatioInterval r = from_sorted(walsh, t, below);
+  RatioInterval r = from_sorted(d, t, below);
   r.n_a = r.n_b = n;
   return r;
 }

@@ -279,11 +279,12 @@ __attribute__((visibility("default"))) hipError_t hipEventElapsedTime(float* ms,
     return hipErrorInvalidHandle;
   }
   *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
-  // KILN_FAKE_HIP_TIMER=zero: a broken runtime whose events always read 0 ms, for the tests of
-  // the checks that refuse such a timing.
-  if (const char* timer = std::getenv("KILN_FAKE_HIP_TIMER");
-      timer != nullptr && std::string_view(timer) == "zero") {
-    *ms = 0;
+  // KILN_FAKE_HIP_TIMER=zero: a broken runtime whose events always read 0 ms; =huge: one whose
+  // events read 1000 times the time that passed. For the tests of the checks that refuse such
+  // a timing.
+  if (const char* timer = std::getenv("KILN_FAKE_HIP_TIMER"); timer != nullptr) {
+    if (std::string_view(timer) == "zero") *ms = 0;
+    if (std::string_view(timer) == "huge") *ms *= 1000;
   }
   return hipSuccess;
 }

@@ -1,9 +1,9 @@
 // How much slower or faster B is than A, with a confidence interval, and the verdict `kiln
 // compare`, `kiln ab` and kiln::testing::ab_run give (docs/evaluator.md "Comparing two
 // timings"). Times are compared on a log scale, so the estimate is a ratio B / A:
-// - paired samples (round i of an interleaved run measured a[i] and b[i] together): the
-//   Hodges-Lehmann estimate of log(b / a) (the median of the Walsh averages of the per-round log
-//   ratios) with the distribution-free interval of the Wilcoxon signed-rank test;
+// - paired samples (round i of an interleaved run measured a[i] and b[i] together): the median
+//   of the per-round ratios b[i] / a[i] with the sign test's interval (order statistics of the
+//   ratios), which a few rounds upset by a burst of load cannot move;
 // - unpaired samples (the repeats of two runs made at different times): the two-sample
 //   Hodges-Lehmann estimate (the median of log b_j - log a_i over all pairs) with the interval
 //   of the Mann-Whitney U-test.
@@ -38,8 +38,7 @@ struct RatioInterval {
 };
 
 // Paired ratio of `b` to `a` (equal lengths, every value > 0 and finite) at `confidence`
-// (0 < confidence < 1, e.g. 0.95). Throws ValueError otherwise. More than 2000 pairs are thinned
-// to 2000 evenly spaced ones (the interval then rests on those).
+// (0 < confidence < 1, e.g. 0.95). Throws ValueError otherwise.
 RatioInterval paired_ratio(const std::vector<double>& a, const std::vector<double>& b,
                            double confidence);
 
