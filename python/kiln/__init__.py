@@ -47,6 +47,8 @@ from ._kiln import (
 )
 from . import _kiln
 
+__version__ = _kiln.__version__  # as `kiln --version` and the package metadata say
+
 
 class ShapeTuple(tuple):
     """A shape passed to Kiln as a shape value (TVM's ShapeTuple); shapes come back as these."""
