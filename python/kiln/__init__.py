@@ -83,30 +83,20 @@ def rocm(index=0):
     return device("rocm", index)
 
 
-def _tensor_numpy(self):
-    """A numpy array with a copy of this tensor's data (downloaded from any device)."""
-    import numpy
-
-    return numpy.from_dlpack(self._copy_to_host())
-
-
-Tensor.numpy = _tensor_numpy
-
-
 def tensor(array, device=None):
-    """A new kiln.Tensor on `device` (default cpu(0)) holding a copy of `array` (numpy, PyTorch,
-    TVM, or anything numpy.asarray takes). kiln.from_dlpack shares memory instead of copying."""
+    """A new kiln.Tensor on `device` (a kiln.Device or a name such as "cuda:1"; default cpu:0)
+    holding a copy of `array` (a kiln.Tensor, numpy, PyTorch, TVM, or anything numpy.asarray
+    takes). kiln.from_dlpack shares memory instead of copying."""
     import numpy
 
-    if device is None:
-        device = cpu(0)
     if isinstance(array, Tensor):
-        array = array.numpy()
-    if not hasattr(array, "__dlpack__"):
-        array = numpy.asarray(array)
-    if isinstance(array, numpy.ndarray) and not array.flags.c_contiguous:
-        array = numpy.array(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
-    source = from_dlpack(array)
+        source = array  # copied device to device, with no trip through numpy
+    else:
+        if not hasattr(array, "__dlpack__"):
+            array = numpy.asarray(array)
+        if isinstance(array, numpy.ndarray) and not array.flags.c_contiguous:
+            array = numpy.array(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
+        source = from_dlpack(array)
     out = empty(source.shape, source.dtype, device)
     out.copyfrom(source)
     return out

@@ -76,7 +76,6 @@ void bind_device(nb::module_& m) {
       .def("__eq__", [](const DataType& a, const std::string& b) { return a.str() == b; })
       .def("__eq__", [](const DataType&, nb::handle) { return false; })
       .def("__hash__", [](const DataType& t) { return nb::hash(nb::str(t.str().c_str())); });
-  nb::implicitly_convertible<std::string, DataType>();
 
   m.def(
       "devices",

@@ -1,6 +1,8 @@
 // DLPack capsules both ways: Kiln tensors out to numpy/PyTorch/TVM, and their arrays in, with
 // no copy. DLPack 1.0's versioned capsules carry a read-only flag (numpy makes arrays from the
 // older, unversioned ones read-only), so both kinds are spoken.
+#include <nanobind/stl/string.h>
+
 #include <cstdint>
 #include <string>
 
@@ -29,9 +31,18 @@ constexpr const char* kVersionedName = "dltensor_versioned";
 constexpr const char* kUsedLegacyName = "used_dltensor";
 constexpr const char* kUsedVersionedName = "used_dltensor_versioned";
 
-// Whether `dl` is compact row-major (size-1 dimensions may have any stride).
+// Whether `dl` has no elements (then no stride is ever stepped).
+bool is_zero_size(const DLTensor& dl) {
+  for (int32_t i = 0; i < dl.ndim; ++i) {
+    if (dl.shape[i] == 0) return true;
+  }
+  return false;
+}
+
+// Whether `dl` is compact row-major (size-1 dimensions may have any stride, and a zero-size
+// array any strides: numpy gives (0,) for np.zeros(0)).
 bool is_compact(const DLTensor& dl) {
-  if (dl.strides == nullptr) return true;
+  if (dl.strides == nullptr || is_zero_size(dl)) return true;
   int64_t expected = 1;
   for (int32_t i = dl.ndim - 1; i >= 0; --i) {
     if (dl.shape[i] != 1 && dl.strides[i] != expected) return false;
@@ -77,16 +88,48 @@ DLManagedTensor* adopt_versioned(DLManagedTensorVersioned* versioned) {
   return legacy;
 }
 
+// `producer` as numpy uint16 data when it is a numpy array of ml_dtypes.bfloat16, which DLPack
+// cannot describe (numpy's __dlpack__ refuses it); else null.
+nb::object bfloat16_bits(nb::handle producer) {
+  nb::object dtype = nb::getattr(producer, "dtype", nb::none());
+  if (dtype.is_none() || !nb::hasattr(producer, "view")) return {};
+  nb::object name = nb::getattr(dtype, "name", nb::none());
+  if (!nb::isinstance<nb::str>(name) || nb::cast<std::string>(name) != "bfloat16") return {};
+  return producer.attr("view")("uint16");
+}
+
 // The capsule of a producer: the versioned kind when it speaks DLPack 1.0, else the old one.
-nb::object capsule_of(nb::handle producer) {
+// Sets `bfloat16` when the capsule holds bfloat16 data as uint16.
+nb::object capsule_of(nb::handle producer, bool& bfloat16) {
+  bfloat16 = false;
   if (PyCapsule_CheckExact(producer.ptr())) return nb::borrow(producer);
   nb::object dlpack = producer.attr("__dlpack__");
   try {
     return dlpack(nb::arg("max_version") = nb::make_tuple(1, 0));
   } catch (nb::python_error& e) {
+    if (e.matches(PyExc_BufferError)) {
+      // Looked for only after numpy refused: the hot path of arguments pays nothing for it.
+      nb::object bits = bfloat16_bits(producer);
+      if (!bits) throw;
+      bfloat16 = true;
+      bool unused = false;
+      return capsule_of(bits, unused);
+    }
     if (!e.matches(PyExc_TypeError)) throw;  // a producer from before max_version
   }
   return dlpack();
+}
+
+// `t` as Kiln keeps it: a zero-size tensor loses its strides (producers give any, which would
+// make it look non-contiguous to copies and kernels), and bfloat16 data carried as uint16 gets
+// its element type back.
+Tensor normalized(Tensor t, bool bfloat16) {
+  if (t.numel() == 0) {
+    t.get()->strides.clear();
+    t.get()->dl.strides = nullptr;
+  }
+  if (bfloat16) t.get()->dl.dtype = DataType::BFloat16();
+  return t;
 }
 
 Ref<DeviceBackend> backend_for(const DLTensor& dl) {
@@ -97,7 +140,8 @@ Ref<DeviceBackend> backend_for(const DLTensor& dl) {
 }  // namespace
 
 Tensor tensor_from_dlpack(nb::handle producer) {
-  nb::object capsule = capsule_of(producer);
+  bool bfloat16 = false;
+  nb::object capsule = capsule_of(producer, bfloat16);
   PyObject* c = capsule.ptr();
   if (PyCapsule_IsValid(c, kVersionedName) != 0) {
     auto* versioned =
@@ -111,13 +155,13 @@ Tensor tensor_from_dlpack(nb::handle producer) {
     check_shareable(versioned->dl_tensor, (versioned->flags & kFlagReadOnly) != 0);
     PyCapsule_SetName(c, kUsedVersionedName);
     DLManagedTensor* legacy = adopt_versioned(versioned);
-    return Tensor::from_dlpack(legacy, backend_for(legacy->dl_tensor));
+    return normalized(Tensor::from_dlpack(legacy, backend_for(legacy->dl_tensor)), bfloat16);
   }
   if (PyCapsule_IsValid(c, kLegacyName) != 0) {
     auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kLegacyName));
     check_shareable(managed->dl_tensor, false);
     PyCapsule_SetName(c, kUsedLegacyName);
-    return Tensor::from_dlpack(managed, backend_for(managed->dl_tensor));
+    return normalized(Tensor::from_dlpack(managed, backend_for(managed->dl_tensor)), bfloat16);
   }
   const char* name = PyCapsule_GetName(c);
   PyErr_Clear();

@@ -257,3 +257,27 @@ def test_kilns_tvm_ffi_functions_have_private_names(libraries):
     names = [line.split()[-1] for line in out.splitlines() if line.strip()]
     assert not [n for n in names if n.startswith("TVMFFI")], names
     assert "KilnTFErrorSetRaisedFromCStrParts" in names, names
+
+
+
+LEAK_CHILD = """
+import numpy as np, kiln, tvm
+x = kiln.empty((4,), "float32")
+y = tvm.get_global_func("testing.echo")(x)   # a Kiln tensor through a TVM function
+t = tvm.runtime.from_dlpack(x)               # and through DLPack both ways
+z = kiln.from_dlpack(tvm.runtime.tensor(np.ones(4, "float32")))
+print("done")
+"""
+
+
+def test_no_nanobind_leak_warnings_beside_tvm():
+    """Issue 30 item 6: tvm-ffi keeps what it reads of an argument (its dtype and device objects)
+    in caches that outlive kiln._kiln at exit; nanobind then printed 25 lines of "leaked
+    instance" for them. Tensor.dtype is a str now, as TVM's is, and the report stays empty."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(kiln.__file__)), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", LEAK_CHILD], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr
+    assert "leaked" not in proc.stderr, proc.stderr
