@@ -112,6 +112,37 @@ def test_calls_release_the_gil(session):
     assert ticks > 50, "the main thread was blocked during the remote call"
 
 
+def test_local_session_serves_testing_echo_and_the_applications_functions():
+    """TVM's test_rpc_echo on LocalSession, and functions this process registered under any
+    name, testing.* and rpc.test.* included (registering is the opt-in, as in TVM); Kiln's own
+    diagnostic functions stay hidden (issue 30, item 7)."""
+    kiln.register_func("testing.py_served_double", lambda x: 2 * x, override=True)
+    kiln.register_func("rpc.test.py_served_strcat", lambda s, i: f"{s}:{i}", override=True)
+    with kiln.rpc.LocalSession() as session:
+        echo = session.get_function("testing.echo")
+        assert echo(1, 2, 3) == 1
+        assert echo(100, 2, 3) == 100
+        assert echo("xyz") == "xyz"
+        assert echo(b"123") == b"123"
+        assert session.get_function("testing.py_served_double")(21) == 42
+        assert session.get_function("rpc.test.py_served_strcat")("abc", 11) == "abc:11"
+        for name in ["rpc.test.block", "rpc.test.sleep", "rpc.test.alloc", "rpc.test.crash"]:
+            with pytest.raises(kiln.RPCError, match=f"no global function '{name}'"):
+                session.get_function(name)
+
+
+def test_a_registered_functions_error_comes_back_from_a_local_session():
+    def fail(message):
+        raise ValueError(message)
+
+    kiln.register_func("testing.py_served_fail", fail, override=True)
+    with kiln.rpc.LocalSession() as session:
+        with pytest.raises(Exception, match="boom from the application") as info:
+            session.get_function("testing.py_served_fail")("boom from the application")
+        assert isinstance(info.value, (kiln.RPCError, ValueError))
+        assert session.get_function("testing.echo")(5) == 5  # the session goes on
+
+
 # ---- files (SPEC §4.8 item 4) ---------------------------------------------------------------
 
 

@@ -232,8 +232,8 @@ int main(int argc, char** argv) {
                    "Bytes one session may upload; 0 = no limit")
       ->capture_default_str();
   server->add_flag("--enable-test-functions", server_options.enable_test_functions,
-                   "Offer the diagnostic functions rpc.test.* and testing.* (for tests only: "
-                   "rpc.test.sleep holds a session as long as asked)");
+                   "Offer Kiln's own diagnostic functions (testing.echo, rpc.test.*; for tests "
+                   "only: rpc.test.sleep holds a session as long as asked)");
   server->add_flag("--allow-insecure", server_options.allow_insecure,
                    "Listen on a non-loopback --host without a token (anyone who can reach the "
                    "port can run code on this machine)");

@@ -19,6 +19,12 @@ RPCSession local_session(Runtime& runtime) {
   options.port = 0;
   options.key = "local";
   options.max_sessions = 1;
+  // As TVM's LocalSession: the session serves the functions this process registered (under any
+  // name) and testing.echo, so it runs on a thread of this process, not in a session process
+  // (which would see neither). Only this client can reach it (below), and what it runs is this
+  // process's own code or what this client uploads.
+  options.isolation = SessionIsolation::kThread;
+  options.test_hooks.echo_function = true;
   // Nobody else on this machine can take the loopback port meanwhile: the token is known only
   // here, and the one session slot is this client's.
   options.token = fmt::format("{:08x}{:08x}{:08x}{:08x}", random(), random(), random(), random());

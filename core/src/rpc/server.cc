@@ -221,6 +221,7 @@ struct Server::Impl {
     state->idle_timeout = seconds_to_ms(options.idle_timeout_s);
     state->write_timeout = seconds_to_ms(options.write_timeout_s);
     state->enable_test_functions = options.test_hooks.test_functions;
+    state->enable_echo = options.test_hooks.echo_function;
     connections.push_back(Running{state, {}});
     connections.back().thread = std::thread([this, state] { run_connection(*state); });
   }
@@ -430,6 +431,7 @@ struct Server::Impl {
     config.idle_timeout_ms = seconds_to_ms(options.idle_timeout_s).count();
     config.write_timeout_ms = seconds_to_ms(options.write_timeout_s).count();
     config.test_functions = options.test_hooks.test_functions;
+    config.echo_function = options.test_hooks.echo_function;
     config.plugin_set = runtime.plugin_set_path();
     config.search_paths = runtime.search_paths();
     config.log_level = log_level();
@@ -662,8 +664,6 @@ Server::Server(ServerOptions options, Runtime& runtime)
     // Sessions run uploaded code as this user: they must not read this process's memory (the
     // token), environment or descriptors through /proc.
     make_non_dumpable();
-  } else if (s.options.test_hooks.test_functions) {
-    register_diagnostic_functions();
   }
   s.port =
       listen_on_first_free_port(s.acceptor, s.options.host, s.options.port, s.options.port_end);

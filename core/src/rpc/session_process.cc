@@ -18,10 +18,7 @@
 #include <thread>
 
 #include "kiln/error.h"
-#include "kiln/function.h"
-#include "kiln/tensor.h"
 #include "rpc/connection.h"
-#include "rpc/session_server.h"
 
 extern char** environ;
 
@@ -88,6 +85,7 @@ std::vector<std::string> worker_arguments(const WorkerConfig& c) {
       std::to_string(c.server_pid),
   };
   if (c.test_functions) a.emplace_back("--test-functions");
+  if (c.echo_function) a.emplace_back("--echo-function");
   if (c.plugin_set) {
     a.emplace_back("--plugin-set");
     a.push_back(c.plugin_set->string());
@@ -109,6 +107,10 @@ WorkerConfig parse_worker_arguments(const std::vector<std::string>& args) {
     const std::string& flag = args[i];
     if (flag == "--test-functions") {
       c.test_functions = true;
+      continue;
+    }
+    if (flag == "--echo-function") {
+      c.echo_function = true;
       continue;
     }
     if (i + 1 >= args.size()) throw ValueError(fmt::format("{} needs a value", flag));
@@ -388,69 +390,6 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     }
   }
   return "the server is stopping";
-}
-
-void register_diagnostic_functions() {
-  const auto add = [](const std::string& name, Function f) {
-    if (!registry::get(name)) registry::set(name, std::move(f), true);
-  };
-  add("testing.echo", Function::from_packed("testing.echo", [](const Any* args, int32_t n) {
-        return n > 0 ? args[0] : Any();
-      }));
-  add("rpc.test.addone", Function::from_typed("rpc.test.addone", [](int64_t x) { return x + 1; }));
-  add("rpc.test.strcat",
-      Function::from_typed("rpc.test.strcat", [](const std::string& s, int64_t x) {
-        return s + ":" + std::to_string(x);
-      }));
-  add("rpc.test.sleep", Function::from_typed("rpc.test.sleep", [](double seconds) {
-        // In steps, so that a session timeout or a server stop ends it.
-        const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(seconds));
-        while (Clock::now() < end && !call_cancelled()) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-      }));
-  // Like a kernel: does not look at call_cancelled(), so that stop()'s bound is testable.
-  add("rpc.test.block", Function::from_typed("rpc.test.block", [](double seconds) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-      }));
-  // Host memory from the core's own allocator: these functions are process-wide, so they
-  // belong to no server's Runtime.
-  add("rpc.test.alloc", Function::from_typed("rpc.test.alloc", [](int64_t nbytes) {
-        return Tensor::empty_host({nbytes}, DataType::UInt(8));
-      }));
-  add("rpc.test.raise", Function::from_typed("rpc.test.raise", [](const std::string& message) {
-        throw ValueError(message);
-      }));
-  add("rpc.test.nop",
-      Function::from_packed("rpc.test.nop", [](const Any*, int32_t) { return Any(); }));
-  // A crash, as a faulty kernel would: the session's process dies, the server goes on.
-  add("rpc.test.crash", Function::from_packed("rpc.test.crash", [](const Any*, int32_t) -> Any {
-        // At its default action: a sanitizer's handler would turn it into an exit code.
-        ::signal(SIGSEGV, SIG_DFL);
-        ::raise(SIGSEGV);
-        return Any();
-      }));
-  // What uploaded code could read from its environment.
-  add("rpc.test.getenv", Function::from_typed("rpc.test.getenv", [](const std::string& name) {
-        const char* v = std::getenv(name.c_str());
-        return std::string(v != nullptr ? v : "");
-      }));
-  // What uploaded code could read from a file (any path: the test of the session's reach).
-  add("rpc.test.read_file", Function::from_typed("rpc.test.read_file", [](const std::string& p) {
-        const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) throw RuntimeError(fmt::format("cannot open: {}", std::strerror(errno)));
-        std::string out(4096, '\0');
-        const ssize_t n = ::read(fd, out.data(), out.size());
-        const int err = errno;
-        ::close(fd);
-        if (n < 0) throw RuntimeError(fmt::format("cannot read: {}", std::strerror(err)));
-        out.resize(static_cast<size_t>(n));
-        return out;
-      }));
-  add("rpc.test.pid", Function::from_packed("rpc.test.pid", [](const Any*, int32_t) {
-        return Any(static_cast<int64_t>(::getpid()));
-      }));
 }
 
 void make_non_dumpable() noexcept { ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }

@@ -40,7 +40,9 @@ struct WorkerConfig {
   uint64_t max_upload_bytes = 0;
   int64_t idle_timeout_ms = 0;
   int64_t write_timeout_ms = 0;
-  bool test_functions = false;
+  // Kiln's own functions the session offers beside the application's (rpc/diagnostic_functions.h):
+  bool test_functions = false;  // the diagnostic functions (ServerTestHooks::test_functions)
+  bool echo_function = false;   // testing.echo alone (ServerTestHooks::echo_function)
   // The parent's plugin discovery, so that the worker loads the same plugins.
   std::optional<std::filesystem::path> plugin_set;
   std::vector<std::filesystem::path> search_paths;
@@ -98,9 +100,6 @@ bool crashed(int status);
 // is set, or the channel fails its integrity check. Returns why it ended.
 std::string relay(Connection& client, int worker_fd, const SessionProcess& worker,
                   const std::atomic<bool>& stop);
-
-// The functions "rpc.test.*" and "testing.*" (ServerTestHooks::test_functions).
-void register_diagnostic_functions();
 
 // Makes this process non-dumpable: its /proc files (memory, environment, descriptors) are
 // then closed to every process without CAP_SYS_PTRACE, same user or not. The server does it

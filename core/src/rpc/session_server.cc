@@ -23,6 +23,7 @@
 #include "kiln/sdk/support/atomic_file.hpp"
 #include "kiln/tensor.h"
 #include "kiln/vm/virtual_machine.h"
+#include "rpc/diagnostic_functions.h"
 #include "rpc/evaluation_bounds.h"
 #include "rpc/hangup_watcher.h"
 #include "rpc/protocol.h"
@@ -81,9 +82,14 @@ constexpr auto kPrivateDir = fs::perms::owner_all;
 // set_min_throughput): a message gets the write (idle) timeout plus 1 s per MiB.
 constexpr uint64_t kMinSessionBytesPerSecond = 1ull << 20;
 
-// Whether `name` is a diagnostic function offered only with --enable-test-functions.
-bool is_test_function(const std::string& name) {
-  return name.rfind("rpc.test.", 0) == 0 || name.rfind("testing.", 0) == 0;
+// The global function `name` as a session of `state` serves it: the application's (the global
+// registry) under any name, else one of Kiln's own that the server offers. Kiln's own are told
+// apart by where they come from, not by their names: they are never in the registry.
+std::optional<Function> served_function(const SessionState& state, const std::string& name) {
+  if (auto f = registry::get(name)) return f;
+  if (state.enable_test_functions) return diagnostic_function(name);
+  if (state.enable_echo && name == kEchoFunctionName) return echo_function();
+  return std::nullopt;
 }
 
 // What a session is charged for one storage its handles keep alive: the object that owns the
@@ -205,8 +211,7 @@ class SessionServer {
         case Code::kGetGlobalFunc: {
           const std::string name = r.str("name", wire::kMaxPathBytes);
           r.finish();
-          auto f = (is_test_function(name) && !state_.enable_test_functions) ? std::nullopt
-                                                                             : registry::get(name);
+          auto f = served_function(state_, name);
           if (!f) throw NotFoundError(fmt::format("no global function '{}' on the server", name));
           result.push_back(*f);
           break;
@@ -328,11 +333,6 @@ class SessionServer {
           // rest the evaluator polls the session's cancellation (serve() installs it).
           check_evaluation_bounds(options, {.session_timeout_s = state_.timeout_s,
                                             .max_memory_bytes = state_.max_memory_bytes});
-          if (is_test_function(options.f_preproc) && !state_.enable_test_functions) {
-            throw NotFoundError(
-                fmt::format("time_evaluator: f_preproc '{}' is not a global function of the server",
-                            options.f_preproc));
-          }
           auto evaluator = std::make_shared<TimeEvaluator>(e.function, d, options, runtime_);
           result.push_back(Function::from_packed(
               "time_evaluator:" + e.function.name(), [evaluator](const Any* args, int32_t n) {

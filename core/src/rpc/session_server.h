@@ -33,7 +33,10 @@ struct SessionState {
   // requests, or one that takes no reply data this long, ends the session. Zero: none.
   std::chrono::milliseconds idle_timeout{0};
   std::chrono::milliseconds write_timeout{0};
-  bool enable_test_functions = false;  // whether "rpc.test.*" and "testing.*" are offered
+  // Kiln's own functions offered beside the application's (rpc/diagnostic_functions.h). The
+  // application's, in the global registry, are served under any name whatever these say.
+  bool enable_test_functions = false;  // the diagnostic functions (ServerTestHooks)
+  bool enable_echo = false;            // testing.echo alone (a local session, as TVM's)
   std::atomic<bool> finished{false};   // set by the connection's thread as its last step
   std::atomic<bool> timed_out{false};
   // Set when the session must end (timeout, server stop, the client hung up): functions

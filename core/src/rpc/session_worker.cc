@@ -183,7 +183,6 @@ int session_worker_main(int argc, char** argv) {
   if (std::string why = drop_privileges(); !why.empty()) {
     warn(fmt::format("session {}: {}", config.id, why));
   }
-  if (config.test_functions) register_diagnostic_functions();
 
   // Signals are taken by the watcher only (every thread started below inherits the mask).
   sigset_t signals;
@@ -211,6 +210,7 @@ int session_worker_main(int argc, char** argv) {
   state.idle_timeout = std::chrono::milliseconds(config.idle_timeout_ms);
   state.write_timeout = std::chrono::milliseconds(config.write_timeout_ms);
   state.enable_test_functions = config.test_functions;
+  state.enable_echo = config.echo_function;
 
   std::thread watcher([&] { watch(state, signals); });
   serve_session_in(state, work_dir, runtime);

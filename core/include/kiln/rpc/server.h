@@ -18,11 +18,16 @@ class Runtime;
 namespace kiln::rpc {
 
 namespace detail {
-// Hooks for Kiln's own tests, outside the stable API: they may change or go without notice.
+// Hooks for Kiln's own tests and local_session(), outside the stable API: they may change or
+// go without notice. They add Kiln's own functions to what sessions serve; the functions the
+// application registered are served whatever they say, under any name.
 struct ServerTestHooks {
-  // Offer the diagnostic functions "rpc.test.*" and "testing.*" (rpc.test.sleep can hold a
+  // Offer Kiln's diagnostic functions, testing.echo and rpc.test.* (rpc.test.sleep can hold a
   // session for as long as it is asked to). `kiln rpc-server --enable-test-functions` sets it.
   bool test_functions = false;
+  // Offer testing.echo alone (it returns its first argument), as TVM's LocalSession does;
+  // local_session() sets it.
+  bool echo_function = false;
 };
 }  // namespace detail
 

@@ -102,8 +102,10 @@ RPCSession connect(const std::string& host, int port, const std::string& key,
 // on a loopback port of this process, for tests and code that treat local and remote alike.
 // Its files live in a fresh private temporary directory, removed when the session ends; only
 // this client can use the server (a random token, one session); its remote devices are this
-// process's devices of `runtime` (which the session keeps alive). Data still crosses a
-// socket, so timings include the protocol as a remote session's would, less the network.
+// process's devices of `runtime` (which the session keeps alive). It serves testing.echo and
+// every global function registered in this process, under any name, on a thread of this
+// process (as TVM's: a crash in what it runs ends this process). Data still crosses a socket,
+// so timings include the protocol as a remote session's would, less the network.
 RPCSession local_session(Runtime& runtime);
 
 // A module loaded on the server.
