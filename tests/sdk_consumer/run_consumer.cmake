@@ -59,3 +59,36 @@ message(STATUS "conformance report:\n${report}")
 if(NOT report MATCHES "Verdict: pass.*Plugin: exampledev 1\\.0\\.0.*LoadsModuleAndLaunchesKernel \\| pass.*Collector `rusage`: pass.*ReportsMetricsForAHostCall \\| pass")
   message(FATAL_ERROR "${WORK_DIR}/conformance.md does not show a pass of the module and collector tests")
 endif()
+
+# `kiln run` of the installed example's kernel on the example device (issue 29: its sidecar had
+# no `target`, so kiln run could not load it), with the run config the example ships, unchanged.
+# Its output must equal, byte for byte, that of the installed CPU example kernel on the same
+# inputs (a = arange, b = random seed 1, alpha = 0.5: both compute a + alpha * b in float32).
+set(device_dir ${WORK_DIR}/device_plugin)
+step("kiln run of the example device's vector_add with its shipped run config"
+     EXPECT "device: +exampledev:0 .*out +float32.4096. min=.*checks:.*out: saved float32.4096. to"
+     COMMAND ${prefix}/bin/kiln --plugin-path ${device_dir}/plugins run --no-progress
+     ${device_dir}/vector_add.yaml)
+file(WRITE ${WORK_DIR}/cpu_vector_add.yaml "module: \${KILN_EXAMPLES}/libvector_add.so
+function: vector_add
+device: cpu
+evaluator: {number: 1, repeat: 1, min_repeat_ms: 0}
+inputs:
+  - {name: a, shape: [4096], dtype: float32, init: arange}
+  - {name: b, shape: [4096], dtype: float32, init: random, seed: 1, low: -1, high: 1}
+  - {name: out, shape: [4096], dtype: float32, init: zeros}
+  - {name: alpha, scalar: 0.5}
+outputs:
+  - {name: out, save: cpu_vector_add.out.npy}
+")
+step("kiln run of the installed CPU vector_add on the same inputs"
+     EXPECT "device: +cpu:0 .*out: saved float32.4096."
+     COMMAND ${CMAKE_COMMAND} -E env KILN_EXAMPLES=${prefix}/share/kiln/examples/kernels
+     ${prefix}/bin/kiln run --no-progress ${WORK_DIR}/cpu_vector_add.yaml)
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${device_dir}/vector_add.out.npy
+                ${WORK_DIR}/cpu_vector_add.out.npy RESULT_VARIABLE differ)
+if(NOT differ EQUAL 0)
+  message(FATAL_ERROR "the example device's vector_add output (${device_dir}/vector_add.out.npy) "
+                      "differs from the CPU example's (${WORK_DIR}/cpu_vector_add.out.npy)")
+endif()
+message(STATUS "the example device's vector_add output equals the CPU example's")
