@@ -10,14 +10,14 @@
 namespace kiln::cuda {
 namespace {
 
-// Two-level stringification, so that the header's macro (cuMemAlloc -> cuMemAlloc_v2) is
-// applied before the name becomes the dlsym string.
-#define KILN_CUDA_STRINGIFY_(x) #x
-#define KILN_CUDA_STRINGIFY(x) KILN_CUDA_STRINGIFY_(x)
-
 // Entry points that may be resolved under their unversioned name when the driver predates the
 // versioned one with the same signature (cuEventElapsedTime_v2 arrived in CUDA 12.8).
 bool has_compatible_fallback(std::string_view plain) { return plain == "cuEventElapsedTime"; }
+
+// "11.0" for 11000.
+std::string version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
 
 }  // namespace
 
@@ -26,8 +26,8 @@ DriverApi::~DriverApi() { close(); }
 void DriverApi::close() {
   if (handle_ != nullptr && !keep_loaded_) ::dlclose(handle_);
   handle_ = nullptr;
-#define KILN_CUDA_CLEAR_MEMBER(name) name = nullptr;
-  KILN_CUDA_DRIVER_FUNCTIONS(KILN_CUDA_CLEAR_MEMBER)
+#define KILN_CUDA_CLEAR_MEMBER(name, symbol, since, result, parameters) name = nullptr;
+  KILN_CUDA_DRIVER_ENTRY_POINTS(KILN_CUDA_CLEAR_MEMBER)
 #undef KILN_CUDA_CLEAR_MEMBER
 }
 
@@ -45,85 +45,37 @@ bool DriverApi::open(const std::string& library, std::string* why) {
            "\") failed: " + (error != nullptr ? error : "unknown error");
     return false;
   }
-  auto resolve = [&](const char* versioned, const char* plain, void* slot) {
+  auto resolve = [&](const char* versioned, const char* plain, int since, void* slot) {
     void* symbol = ::dlsym(handle_, versioned);
     if (symbol == nullptr && std::strcmp(versioned, plain) != 0 && has_compatible_fallback(plain)) {
       symbol = ::dlsym(handle_, plain);
     }
     if (symbol == nullptr) {
       *why = "the CUDA driver " + library + " lacks the entry point " + versioned +
-             " (a driver older than the CUDA " + std::to_string(CUDA_VERSION / 1000) + "." +
-             std::to_string(CUDA_VERSION % 1000 / 10) +
-             " headers this plugin was built with, or not a CUDA driver)";
+             " (which drivers have exported since CUDA " + version_text(since) +
+             ": an older driver, or not a CUDA driver)";
       return false;
     }
     std::memcpy(slot, &symbol, sizeof(symbol));
     return true;
   };
-#define KILN_CUDA_RESOLVE(name)                                                             \
+#define KILN_CUDA_RESOLVE(name, symbol, since, result, parameters)                          \
   static_assert(sizeof(name) == sizeof(void*), "function pointers are data-pointer sized"); \
-  if (!resolve(KILN_CUDA_STRINGIFY(name), #name, &name)) {                                  \
+  if (!resolve(#symbol, #name, since, &name)) {                                             \
     close();                                                                                \
     return false;                                                                           \
   }
-  KILN_CUDA_DRIVER_FUNCTIONS(KILN_CUDA_RESOLVE)
+  KILN_CUDA_DRIVER_ENTRY_POINTS(KILN_CUDA_RESOLVE)
 #undef KILN_CUDA_RESOLVE
   return true;
 }
 
 const char* result_name(CUresult result) {
   switch (result) {
-#define KILN_CUDA_NAME(code) \
-  case code:                 \
-    return #code;
-    KILN_CUDA_NAME(CUDA_SUCCESS)
-    KILN_CUDA_NAME(CUDA_ERROR_INVALID_VALUE)
-    KILN_CUDA_NAME(CUDA_ERROR_OUT_OF_MEMORY)
-    KILN_CUDA_NAME(CUDA_ERROR_NOT_INITIALIZED)
-    KILN_CUDA_NAME(CUDA_ERROR_DEINITIALIZED)
-    KILN_CUDA_NAME(CUDA_ERROR_STUB_LIBRARY)
-    KILN_CUDA_NAME(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER)
-    KILN_CUDA_NAME(CUDA_ERROR_DEVICE_UNAVAILABLE)
-    KILN_CUDA_NAME(CUDA_ERROR_NO_DEVICE)
-    KILN_CUDA_NAME(CUDA_ERROR_INVALID_DEVICE)
-    KILN_CUDA_NAME(CUDA_ERROR_DEVICE_NOT_LICENSED)
-    KILN_CUDA_NAME(CUDA_ERROR_INVALID_IMAGE)
-    KILN_CUDA_NAME(CUDA_ERROR_INVALID_CONTEXT)
-    KILN_CUDA_NAME(CUDA_ERROR_NO_BINARY_FOR_GPU)
-    KILN_CUDA_NAME(CUDA_ERROR_ECC_UNCORRECTABLE)
-    KILN_CUDA_NAME(CUDA_ERROR_UNSUPPORTED_LIMIT)
-    KILN_CUDA_NAME(CUDA_ERROR_INVALID_PTX)
-    KILN_CUDA_NAME(CUDA_ERROR_JIT_COMPILER_NOT_FOUND)
-    KILN_CUDA_NAME(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
-    KILN_CUDA_NAME(CUDA_ERROR_JIT_COMPILATION_DISABLED)
-    KILN_CUDA_NAME(CUDA_ERROR_INVALID_SOURCE)
-    KILN_CUDA_NAME(CUDA_ERROR_FILE_NOT_FOUND)
-    KILN_CUDA_NAME(CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND)
-    KILN_CUDA_NAME(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED)
-    KILN_CUDA_NAME(CUDA_ERROR_OPERATING_SYSTEM)
-    KILN_CUDA_NAME(CUDA_ERROR_INVALID_HANDLE)
-    KILN_CUDA_NAME(CUDA_ERROR_ILLEGAL_STATE)
-    KILN_CUDA_NAME(CUDA_ERROR_NOT_FOUND)
-    KILN_CUDA_NAME(CUDA_ERROR_NOT_READY)
-    KILN_CUDA_NAME(CUDA_ERROR_ILLEGAL_ADDRESS)
-    KILN_CUDA_NAME(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
-    KILN_CUDA_NAME(CUDA_ERROR_LAUNCH_TIMEOUT)
-    KILN_CUDA_NAME(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE)
-    KILN_CUDA_NAME(CUDA_ERROR_CONTEXT_IS_DESTROYED)
-    KILN_CUDA_NAME(CUDA_ERROR_ASSERT)
-    KILN_CUDA_NAME(CUDA_ERROR_HARDWARE_STACK_ERROR)
-    KILN_CUDA_NAME(CUDA_ERROR_ILLEGAL_INSTRUCTION)
-    KILN_CUDA_NAME(CUDA_ERROR_MISALIGNED_ADDRESS)
-    KILN_CUDA_NAME(CUDA_ERROR_INVALID_ADDRESS_SPACE)
-    KILN_CUDA_NAME(CUDA_ERROR_INVALID_PC)
-    KILN_CUDA_NAME(CUDA_ERROR_LAUNCH_FAILED)
-    KILN_CUDA_NAME(CUDA_ERROR_NOT_PERMITTED)
-    KILN_CUDA_NAME(CUDA_ERROR_NOT_SUPPORTED)
-    KILN_CUDA_NAME(CUDA_ERROR_SYSTEM_NOT_READY)
-    KILN_CUDA_NAME(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)
-    KILN_CUDA_NAME(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE)
-    KILN_CUDA_NAME(CUDA_ERROR_TIMEOUT)
-    KILN_CUDA_NAME(CUDA_ERROR_UNKNOWN)
+#define KILN_CUDA_NAME(name, value) \
+  case name:                        \
+    return #name;
+    KILN_CUDA_RESULT_CODES(KILN_CUDA_NAME)
 #undef KILN_CUDA_NAME
     default:
       return nullptr;

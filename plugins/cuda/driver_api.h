@@ -1,53 +1,16 @@
 // The CUDA driver API, opened with dlopen at run time and never linked: a program linked to
-// libcuda does not even start on a machine without the driver. <cuda.h> from the toolkit
-// provides the types, enums and the versioned entry-point names (cuMemAlloc is cuMemAlloc_v2);
-// every entry point is resolved with dlsym under the name the header maps it to.
+// libcuda does not even start on a machine without the driver. cuda_api_subset.h declares the
+// types, enums and entry points (with the versioned symbol each is exported under: cuMemAlloc is
+// cuMemAlloc_v2); every entry point is resolved with dlsym under that symbol.
 #ifndef KILN_PLUGINS_CUDA_DRIVER_API_H_
 #define KILN_PLUGINS_CUDA_DRIVER_API_H_
 
-#include <cuda.h>
-
+#include <cstdint>
 #include <string>
 
-namespace kiln::cuda {
+#include "cuda_api_subset.h"
 
-// The entry points the plugin uses. The header's macros turn each name into the versioned
-// symbol (cuMemAlloc -> cuMemAlloc_v2, cuEventElapsedTime -> cuEventElapsedTime_v2, ...), both
-// in the member declarations and in every call, so the plugin always calls the symbol whose
-// signature the header declares.
-#define KILN_CUDA_DRIVER_FUNCTIONS(X) \
-  X(cuGetErrorName)                   \
-  X(cuGetErrorString)                 \
-  X(cuInit)                           \
-  X(cuDriverGetVersion)               \
-  X(cuDeviceGetCount)                 \
-  X(cuDeviceGet)                      \
-  X(cuDeviceGetName)                  \
-  X(cuDeviceGetAttribute)             \
-  X(cuDeviceTotalMem)                 \
-  X(cuDeviceGetPCIBusId)              \
-  X(cuDevicePrimaryCtxRetain)         \
-  X(cuDevicePrimaryCtxRelease)        \
-  X(cuCtxSetCurrent)                  \
-  X(cuCtxSynchronize)                 \
-  X(cuMemAlloc)                       \
-  X(cuMemFree)                        \
-  X(cuMemcpyHtoDAsync)                \
-  X(cuMemcpyDtoHAsync)                \
-  X(cuMemcpyDtoDAsync)                \
-  X(cuStreamCreate)                   \
-  X(cuStreamDestroy)                  \
-  X(cuStreamSynchronize)              \
-  X(cuEventCreate)                    \
-  X(cuEventDestroy)                   \
-  X(cuEventRecord)                    \
-  X(cuEventSynchronize)               \
-  X(cuEventElapsedTime)               \
-  X(cuModuleLoadDataEx)               \
-  X(cuModuleUnload)                   \
-  X(cuModuleGetFunction)              \
-  X(cuFuncSetAttribute)               \
-  X(cuLaunchKernel)
+namespace kiln::cuda {
 
 // Function pointers into one dlopen'ed libcuda. Not copyable. The destructor closes the
 // library unless keep_loaded() was called.
@@ -68,8 +31,11 @@ class DriverApi {
   // threads and callbacks inside it after cuInit.
   void keep_loaded() { keep_loaded_ = true; }
 
-#define KILN_CUDA_DECLARE_MEMBER(name) decltype(&::name) name = nullptr;
-  KILN_CUDA_DRIVER_FUNCTIONS(KILN_CUDA_DECLARE_MEMBER)
+  // One pointer per entry point of KILN_CUDA_DRIVER_ENTRY_POINTS, named without the version
+  // suffix (cuMemAlloc points at cuMemAlloc_v2) and typed with its signature.
+#define KILN_CUDA_DECLARE_MEMBER(name, symbol, since, result, parameters) \
+  result(*name) parameters = nullptr;
+  KILN_CUDA_DRIVER_ENTRY_POINTS(KILN_CUDA_DECLARE_MEMBER)
 #undef KILN_CUDA_DECLARE_MEMBER
 
  private:
@@ -80,7 +46,7 @@ class DriverApi {
 };
 
 // The name of a CUresult ("CUDA_ERROR_OUT_OF_MEMORY"). Works without a driver: the names come
-// from a table of the header's enumerators, so that a stub library (whose cuGetErrorName fails
+// from the codes of cuda_api_subset.h, so that a stub library (whose cuGetErrorName fails
 // too) still gets a readable reason. Unknown codes read "CUDA error <code>".
 const char* result_name(CUresult result);
 

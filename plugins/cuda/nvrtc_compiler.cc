@@ -96,19 +96,9 @@ bool NvrtcApi::open(const std::vector<std::string>& candidates, std::string* why
       if (symbol == nullptr && missing.empty()) missing = name;
       std::memcpy(&slot, &symbol, sizeof(symbol));
     };
-    resolve("nvrtcVersion", nvrtcVersion);
-    resolve("nvrtcGetErrorString", nvrtcGetErrorString);
-    resolve("nvrtcCreateProgram", nvrtcCreateProgram);
-    resolve("nvrtcDestroyProgram", nvrtcDestroyProgram);
-    resolve("nvrtcCompileProgram", nvrtcCompileProgram);
-    resolve("nvrtcGetProgramLogSize", nvrtcGetProgramLogSize);
-    resolve("nvrtcGetProgramLog", nvrtcGetProgramLog);
-    resolve("nvrtcGetPTXSize", nvrtcGetPTXSize);
-    resolve("nvrtcGetPTX", nvrtcGetPTX);
-    resolve("nvrtcGetCUBINSize", nvrtcGetCUBINSize);
-    resolve("nvrtcGetCUBIN", nvrtcGetCUBIN);
-    resolve("nvrtcAddNameExpression", nvrtcAddNameExpression);
-    resolve("nvrtcGetLoweredName", nvrtcGetLoweredName);
+#define KILN_NVRTC_RESOLVE(name, symbol, result, parameters) resolve(#symbol, name);
+    KILN_NVRTC_ENTRY_POINTS(KILN_NVRTC_RESOLVE)
+#undef KILN_NVRTC_RESOLVE
     if (!missing.empty()) {
       tried += (tried.empty() ? "" : "; ") + candidate + " lacks " + missing;
       ::dlclose(handle);

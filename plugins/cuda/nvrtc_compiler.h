@@ -1,16 +1,17 @@
 // CUDA C++ source compiled at run time with NVRTC, which is dlopened like the driver
 // (libnvrtc.so.13, then .12, then libnvrtc.so). The compile needs no GPU and no driver: the
 // target architecture is explicit, so it is testable on any machine with NVRTC installed.
+// nvrtc_api_subset.h declares NVRTC's types and entry points.
 #ifndef KILN_PLUGINS_CUDA_NVRTC_COMPILER_H_
 #define KILN_PLUGINS_CUDA_NVRTC_COMPILER_H_
-
-#include <nvrtc.h>
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "nvrtc_api_subset.h"
 
 namespace kiln::cuda {
 
@@ -36,20 +37,11 @@ class NvrtcApi {
   int major_version() const { return major_; }
   int minor_version() const { return minor_; }
 
-  nvrtcResult (*nvrtcVersion)(int*, int*) = nullptr;
-  const char* (*nvrtcGetErrorString)(nvrtcResult) = nullptr;
-  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int,
-                                    const char* const*, const char* const*) = nullptr;
-  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*) = nullptr;
-  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*) = nullptr;
-  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*) = nullptr;
-  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*) = nullptr;
-  nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t*) = nullptr;
-  nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*) = nullptr;
-  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*) = nullptr;
-  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*) = nullptr;
-  nvrtcResult (*nvrtcAddNameExpression)(nvrtcProgram, const char*) = nullptr;
-  nvrtcResult (*nvrtcGetLoweredName)(nvrtcProgram, const char*, const char**) = nullptr;
+  // One pointer per entry point of KILN_NVRTC_ENTRY_POINTS, typed with its signature.
+#define KILN_NVRTC_DECLARE_MEMBER(name, symbol, result, parameters) \
+  result(*name) parameters = nullptr;
+  KILN_NVRTC_ENTRY_POINTS(KILN_NVRTC_DECLARE_MEMBER)
+#undef KILN_NVRTC_DECLARE_MEMBER
 
  private:
   void close();

@@ -209,6 +209,32 @@ TEST_F(FakeDriver, TimersRecordEvents) {
 }
 
 TEST_F(FakeDriver, LoadsEveryFormatAndLaunches) {
+  // The built examples with their sidecars; without nvcc only the source, compiled by NVRTC.
+  struct Variant {
+    std::string path, metadata_path, format;
+  };
+  std::vector<Variant> variants;
+  const std::string examples_missing = cuda_test::examples_missing();
+  if (examples_missing.empty()) {
+    for (const char* file : {"vector_add.ptx", "vector_add.sm_90.cubin", "vector_add.fatbin"}) {
+      const std::string path = cuda_test::examples() + "/" + file;
+      const std::string format =
+          nlohmann::json::parse(read_text(path + ".json")).at("format").get<std::string>();
+      variants.push_back({path, path + ".json", format});
+    }
+  }
+  cuda::NvrtcApi nvrtc;
+  std::string no_nvrtc;
+  if (nvrtc.open(cuda::NvrtcApi::default_libraries(), &no_nvrtc)) {
+    variants.push_back(examples_missing.empty()
+                           ? Variant{cuda_test::examples() + "/vector_add.cu",
+                                     cuda_test::examples() + "/vector_add.cu.json", "cuda_source"}
+                           : Variant{cuda_test::example_sources() + "/vector_add.cu",
+                                     cuda_test::example_sources() + "/vector_add.json",
+                                     "cuda_source"});
+  }
+  if (variants.empty()) GTEST_SKIP() << examples_missing << "; " << no_nvrtc;
+
   constexpr int64_t n = 1000;
   std::vector<float> ha(n), hb(n), expected(n);
   for (int64_t i = 0; i < n; ++i) {
@@ -225,18 +251,11 @@ TEST_F(FakeDriver, LoadsEveryFormatAndLaunches) {
   const KilnAny args[5] = {any(&ta), any(&tb), any(&tout), any(3.0), any(n)};
   const uint32_t grid[3] = {(n + 255) / 256, 1, 1};
   const uint32_t block[3] = {256, 1, 1};
-  cuda::NvrtcApi nvrtc;
-  std::string no_nvrtc;
-  const bool have_nvrtc = nvrtc.open(cuda::NvrtcApi::default_libraries(), &no_nvrtc);
-  for (const char* file :
-       {"vector_add.ptx", "vector_add.sm_90.cubin", "vector_add.fatbin", "vector_add.cu"}) {
-    SCOPED_TRACE(file);
-    if (std::string(file) == "vector_add.cu" && !have_nvrtc) continue;
-    const std::string path = cuda_test::examples() + "/" + file;
-    const std::vector<uint8_t> bytes = read_bytes(path);
-    const std::string metadata = read_text(path + ".json");
-    const std::string format = nlohmann::json::parse(metadata).at("format").get<std::string>();
-    void* mod = backend_->module_load(0, bytes.data(), bytes.size(), format, metadata);
+  for (const Variant& variant : variants) {
+    SCOPED_TRACE(variant.path);
+    const std::vector<uint8_t> bytes = read_bytes(variant.path);
+    const std::string metadata = read_text(variant.metadata_path);
+    void* mod = backend_->module_load(0, bytes.data(), bytes.size(), variant.format, metadata);
     void* kernel = backend_->module_get_kernel(mod, "vector_add");
     backend_->launch(kernel, args, 5, grid, block, 0);
     std::vector<float> got(n);
@@ -252,6 +271,7 @@ TEST_F(FakeDriver, LoadsEveryFormatAndLaunches) {
 }
 
 TEST_F(FakeDriver, LaunchErrors) {
+  if (const std::string why = cuda_test::examples_missing(); !why.empty()) GTEST_SKIP() << why;
   const std::string path = cuda_test::examples() + "/relu.ptx";
   const std::vector<uint8_t> ptx = read_bytes(path);
   void* mod = backend_->module_load(0, ptx.data(), ptx.size(), "ptx", read_text(path + ".json"));
@@ -314,6 +334,7 @@ TEST_F(FakeDriver, ModuleErrors) {
                           "6; error   : Not a name of any known instruction: "
                           "'kiln_not_an_instruction'"));
   }
+  if (const std::string why = cuda_test::examples_missing(); !why.empty()) GTEST_SKIP() << why;
   // PTX metadata naming a kernel the text lacks fails before the driver compiles anything.
   const std::string path = cuda_test::examples() + "/vector_add.ptx";
   const std::vector<uint8_t> ptx = read_bytes(path);
@@ -347,6 +368,7 @@ TEST_F(FakeDriver, ModuleErrors) {
 }
 
 TEST_F(FakeDriver, ThreadsUseTheirOwnCurrentContext) {
+  if (const std::string why = cuda_test::examples_missing(); !why.empty()) GTEST_SKIP() << why;
   // Every slot makes the context current on the calling thread: fresh threads would
   // otherwise have none and the fake driver would refuse the calls.
   const std::string path = cuda_test::examples() + "/vector_add.ptx";

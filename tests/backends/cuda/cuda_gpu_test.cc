@@ -51,6 +51,7 @@ class CudaGpu : public ::testing::Test {
       if (key == "max_shared_memory_per_block_optin_bytes") optin_shared_ = value.cast<int64_t>();
       if (key == "name") fake_ = value.str().rfind("Kiln Fake GPU", 0) == 0;
     }
+    examples_missing_ = cuda_test::examples_missing();
     cuda::NvrtcApi nvrtc;
     if (!nvrtc.open(cuda::NvrtcApi::default_libraries(), &nvrtc_missing_)) {
       std::printf("  cuda_source cases left out: %s\n", nvrtc_missing_.c_str());
@@ -78,6 +79,8 @@ class CudaGpu : public ::testing::Test {
   int64_t cc_minor_ = 0;
   int64_t optin_shared_ = 0;
   std::string nvrtc_missing_;  // why NVRTC cannot be loaded; empty when it can
+  // Why the example kernels were not built; empty when they were. Tests that load them skip.
+  std::string examples_missing_;
   // The fake driver of cuda_fake_driver_test.cc, which runs only the example kernels.
   bool fake_ = false;
 };
@@ -168,6 +171,7 @@ TEST_F(CudaGpu, OutOfMemoryIsAnOutOfMemoryError) {
 }
 
 TEST_F(CudaGpu, BackendLaunchesEveryFormat) {
+  if (!examples_missing_.empty()) GTEST_SKIP() << examples_missing_;
   constexpr int64_t n = 10000;
   const VectorAddCase c(n);
   Tensor a = Tensor::empty({n}, DataType::Float(32), device_);
@@ -203,6 +207,7 @@ TEST_F(CudaGpu, BackendLaunchesEveryFormat) {
 }
 
 TEST_F(CudaGpu, ModuleFunctionsRunEveryFormat) {
+  if (!examples_missing_.empty()) GTEST_SKIP() << examples_missing_;
   constexpr int64_t n = 100003;  // not a multiple of the block
   const VectorAddCase c(n);
   for (const std::string& file : variants("vector_add")) {
@@ -224,6 +229,7 @@ TEST_F(CudaGpu, ModuleFunctionsRunEveryFormat) {
 }
 
 TEST_F(CudaGpu, LocalRunWithTheTarExporter) {
+  if (!examples_missing_.empty()) GTEST_SKIP() << examples_missing_;
   constexpr int64_t n = 4096;
   const VectorAddCase c(n);
   Tensor a = Tensor::empty({n}, DataType::Float(32));
@@ -288,12 +294,14 @@ void expect_same_outputs(const std::string& name, int output, double rtol, doubl
 }
 
 TEST_F(CudaGpu, RunConfigsMatchTheCpuExamples) {
+  if (!examples_missing_.empty()) GTEST_SKIP() << examples_missing_;
   expect_same_outputs("vector_add", 2, 0, 0);  // same rounding: bit for bit
   expect_same_outputs("relu", 1, 0, 0);
   expect_same_outputs("matmul", 2, 1e-5, 1e-5);  // same summation order; allow for libm-free fp
 }
 
 TEST_F(CudaGpu, MatmulUsesDynamicSharedMemory) {
+  if (!examples_missing_.empty()) GTEST_SKIP() << examples_missing_;
   constexpr int64_t m = 37, k = 50, n = 29;  // ragged edges
   std::vector<float> ha(m * k), hb(k * n), expected(m * n, 0.0f);
   for (size_t i = 0; i < ha.size(); ++i) ha[i] = static_cast<float>(i % 7) - 3.0f;
@@ -342,6 +350,7 @@ TEST_F(CudaGpu, BadPtxCarriesTheJitLog) {
 }
 
 TEST_F(CudaGpu, MetadataMustMatchTheModule) {
+  if (!examples_missing_.empty()) GTEST_SKIP() << examples_missing_;
   const std::vector<uint8_t> cubin_or_fatbin = read_bytes(cuda_test::examples() + "/relu.fatbin");
   const std::string meta = R"({"kernels": {"relu": {"args": ["tensor", "tensor", "int32"]},
                                            "gelu": {"args": ["tensor"]}}})";
@@ -389,6 +398,7 @@ TEST_F(CudaGpu, NvrtcErrorsReachTheCaller) {
 }
 
 TEST_F(CudaGpu, LaunchErrorsNameTheExtents) {
+  if (!examples_missing_.empty()) GTEST_SKIP() << examples_missing_;
   Module m = load_module(cuda_test::examples() + "/relu.ptx");
   Tensor in = Tensor::empty({64}, DataType::Float(32), device_);
   Tensor out = Tensor::empty({64}, DataType::Float(32), device_);
@@ -421,6 +431,7 @@ TEST_F(CudaGpu, LaunchErrorsNameTheExtents) {
 }
 
 TEST_F(CudaGpu, ThreadsLaunchConcurrently) {
+  if (!examples_missing_.empty()) GTEST_SKIP() << examples_missing_;
   Module m = load_module(cuda_test::examples() + "/" + source_or("vector_add", "vector_add.ptx"));
   Function f = m["vector_add"];
   constexpr int64_t n = 1 << 16;
@@ -445,6 +456,7 @@ TEST_F(CudaGpu, ThreadsLaunchConcurrently) {
 }
 
 TEST_F(CudaGpu, DeviceL2FlushRunsOnCudaTensors) {
+  if (!examples_missing_.empty()) GTEST_SKIP() << examples_missing_;
   auto flush = registry::get("cache_flush_device_l2");
   if (!flush) GTEST_SKIP() << "the core has no cache_flush_device_l2 preprocessor";
   Tensor t = Tensor::empty({1024}, DataType::Float(32), device_);

@@ -158,6 +158,7 @@ TEST(CudaPlugin, DeviceCodeModuleReportsTheMissingDevice) {
   // Loading device code needs no device; calling a kernel then says why there is none.
   const std::string reason = cuda_test::no_device_reason();
   if (reason.empty()) GTEST_SKIP() << "this machine has a CUDA device";
+  if (const std::string why = cuda_test::examples_missing(); !why.empty()) GTEST_SKIP() << why;
   Module m = load_module(cuda_test::examples() + "/vector_add.ptx");
   Function f = m["vector_add"];
   EXPECT_THROW(f(Tensor::empty({4}, DataType::Float(32)), Tensor::empty({4}, DataType::Float(32)),

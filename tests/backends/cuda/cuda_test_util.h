@@ -20,6 +20,24 @@ inline std::string plugin_dir() { return std::string(KILN_BUILD_DIR) + "/lib/kil
 // The built CUDA example kernels.
 inline std::string examples() { return std::string(KILN_EXAMPLE_KERNEL_DIR) + "/cuda"; }
 
+#ifndef KILN_CUDA_EXAMPLES_BUILT
+#error "KILN_CUDA_EXAMPLES_BUILT (0 or 1) must be defined by plugins/cuda/CMakeLists.txt"
+#endif
+// Empty when the build made the example kernels in examples() (nvcc's PTX, cubins and fat
+// binaries, with their sidecars); otherwise why not, for GTEST_SKIP. The plugin builds without
+// the CUDA toolkit, its example kernels do not.
+inline std::string examples_missing() {
+  return KILN_CUDA_EXAMPLES_BUILT
+             ? ""
+             : "the CUDA example kernels were not built (nvcc was not found at configure time; "
+               "examples/kernels/cuda/CMakeLists.txt)";
+}
+// The example kernels' sources and metadata in the source tree (<kernel>.cu, <kernel>.json,
+// without "format" and "target"), which need no toolkit.
+inline std::string example_sources() {
+  return std::string(KILN_SOURCE_DIR) + "/examples/kernels/cuda";
+}
+
 // Empty when the global runtime has a cuda device; otherwise why not (the plugin's status or
 // its why_none), for GTEST_SKIP.
 inline std::string no_device_reason() {

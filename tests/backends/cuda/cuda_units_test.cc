@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "abi_values.h"
+#include "cuda_test_util.h"
 #include "driver_api.h"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/support/kernel_args.hpp"
@@ -31,6 +32,8 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 const std::string kExamples = std::string(KILN_EXAMPLE_KERNEL_DIR) + "/cuda";
+// The sources and metadata of the example kernels, which exist without nvcc.
+const std::string kSources = cuda_test::example_sources();
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -144,7 +147,8 @@ TEST(CudaDriverApi, LibraryWithoutTheEntryPointsIsReported) {
   std::string why;
   EXPECT_FALSE(api.open("libm.so.6", &why));
   EXPECT_FALSE(api.is_open());
-  EXPECT_THAT(why, HasSubstr("libm.so.6 lacks the entry point cuGetErrorName"));
+  EXPECT_THAT(why, HasSubstr("libm.so.6 lacks the entry point cuGetErrorName (which drivers have "
+                             "exported since CUDA 6.0"));
 }
 
 // ---- device code checks ----
@@ -159,6 +163,7 @@ TEST(CudaImage, FormatsAreNamed) {
 }
 
 TEST(CudaImage, AcceptsTheBuiltExamples) {
+  if (const std::string why = cuda_test::examples_missing(); !why.empty()) GTEST_SKIP() << why;
   for (const char* kernel : {"vector_add", "relu", "matmul"}) {
     SCOPED_TRACE(kernel);
     const std::string base = kExamples + "/" + kernel;
@@ -192,6 +197,7 @@ TEST(CudaImage, RejectsBadBytesWithoutReadingPastThem) {
   expect_error([&] { prepare_image(nullptr, 10, ImageFormat::kPtx); }, KILN_ERROR_VALUE,
                "pointer is NULL");
 
+  if (const std::string why = cuda_test::examples_missing(); !why.empty()) GTEST_SKIP() << why;
   const std::vector<uint8_t> cubin = read_bytes(kExamples + "/vector_add.sm_90.cubin");
   const std::vector<uint8_t> fatbin = read_bytes(kExamples + "/vector_add.fatbin");
   ASSERT_GT(cubin.size(), 200u);
@@ -247,17 +253,19 @@ TEST(CudaImage, TextMustNotHoldNulBytes) {
 }
 
 TEST(CudaImage, FindsPtxEntries) {
-  EXPECT_EQ(ptx_entry_names(read_text(kExamples + "/vector_add.ptx")),
-            std::set<std::string>{"vector_add"});
-  EXPECT_EQ(ptx_entry_names(read_text(kExamples + "/matmul.ptx")), std::set<std::string>{"matmul"});
   EXPECT_EQ(ptx_entry_names("// .entry commented(\n/* .entry hidden( */\n"
                             ".visible .entry _Z5scalePff(\n.entry\tsecond (\n.func notakernel(\n"),
             (std::set<std::string>{"_Z5scalePff", "second"}));
+  if (const std::string why = cuda_test::examples_missing(); !why.empty()) GTEST_SKIP() << why;
+  EXPECT_EQ(ptx_entry_names(read_text(kExamples + "/vector_add.ptx")),
+            std::set<std::string>{"vector_add"});
+  EXPECT_EQ(ptx_entry_names(read_text(kExamples + "/matmul.ptx")), std::set<std::string>{"matmul"});
 }
 
 // ---- metadata ----
 
 TEST(CudaMetadata, ConformanceSidecarParses) {
+  if (const std::string why = cuda_test::examples_missing(); !why.empty()) GTEST_SKIP() << why;
   const std::string json = read_text(kExamples + "/vector_add.ptx.json");
   ASSERT_FALSE(json.empty());
   const sdk::ModuleMetadata meta = sdk::parse_module_metadata(json);
@@ -281,6 +289,7 @@ TEST(CudaMetadata, ConformanceSidecarParses) {
 }
 
 TEST(CudaMetadata, KernelsMissingFromTheModuleAreNamed) {
+  if (const std::string why = cuda_test::examples_missing(); !why.empty()) GTEST_SKIP() << why;
   const std::set<std::string> entries = ptx_entry_names(read_text(kExamples + "/vector_add.ptx"));
   const auto meta = sdk::parse_module_metadata(
       R"({"kernels": {"vector_add": {"args": []}, "scale": {"args": []}, "zap": {}}})");
@@ -317,7 +326,7 @@ std::unique_ptr<sdk::PackedArgs> pack(const sdk::KernelInfo& k, const KilnAny* a
 }
 
 TEST(CudaArguments, PacksTheConformanceKernel) {
-  const auto meta = sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
+  const auto meta = sdk::parse_module_metadata(read_text(kSources + "/vector_add.json"));
   const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor a = cuda_tensor(0x7f0000000000, 0);
   DLTensor b = cuda_tensor(0x7f0000100000, 64);
@@ -348,7 +357,7 @@ TEST(CudaArguments, PacksTheConformanceKernel) {
 }
 
 TEST(CudaArguments, RejectsWrongArguments) {
-  const auto meta = sdk::parse_module_metadata(read_text(kExamples + "/vector_add.ptx.json"));
+  const auto meta = sdk::parse_module_metadata(read_text(kSources + "/vector_add.json"));
   const sdk::KernelInfo& k = sdk::find_kernel(meta, "vector_add");
   DLTensor a = cuda_tensor(0x1000, 0);
   DLTensor host = cuda_tensor(0x1000, 0, 0, kDLCPU);
@@ -391,7 +400,7 @@ TEST_F(Nvrtc, CompilesTheExamplesForAnExplicitArchitecture) {
   EXPECT_GE(api_.major_version(), 12);
   for (const char* kernel : {"vector_add", "relu", "matmul"}) {
     SCOPED_TRACE(kernel);
-    const std::string source = read_text(kExamples + "/" + kernel + ".cu");
+    const std::string source = read_text(kSources + "/" + kernel + ".cu");
     ASSERT_FALSE(source.empty());
     const NvrtcOutput out =
         nvrtc_compile(api_, source, std::string(kernel) + ".cu", "sm_80", {"-lineinfo"}, {kernel});
@@ -403,11 +412,11 @@ TEST_F(Nvrtc, CompilesTheExamplesForAnExplicitArchitecture) {
   }
   // A virtual architecture gives PTX only.
   const NvrtcOutput ptx_only =
-      nvrtc_compile(api_, read_text(kExamples + "/relu.cu"), "relu.cu", "compute_90", {}, {});
+      nvrtc_compile(api_, read_text(kSources + "/relu.cu"), "relu.cu", "compute_90", {}, {});
   EXPECT_THAT(ptx_only.ptx, HasSubstr(".target sm_90"));
   EXPECT_TRUE(ptx_only.cubin.empty());
   // An -arch among the options with no architecture argument.
-  const NvrtcOutput own_arch = nvrtc_compile(api_, read_text(kExamples + "/relu.cu"), "relu.cu", "",
+  const NvrtcOutput own_arch = nvrtc_compile(api_, read_text(kSources + "/relu.cu"), "relu.cu", "",
                                              {"-arch=sm_90"}, {"relu"});
   EXPECT_THAT(own_arch.ptx, HasSubstr(".target sm_90"));
 }
@@ -446,7 +455,7 @@ TEST_F(Nvrtc, CompileErrorsCarryTheLog) {
   }
   expect_error(
       [&] {
-        nvrtc_compile(api_, read_text(kExamples + "/relu.cu"), "relu.cu", "sm_80",
+        nvrtc_compile(api_, read_text(kSources + "/relu.cu"), "relu.cu", "sm_80",
                       {"--no-such-option"}, {});
       },
       KILN_ERROR_VALUE, "NVRTC_ERROR_INVALID_OPTION");
@@ -455,7 +464,7 @@ TEST_F(Nvrtc, CompileErrorsCarryTheLog) {
   expect_error([&] { nvrtc_compile(api_, std::string("a\0b", 3), "nul.cu", "sm_80", {}, {}); },
                KILN_ERROR_VALUE, "contains a NUL byte at offset 1");
   // A kernel name the source does not define.
-  EXPECT_THROW(nvrtc_compile(api_, read_text(kExamples + "/relu.cu"), "relu.cu", "sm_80", {},
+  EXPECT_THROW(nvrtc_compile(api_, read_text(kSources + "/relu.cu"), "relu.cu", "sm_80", {},
                              {"no_such_kernel"}),
                sdk::Error);
 }

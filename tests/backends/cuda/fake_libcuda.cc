@@ -1,6 +1,7 @@
 // A fake CUDA driver for testing the cuda plugin without a GPU (loaded through the plugin's
 // driver_library option). It implements exactly the entry points the plugin resolves, under
-// the versioned names <cuda.h> maps them to, over host memory, and checks what a real driver
+// the versioned symbols of plugins/cuda/cuda_api_subset.h (checked at the end of this file),
+// over host memory, and checks what a real driver
 // checks: a current context on the calling thread, pointers inside live allocations (copies and
 // kernel arguments included), launch extents, the dynamic shared memory limit a function was
 // given. "Device memory" is host memory, so tests can read it. Kernels run on the host: the
@@ -10,11 +11,10 @@
 // kiln_fake_cuda_live() reports live objects, so tests can check that nothing leaks.
 // Environment: KILN_FAKE_CUDA_DEVICES (default 1) sets the device count (0 makes cuInit report
 // CUDA_ERROR_NO_DEVICE); KILN_FAKE_CUDA_MEMORY the bytes per device (default 1 GiB).
-#include <cuda.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -23,7 +23,10 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
+
+#include "cuda_api_subset.h"
 
 struct CUctx_st {
   int device = 0;
@@ -243,7 +246,7 @@ void write_log(unsigned num_options, CUjit_option* options, void** values, CUjit
 
 extern "C" {
 
-CUresult CUDAAPI cuGetErrorName(CUresult error, const char** str) {
+CUresult cuGetErrorName(CUresult error, const char** str) {
   switch (error) {
     case CUDA_SUCCESS:
       *str = "CUDA_SUCCESS";
@@ -263,7 +266,7 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char** str) {
   }
 }
 
-CUresult CUDAAPI cuGetErrorString(CUresult error, const char** str) {
+CUresult cuGetErrorString(CUresult error, const char** str) {
   switch (error) {
     case CUDA_ERROR_INVALID_VALUE:
       *str = "invalid argument";
@@ -280,7 +283,7 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char** str) {
   }
 }
 
-CUresult CUDAAPI cuInit(unsigned int flags) {
+CUresult cuInit(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = driver();
   std::lock_guard<std::mutex> lock(d.mu);
@@ -298,31 +301,31 @@ CUresult CUDAAPI cuInit(unsigned int flags) {
   return d.devices > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
-CUresult CUDAAPI cuDriverGetVersion(int* version) {
+CUresult cuDriverGetVersion(int* version) {
   *version = 13000;
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDeviceGetCount(int* count) {
+CUresult cuDeviceGetCount(int* count) {
   if (!driver().initialised) return CUDA_ERROR_NOT_INITIALIZED;
   *count = driver().devices;
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
+CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   if (!driver().initialised) return CUDA_ERROR_NOT_INITIALIZED;
   if (ordinal < 0 || ordinal >= driver().devices) return CUDA_ERROR_INVALID_DEVICE;
   *device = ordinal;
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
+CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
   if (dev < 0 || dev >= driver().devices || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   std::snprintf(name, static_cast<size_t>(len), "Kiln Fake GPU %d", dev);
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice dev) {
+CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice dev) {
   if (dev < 0 || dev >= driver().devices) return CUDA_ERROR_INVALID_DEVICE;
   switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
@@ -373,19 +376,19 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, 
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDeviceTotalMem(size_t* bytes, CUdevice dev) {
+CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (dev < 0 || dev >= driver().devices) return CUDA_ERROR_INVALID_DEVICE;
   *bytes = driver().memory;
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDeviceGetPCIBusId(char* bus, int len, CUdevice dev) {
+CUresult cuDeviceGetPCIBusId(char* bus, int len, CUdevice dev) {
   if (dev < 0 || dev >= driver().devices || len < 13) return CUDA_ERROR_INVALID_VALUE;
   std::snprintf(bus, static_cast<size_t>(len), "0000:%02x:00.0", 0x10 + dev);
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
+CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
   Driver& d = driver();
   std::lock_guard<std::mutex> lock(d.mu);
   if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
@@ -395,7 +398,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   Driver& d = driver();
   std::lock_guard<std::mutex> lock(d.mu);
   if (dev < 0 || dev >= d.devices || d.contexts[dev]->retains == 0)
@@ -404,15 +407,15 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+CUresult cuCtxSetCurrent(CUcontext ctx) {
   if (ctx != nullptr && ctx->retains == 0) return CUDA_ERROR_INVALID_CONTEXT;
   current = ctx;
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxSynchronize(void) { return need_context(); }
+CUresult cuCtxSynchronize(void) { return need_context(); }
 
-CUresult CUDAAPI cuMemAlloc(CUdeviceptr* ptr, size_t bytes) {
+CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) {
   if (CUresult r = need_context()) return r;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = driver();
@@ -428,7 +431,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr* ptr, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemFree(CUdeviceptr ptr) {
+CUresult cuMemFree_v2(CUdeviceptr ptr) {
   if (CUresult r = need_context()) return r;
   Driver& d = driver();
   std::lock_guard<std::mutex> lock(d.mu);
@@ -440,7 +443,7 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr ptr) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   if (!valid_stream(s) || !valid_range(dst, n) || src == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -448,7 +451,7 @@ CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, C
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   if (!valid_stream(s) || !valid_range(src, n) || dst == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -456,7 +459,7 @@ CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstrea
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   if (!valid_stream(s) || !valid_range(src, n) || !valid_range(dst, n)) {
@@ -466,7 +469,7 @@ CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, C
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int) {
+CUresult cuStreamCreate(CUstream* stream, unsigned int) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   *stream = new CUstream_st{current};
@@ -474,7 +477,7 @@ CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuStreamDestroy(CUstream stream) {
+CUresult cuStreamDestroy_v2(CUstream stream) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   if (driver().streams.erase(stream) == 0) return CUDA_ERROR_INVALID_HANDLE;
@@ -482,13 +485,13 @@ CUresult CUDAAPI cuStreamDestroy(CUstream stream) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuStreamSynchronize(CUstream stream) {
+CUresult cuStreamSynchronize(CUstream stream) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   return valid_stream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-CUresult CUDAAPI cuEventCreate(CUevent* event, unsigned int) {
+CUresult cuEventCreate(CUevent* event, unsigned int) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   *event = new CUevent_st{current, false, {}};
@@ -496,14 +499,14 @@ CUresult CUDAAPI cuEventCreate(CUevent* event, unsigned int) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuEventDestroy(CUevent event) {
+CUresult cuEventDestroy_v2(CUevent event) {
   std::lock_guard<std::mutex> lock(driver().mu);
   if (driver().events.erase(event) == 0) return CUDA_ERROR_INVALID_HANDLE;
   delete event;
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
+CUresult cuEventRecord(CUevent event, CUstream stream) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   if (driver().events.count(event) == 0 || !valid_stream(stream)) return CUDA_ERROR_INVALID_HANDLE;
@@ -513,12 +516,12 @@ CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuEventSynchronize(CUevent event) {
+CUresult cuEventSynchronize(CUevent event) {
   std::lock_guard<std::mutex> lock(driver().mu);
   return driver().events.count(event) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
+CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUevent stop) {
   std::lock_guard<std::mutex> lock(driver().mu);
   if (driver().events.count(start) == 0 || driver().events.count(stop) == 0) {
     return CUDA_ERROR_INVALID_HANDLE;
@@ -534,8 +537,8 @@ CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int num_options,
-                                    CUjit_option* options, void** values) {
+CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int num_options,
+                            CUjit_option* options, void** values) {
   if (CUresult r = need_context()) return r;
   if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const auto* bytes = static_cast<const unsigned char*>(image);
@@ -566,7 +569,7 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigne
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuModuleUnload(CUmodule module) {
+CUresult cuModuleUnload(CUmodule module) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   if (driver().modules.erase(module) == 0) return CUDA_ERROR_INVALID_HANDLE;
@@ -574,7 +577,7 @@ CUresult CUDAAPI cuModuleUnload(CUmodule module) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
+CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   if (driver().modules.count(module) == 0) return CUDA_ERROR_INVALID_HANDLE;
@@ -584,8 +587,7 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* function, CUmodule module, cons
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute,
-                                    int value) {
+CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute, int value) {
   if (CUresult r = need_context()) return r;
   if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_INVALID_VALUE;
   if (value < 0 || value > kOptinShared) return CUDA_ERROR_INVALID_VALUE;
@@ -594,9 +596,9 @@ CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, CUfunction_attribute at
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                unsigned int bx, unsigned int by, unsigned int bz,
-                                unsigned int shared, CUstream stream, void** params, void** extra) {
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                        CUstream stream, void** params, void** extra) {
   if (CUresult r = need_context()) return r;
   std::lock_guard<std::mutex> lock(driver().mu);
   if (f == nullptr || extra != nullptr || !valid_stream(stream)) return CUDA_ERROR_INVALID_VALUE;
@@ -628,3 +630,11 @@ long kiln_fake_cuda_live(const char* what) {
 }
 
 }  // extern "C"
+
+// Every entry point of the subset is defined here, under its versioned symbol and with its
+// signature (a missing or mistyped one fails the build rather than DriverApi::open).
+#define KILN_FAKE_CUDA_CHECK(name, symbol, since, result, parameters)      \
+  static_assert(std::is_same_v<decltype(&::symbol), result(*) parameters>, \
+                #symbol " differs from cuda_api_subset.h");
+KILN_CUDA_DRIVER_ENTRY_POINTS(KILN_FAKE_CUDA_CHECK)
+#undef KILN_FAKE_CUDA_CHECK

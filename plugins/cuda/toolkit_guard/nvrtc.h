@@ -1,0 +1,4 @@
+// Stands in for the CUDA toolkit's <nvrtc.h> on the include path of the cuda plugin, its fake
+// driver and its tests, which build without the toolkit: they use Kiln's declarations instead.
+#error \
+    "the cuda plugin builds without the CUDA toolkit: include \"nvrtc_api_subset.h\", not <nvrtc.h> (plugins/cuda/nvrtc_api_subset.h says how to declare more of NVRTC)"
