@@ -51,7 +51,38 @@ void NvrtcApi::close() {
   if (handle_ != nullptr) ::dlclose(handle_);
   handle_ = nullptr;
   library_.clear();
+  include_dirs_.clear();
 }
+
+namespace {
+
+// The toolkit header folders for a library opened at `library_path` (see include_dirs()).
+std::vector<std::string> toolkit_include_dirs(const std::string& library_path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> roots;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') roots.emplace_back(v);
+  }
+  std::error_code ec;
+  if (!library_path.empty()) {
+    // <root>/lib64/libnvrtc.so.13 (or <root>/targets/x86_64-linux/lib/...): two folders up.
+    const fs::path real = fs::canonical(library_path, ec);
+    if (!ec) roots.push_back(real.parent_path().parent_path());
+  }
+  roots.emplace_back("/usr/local/cuda");
+  std::vector<std::string> out;
+  for (const fs::path& root : roots) {
+    for (const char* sub : {"include", "include/cccl"}) {
+      const fs::path dir = root / sub;
+      if (!fs::is_directory(dir, ec)) continue;
+      const std::string text = fs::canonical(dir, ec).string();
+      if (!ec && std::find(out.begin(), out.end(), text) == out.end()) out.push_back(text);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 const std::vector<std::string>& NvrtcApi::default_libraries() {
   static const std::vector<std::string> libraries = [] {
@@ -107,6 +138,13 @@ bool NvrtcApi::open(const std::vector<std::string>& candidates, std::string* why
     if (nvrtcVersion(&major_, &minor_) != NVRTC_SUCCESS) major_ = minor_ = 0;
     handle_ = handle;
     library_ = candidate;
+    // Where the dynamic loader found it (a bare soname says nothing of its folder).
+    Dl_info info{};
+    void* any_symbol = ::dlsym(handle, "nvrtcVersion");
+    include_dirs_ = toolkit_include_dirs(
+        any_symbol != nullptr && ::dladdr(any_symbol, &info) != 0 && info.dli_fname != nullptr
+            ? std::string(info.dli_fname)
+            : candidate);
     return true;
   }
   *why = "cannot load NVRTC (needed for cuda_source modules): " +
@@ -142,6 +180,8 @@ NvrtcOutput nvrtc_compile(const NvrtcApi& api, std::string_view source,
   std::vector<std::string> all;
   if (!arch.empty()) all.push_back("-arch=" + arch);
   all.insert(all.end(), options.begin(), options.end());
+  // After the caller's own, so that a -I of theirs wins.
+  for (const std::string& dir : api.include_dirs()) all.push_back("-I" + dir);
   std::vector<const char*> argv;
   argv.reserve(all.size());
   for (const std::string& option : all) argv.push_back(option.c_str());

@@ -33,6 +33,11 @@ class NvrtcApi {
   bool open(const std::vector<std::string>& candidates, std::string* why);
   bool is_open() const { return handle_ != nullptr; }
   const std::string& library() const { return library_; }
+  // The toolkit's header folders that exist, for -I: CUDA source (TVM's among it) includes
+  // <cuda/std/cstdint> and other CCCL headers that NVRTC does not bring itself. In order:
+  // include/ and include/cccl/ of $CUDA_HOME, $CUDA_PATH, the toolkit the opened library sits
+  // in (<root>/lib64/libnvrtc.so -> <root>/include) and /usr/local/cuda. Empty until open().
+  const std::vector<std::string>& include_dirs() const { return include_dirs_; }
   // NVRTC's version, e.g. {13, 0}.
   int major_version() const { return major_; }
   int minor_version() const { return minor_; }
@@ -47,6 +52,7 @@ class NvrtcApi {
   void close();
   void* handle_ = nullptr;
   std::string library_;
+  std::vector<std::string> include_dirs_;
   int major_ = 0;
   int minor_ = 0;
 };

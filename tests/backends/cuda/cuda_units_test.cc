@@ -440,6 +440,22 @@ TEST_F(Nvrtc, LowersCppKernelNames) {
   EXPECT_EQ(entries.count(plain), 1u);
 }
 
+// TVM's CUDA source includes <cuda/std/cstdint>, a CCCL header NVRTC does not bring: the
+// toolkit's include folders (include/, include/cccl/) go on the command line by themselves.
+TEST_F(Nvrtc, FindsTheToolkitsCcclHeaders) {
+  bool cccl = false;
+  for (const std::string& dir : api_.include_dirs()) {
+    cccl |= std::filesystem::exists(dir + "/cuda/std/cstdint");
+  }
+  if (!cccl) GTEST_SKIP() << "no toolkit folder with cuda/std/cstdint beside " << api_.library();
+  const std::string source = R"(
+    #include <cuda/std/cstdint>
+    extern "C" __global__ void fill(int32_t* p) { p[threadIdx.x] = static_cast<int32_t>(threadIdx.x); }
+  )";
+  const NvrtcOutput out = nvrtc_compile(api_, source, "fill.cu", "sm_80", {}, {"fill"});
+  EXPECT_EQ(ptx_entry_names(out.ptx).count("fill"), 1u);
+}
+
 TEST_F(Nvrtc, CompileErrorsCarryTheLog) {
   const std::string bad = "extern \"C\" __global__ void k(float* p) { p[0] = undefined_thing; }\n";
   try {
