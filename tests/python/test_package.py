@@ -42,3 +42,22 @@ def test_installed_metadata_agrees_and_carries_the_licence():
     assert any(f.endswith("NOTICE") for f in files), files
     meta = importlib.metadata.metadata("kiln-runtime")
     assert "Apache" in (meta.get("License") or "") + " ".join(meta.get_all("Classifier") or [])
+
+
+def test_backends_lists_a_backend_that_was_not_built(tmp_path):
+    """A plugin set naming a device backend the build lacks (no manifest anywhere: a wheel
+    built without HIP has no rocm plugin) lists it in kiln.backends() with why."""
+    plugin_set = tmp_path / "plugins.yaml"
+    plugin_set.write_text(f"search_paths: [{BUILD / 'lib' / 'kiln' / 'plugins'}]\n"
+                          "plugins: [cpu, package, vulkan]\n")
+    code = ("import json, kiln; print(json.dumps([b for b in kiln.backends() "
+            "if b['type_name'] == 'vulkan']))")
+    env = dict(os.environ, KILN_PLUGIN_SET=str(plugin_set))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    (vulkan,) = json.loads(out.stdout.strip().splitlines()[-1])
+    assert vulkan["devices"] == [] and vulkan["plugin"] == "vulkan"
+    assert vulkan["why_none"].startswith("not built: listed in"), vulkan

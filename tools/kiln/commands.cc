@@ -88,10 +88,16 @@ int run_devices(const GlobalOptions& options) {
   Runtime runtime(runtime_options(options));
   const auto backends = runtime.backends();
   // Plugins that would provide a device type but are not loaded, so that no device type
-  // disappears without a reason.
+  // disappears without a reason: backends() lists those whose type nothing serves; the others
+  // (a second copy of a served type, shadowed) are listed here.
   std::vector<const PluginStatus*> missing;
   for (const auto& s : runtime.plugins()) {
     if (s.state == PluginStatus::State::kLoaded) continue;
+    if (std::any_of(backends.begin(), backends.end(), [&s](const BackendInfo& b) {
+          return b.plugin == s.name && b.devices.empty();
+        })) {
+      continue;
+    }
     if (std::any_of(s.provides.begin(), s.provides.end(),
                     [](const std::string& p) { return p.rfind("device:", 0) == 0; })) {
       missing.push_back(&s);

@@ -83,7 +83,9 @@ class Runtime : public DeviceContext {
   const DeviceTypeNames& device_types() const override;
   // The runtime's shared state, as a DeviceContext that keeps it alive.
   std::shared_ptr<const DeviceContext> retain() const override;
-  // Every backend with its devices (or why it has none).
+  // Every backend with its devices (or why it has none), and every device type a plugin would
+  // serve but does not: disabled or failed ("plugin disabled: ..."), or named by the plugin set
+  // but not built ("not built: ..."), with no devices.
   std::vector<BackendInfo> backends() const;
 
   // Loads a module through the format loader for its file (ModuleLoaderRegistry::load).

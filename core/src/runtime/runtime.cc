@@ -250,6 +250,32 @@ std::vector<BackendInfo> Runtime::backends() const {
     }
     out.push_back(std::move(info));
   }
+  // Device types no loaded plugin serves but one would: a plugin that is disabled or failed
+  // and says it provides "device:<type>", or one the plugin set names that was not built (no
+  // manifest) whose name is a device type Kiln knows ("rocm" in a build without HIP). Listed
+  // with no devices and the reason, so that no backend vanishes without a word.
+  const auto served = [&out](const std::string& type) {
+    return std::any_of(out.begin(), out.end(),
+                       [&type](const BackendInfo& b) { return b.type_name == type; });
+  };
+  for (const PluginStatus& s : impl_->statuses) {
+    if (s.state == PluginStatus::State::kLoaded) continue;
+    std::vector<std::string> types;
+    for (const std::string& p : s.provides) {
+      if (p.rfind("device:", 0) == 0) types.push_back(p.substr(7));
+    }
+    const bool unbuilt = s.manifest.empty() && DeviceTypeNames::builtin().find(s.name);
+    if (unbuilt) types.push_back(s.name);
+    for (const std::string& type : types) {
+      if (served(type)) continue;
+      BackendInfo info;
+      info.type_name = type;
+      info.plugin = s.name;
+      info.why_none = unbuilt ? "not built: " + s.reason
+                              : fmt::format("plugin {}: {}", to_string(s.state), s.reason);
+      out.push_back(std::move(info));
+    }
+  }
   std::sort(out.begin(), out.end(),
             [](const BackendInfo& a, const BackendInfo& b) { return a.type_name < b.type_name; });
   return out;
