@@ -60,9 +60,13 @@ int main(int argc, char** argv) {
   if (std::find(types.begin(), types.end(), "opencl") != types.end()) {
     kiln::test::pocl_loaded = true;
   }
+  // The cpu timer test's kernel of known duration (tests/conformance/conformance_kernels.cc).
+  kiln::conformance::ResolveOptions options;
+  options.timing_kernels = {
+      kiln::conformance::ModuleSpec{"cpu", KILN_CONFORMANCE_KERNELS, "so", "spin"}};
   kiln::Runtime runtime;
   const std::vector<kiln::conformance::Target> targets =
-      kiln::conformance::resolve_targets(runtime, types, modules);
+      kiln::conformance::resolve_targets(runtime, types, modules, options);
   kiln::conformance::register_tests(runtime, targets);
   return RUN_ALL_TESTS();
 }

@@ -21,14 +21,33 @@
  *                        dereferences NULL (SIGSEGV) or, with KILN_TEST_PLUGIN_HANG=1 in the
  *                        environment, sleeps forever: device code that crashes or hangs, for the
  *                        process isolation of kiln-conformance
+ *   STUB_FAULTS          a conformant device for kiln-conformance's deeper tests: it checks
+ *                        device ids, enforces a max_alloc_bytes attribute of 64 MiB, has
+ *                        steady-clock timers, streams and module slots for the format "stub"
+ *                        (kernels vector_add(a, b, out, alpha) and spin(out, ns), which busy-waits
+ *                        ns nanoseconds and writes ns to out[0]); with STUB_COLLECTOR its
+ *                        collector measures host calls (wall time, a percentage, a count). The
+ *                        environment variable KILN_TEST_STUB_FAULT plants one fault:
+ *                          leak            free succeeds but releases nothing
+ *                          free_fails      free returns an error and releases nothing
+ *                          zero_timer      every timer reads 0 ns
+ *                          timer_in_us     timers read microseconds where nanoseconds are due
+ *                          no_limit        alloc ignores max_alloc_bytes
+ *                          wrong_results   vector_add drops alpha from element 256 on
+ *                          shared_staging  copies to the device pass through one unlocked
+ *                                          staging buffer (a race between threads)
+ *                          impossible_metrics  the collector reports 150 %, a negative count
+ *                                          and a negative duration
  *   STUB_TABLE_SIZE      the device table's struct_size (default sizeof): a shorter table as
  *                        an older minor's plugin answers it; the bytes from there up to
  *                        sizeof(KilnDeviceBackend) + 64 are 0xA5 (non-NULL junk), so a host
  *                        that reads past struct_size instead of zero-extending sees them
  *
  * Written in plain C against the C headers only, as a third-party plugin would be. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kiln/c/kiln.h"
@@ -45,6 +64,22 @@ static const KilnHostServices* g_host;
 static KilnError* stub_error(int32_t code, const char* message) {
   return g_host->error_new(g_host->host_ctx, code, message);
 }
+
+#ifdef STUB_FAULTS
+/* The largest single allocation, reported as the max_alloc_bytes attribute. */
+#define STUB_MAX_ALLOC_BYTES ((int64_t)64 << 20)
+
+/* KILN_TEST_STUB_FAULT, read once at negotiation ("" when unset). */
+static const char* g_fault = "";
+
+static int fault_is(const char* name) { return strcmp(g_fault, name) == 0; }
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+#endif
 
 static KilnError* stub_device_count(void* self, int32_t* count, const char** why_none) {
   (void)self;
@@ -63,6 +98,10 @@ static void stub_visit_attributes(void* self, int32_t id, KilnAttributeVisitor v
   v.type_code = KILN_TYPE_INT;
   v.value.v_int64 = id;
   visit(ctx, "id", &v);
+#ifdef STUB_FAULTS
+  v.value.v_int64 = STUB_MAX_ALLOC_BYTES;
+  visit(ctx, "max_alloc_bytes", &v);
+#endif
 }
 
 static KilnError* stub_device_attributes(void* self, int32_t id, KilnAttributeVisitor visit,
@@ -76,6 +115,12 @@ __attribute__((unused)) static KilnError* stub_alloc(void* self, int32_t id, siz
                                                      size_t alignment, void** out) {
   (void)self;
   (void)id;
+#ifdef STUB_FAULTS
+  if (id != 0) return stub_error(KILN_ERROR_INDEX, "stub: no such device");
+  if ((int64_t)nbytes > STUB_MAX_ALLOC_BYTES && !fault_is("no_limit")) {
+    return stub_error(KILN_ERROR_OUT_OF_MEMORY, "stub: allocation over max_alloc_bytes (64 MiB)");
+  }
+#endif
   if (posix_memalign(out, alignment < sizeof(void*) ? sizeof(void*) : alignment, nbytes) != 0) {
     return stub_error(KILN_ERROR_OUT_OF_MEMORY, "stub: out of memory");
   }
@@ -85,15 +130,36 @@ __attribute__((unused)) static KilnError* stub_alloc(void* self, int32_t id, siz
 static KilnError* stub_free(void* self, int32_t id, void* ptr) {
   (void)self;
   (void)id;
+#ifdef STUB_FAULTS
+  if (fault_is("leak")) return NULL;
+  if (fault_is("free_fails")) return stub_error(KILN_ERROR_RUNTIME, "stub: free failed");
+#endif
   free(ptr);
   return NULL;
 }
+
+#ifdef STUB_FAULTS
+/* One staging buffer for every copy, without a lock: the shared_staging fault. */
+static char g_staging[1 << 14];
+#endif
 
 static KilnError* stub_copy_to_device(void* self, int32_t id, const void* src, void* dst,
                                       size_t dst_offset, size_t nbytes, void* stream) {
   (void)self;
   (void)id;
   (void)stream;
+#ifdef STUB_FAULTS
+  if (fault_is("shared_staging")) {
+    size_t at;
+    for (at = 0; at < nbytes; at += sizeof(g_staging)) {
+      const size_t n = nbytes - at < sizeof(g_staging) ? nbytes - at : sizeof(g_staging);
+      memcpy(g_staging, (const char*)src + at, n);
+      usleep(50); /* as a DMA engine would take its time: another thread's copy gets in */
+      memcpy((char*)dst + dst_offset + at, g_staging, n);
+    }
+    return NULL;
+  }
+#endif
   memcpy((char*)dst + dst_offset, src, nbytes);
   return NULL;
 }
@@ -164,9 +230,47 @@ __attribute__((unused)) static void stub_timer_destroy(void* self, void* timer) 
   free(timer);
 }
 
-#ifdef STUB_CRASH_IN_LAUNCH
+#ifdef STUB_FAULTS
+/* Timers on the host's monotonic clock (the stub device is the host; launches are
+ * synchronous), read wrong on purpose by the zero_timer and timer_in_us faults. */
+typedef struct StubTimer {
+  int64_t start_ns;
+  int64_t stop_ns;
+} StubTimer;
+
+static KilnError* stub_clock_timer_create(void* self, int32_t id, void** timer) {
+  (void)self;
+  if (id != 0) return stub_error(KILN_ERROR_INDEX, "stub: no such device");
+  *timer = calloc(1, sizeof(StubTimer));
+  return *timer == NULL ? stub_error(KILN_ERROR_OUT_OF_MEMORY, "stub: out of memory") : NULL;
+}
+static KilnError* stub_clock_timer_start(void* self, void* timer, void* stream) {
+  (void)self, (void)stream;
+  ((StubTimer*)timer)->start_ns = now_ns();
+  return NULL;
+}
+static KilnError* stub_clock_timer_stop(void* self, void* timer, void* stream) {
+  (void)self, (void)stream;
+  ((StubTimer*)timer)->stop_ns = now_ns();
+  return NULL;
+}
+static KilnError* stub_clock_timer_elapsed(void* self, void* timer, int64_t* ns) {
+  const StubTimer* t = (const StubTimer*)timer;
+  (void)self;
+  *ns = t->stop_ns - t->start_ns;
+  if (fault_is("zero_timer")) *ns = 0;
+  if (fault_is("timer_in_us")) *ns /= 1000;
+  return NULL;
+}
+#endif
+
+#if defined(STUB_CRASH_IN_LAUNCH) || defined(STUB_FAULTS)
 static const char kStubModuleMagic[] = "KILNSTUB";
-static int g_stub_module; /* every module is this one; kernels point into it */
+static int g_stub_module; /* every module is this one */
+static int g_kernel_vector_add;
+#ifdef STUB_FAULTS
+static int g_kernel_spin;
+#endif
 
 static KilnError* stub_module_load(void* self, int32_t id, const void* data, size_t size,
                                    const char* format, const char* metadata_json, void** module) {
@@ -182,14 +286,90 @@ static KilnError* stub_module_load(void* self, int32_t id, const void* data, siz
 
 static KilnError* stub_module_get_kernel(void* self, void* module, const char* name,
                                          void** kernel) {
-  (void)self;
-  if (strcmp(name, "vector_add") != 0) return stub_error(KILN_ERROR_NOT_FOUND, "stub: no kernel");
-  *kernel = module;
-  return NULL;
+  (void)self, (void)module;
+  if (strcmp(name, "vector_add") == 0) {
+    *kernel = &g_kernel_vector_add;
+    return NULL;
+  }
+#ifdef STUB_FAULTS
+  if (strcmp(name, "spin") == 0) {
+    *kernel = &g_kernel_spin;
+    return NULL;
+  }
+#endif
+  return stub_error(KILN_ERROR_NOT_FOUND, "stub: no kernel");
 }
 
 static void stub_module_unload(void* self, void* module) { (void)self, (void)module; }
+#endif
 
+#ifdef STUB_FAULTS
+/* `args[i]` as a compact 1-D tensor of `bits`-bit elements of this device, or NULL. */
+static DLTensor* tensor_arg(const KilnAny* args, int32_t i, int bits) {
+  DLTensor* t = args[i].type_code == KILN_TYPE_TENSOR ? args[i].value.v_tensor : NULL;
+  if (t == NULL || t->ndim != 1 || t->dtype.bits != bits ||
+      t->device.device_type != STUB_DEVICE_CODE)
+    return NULL;
+  return t;
+}
+
+/* out[i] = a[i] + alpha * b[i]; wrong_results drops alpha from element 256 on. */
+static KilnError* stub_vector_add(const KilnAny* args, int32_t num_args) {
+  const DLTensor *a, *b, *out;
+  const float *pa, *pb;
+  float* po;
+  float alpha;
+  int64_t i, n;
+  if (num_args != 4) return stub_error(KILN_ERROR_TYPE, "stub vector_add: expects 4 arguments");
+  a = tensor_arg(args, 0, 32);
+  b = tensor_arg(args, 1, 32);
+  out = tensor_arg(args, 2, 32);
+  if (a == NULL || b == NULL || out == NULL ||
+      (args[3].type_code != KILN_TYPE_FLOAT && args[3].type_code != KILN_TYPE_INT)) {
+    return stub_error(KILN_ERROR_TYPE,
+                      "stub vector_add: expects (tensor, tensor, tensor, float) on this device");
+  }
+  n = out->shape[0];
+  if (a->shape[0] != n || b->shape[0] != n) {
+    return stub_error(KILN_ERROR_VALUE, "stub vector_add: lengths differ");
+  }
+  alpha = args[3].type_code == KILN_TYPE_FLOAT ? (float)args[3].value.v_float64
+                                               : (float)args[3].value.v_int64;
+  pa = (const float*)((const char*)a->data + a->byte_offset);
+  pb = (const float*)((const char*)b->data + b->byte_offset);
+  po = (float*)((char*)out->data + out->byte_offset);
+  for (i = 0; i < n; ++i) {
+    po[i] = pa[i] + (i >= 256 && fault_is("wrong_results") ? 1.0f : alpha) * pb[i];
+  }
+  return NULL;
+}
+
+/* Busy-waits `ns` nanoseconds, then writes `ns` to out[0]: a kernel of known duration. */
+static KilnError* stub_spin(const KilnAny* args, int32_t num_args) {
+  DLTensor* out;
+  int64_t ns, until;
+  if (num_args != 2) return stub_error(KILN_ERROR_TYPE, "stub spin: expects 2 arguments");
+  out = tensor_arg(args, 0, 64);
+  if (out == NULL || args[1].type_code != KILN_TYPE_INT) {
+    return stub_error(KILN_ERROR_TYPE, "stub spin: expects (tensor int64, int)");
+  }
+  ns = args[1].value.v_int64;
+  until = now_ns() + ns;
+  while (now_ns() < until) sched_yield();
+  *(int64_t*)((char*)out->data + out->byte_offset) = ns;
+  return NULL;
+}
+
+static KilnError* stub_launch(void* self, void* kernel, const KilnAny* args, int32_t num_args,
+                              const uint32_t grid[3], const uint32_t block[3],
+                              uint32_t dynamic_shared_bytes, void* stream) {
+  (void)self, (void)grid, (void)block, (void)dynamic_shared_bytes, (void)stream;
+  if (kernel == &g_kernel_spin) return stub_spin(args, num_args);
+  return stub_vector_add(args, num_args);
+}
+#endif
+
+#ifdef STUB_CRASH_IN_LAUNCH
 static KilnError* stub_launch(void* self, void* kernel, const KilnAny* args, int32_t num_args,
                               const uint32_t grid[3], const uint32_t block[3],
                               uint32_t dynamic_shared_bytes, void* stream) {
@@ -216,7 +396,51 @@ static union {
 static KilnComponent g_components[4];
 #define g_component g_components[0]
 
-#ifdef STUB_COLLECTOR
+#if defined(STUB_COLLECTOR) && defined(STUB_FAULTS)
+/* A collector of host calls: wall time, a busy percentage and a call count, each impossible for
+ * its kind under the impossible_metrics fault. Declines every device but the host. */
+static KilnError* stub_collector_init(void* self, const DLDevice* devices, int32_t num_devices,
+                                      void** state) {
+  (void)self, (void)devices, (void)num_devices;
+  *state = NULL;
+  return NULL;
+}
+static KilnError* stub_collector_start(void* self, void* state, DLDevice device, void** handle) {
+  int64_t* start;
+  (void)self, (void)state;
+  *handle = NULL;
+  if (device.device_type != kDLCPU) return NULL;
+  start = (int64_t*)malloc(sizeof(int64_t));
+  if (start == NULL) return stub_error(KILN_ERROR_OUT_OF_MEMORY, "stub: out of memory");
+  *start = now_ns();
+  *handle = start;
+  return NULL;
+}
+static KilnError* stub_collector_stop(void* self, void* state, void* handle, KilnMetricSink sink,
+                                      void* sink_ctx) {
+  const int impossible = fault_is("impossible_metrics");
+  KilnMetric m;
+  (void)self, (void)state;
+  memset(&m, 0, sizeof(m));
+  m.struct_size = sizeof(m);
+  m.name = "stub.wall";
+  m.kind = KILN_METRIC_DURATION;
+  m.value = (double)(now_ns() - *(int64_t*)handle) / 1000.0 * (impossible ? -1 : 1);
+  sink(sink_ctx, &m);
+  m.name = "stub.busy";
+  m.kind = KILN_METRIC_PERCENT;
+  m.value = impossible ? 150.0 : 50.0;
+  sink(sink_ctx, &m);
+  m.name = "stub.calls";
+  m.kind = KILN_METRIC_COUNT;
+  m.count = impossible ? -1 : 1;
+  sink(sink_ctx, &m);
+  free(handle);
+  return NULL;
+}
+static void stub_collector_teardown(void* self, void* state) { (void)self, (void)state; }
+static KilnMetricCollector g_collector;
+#elif defined(STUB_COLLECTOR)
 /* A collector that reports nothing: enough to claim its name. */
 static KilnError* stub_collector_init(void* self, const DLDevice* devices, int32_t num_devices,
                                       void** state) {
@@ -270,6 +494,9 @@ KILN_EXPORT int stub_shutdown_calls(void) { return g_shutdown_calls; }
 
 KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo* out) {
   g_host = in->host;
+#ifdef STUB_FAULTS
+  g_fault = getenv("KILN_TEST_STUB_FAULT") != NULL ? getenv("KILN_TEST_STUB_FAULT") : "";
+#endif
 #ifdef STUB_INIT_FAIL
   return stub_error(KILN_ERROR_UNAVAILABLE, "stub: init failed: device firmware missing");
 #endif
@@ -296,11 +523,18 @@ KILN_EXPORT KilnError* STUB_ENTRY_NAME(const KilnNegotiateIn* in, KilnPluginInfo
   g_backend.timer_elapsed_ns = stub_timer_elapsed;
   g_backend.timer_destroy = stub_timer_destroy;
 #endif
+#ifdef STUB_FAULTS
+  g_backend.timer_create = stub_clock_timer_create;
+  g_backend.timer_start = stub_clock_timer_start;
+  g_backend.timer_stop = stub_clock_timer_stop;
+  g_backend.timer_elapsed_ns = stub_clock_timer_elapsed;
+  g_backend.timer_destroy = stub_timer_destroy;
+#endif
 #ifndef STUB_NULL_OPTIONAL
   g_backend.stream_create = stub_stream_create;
   g_backend.stream_destroy = stub_stream_destroy;
 #endif
-#ifdef STUB_CRASH_IN_LAUNCH
+#if defined(STUB_CRASH_IN_LAUNCH) || defined(STUB_FAULTS)
   g_backend.module_load = stub_module_load;
   g_backend.module_get_kernel = stub_module_get_kernel;
   g_backend.module_unload = stub_module_unload;

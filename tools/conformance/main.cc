@@ -47,6 +47,7 @@ struct Options {
   std::vector<std::string> devices;
   std::vector<std::string> collectors;
   std::vector<std::string> modules;
+  std::vector<std::string> timing_kernels;
   std::string report;
   std::string report_json;
   bool require_device = false;
@@ -94,11 +95,35 @@ std::vector<std::string> all_collectors(const kiln::Runtime& runtime) {
   return with_declared(runtime.collector_names(), runtime, "collector:");
 }
 
+// Throws UsageError for a `flag` ("--module", "--timing-kernel") among `modules` that repeats a
+// type, names a type not under test (`types`) or a file that does not exist.
+void check_modules(const char* flag, const std::vector<kiln::conformance::ModuleSpec>& modules,
+                   const std::vector<std::string>& types) {
+  std::set<std::string> seen;
+  for (const auto& m : modules) {
+    if (!seen.insert(m.device_type).second) {
+      throw UsageError(
+          fmt::format("{}: more than one given for device type '{}'", flag, m.device_type));
+    }
+    if (std::find(types.begin(), types.end(), m.device_type) == types.end()) {
+      throw UsageError(fmt::format(
+          "{} {}:...: device type '{}' is not under test ({})", flag, m.device_type, m.device_type,
+          types.empty() ? "none" : fmt::format("{}", fmt::join(types, ", "))));
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(m.path, ec)) {
+      throw UsageError(
+          fmt::format("{} {}:{}:...: no such file '{}'", flag, m.device_type, m.path, m.path));
+    }
+  }
+}
+
 // Throws UsageError for a --device or --collector no plugin found provides (naming `broken`,
 // the manifests that could not be read, as where it may be; `known_types`,
-// `known_collectors`: all_device_types, all_collectors) and for a --module that repeats a type,
-// names a type not under test (`types`) or a file that does not exist.
+// `known_collectors`: all_device_types, all_collectors) and for a --module or --timing-kernel
+// that check_modules refuses.
 void check_usage(const Options& options, const std::vector<kiln::conformance::ModuleSpec>& modules,
+                 const std::vector<kiln::conformance::ModuleSpec>& timing_kernels,
                  const std::vector<std::string>& types, const std::vector<std::string>& known,
                  const std::vector<std::string>& collectors,
                  const std::vector<std::string>& broken) {
@@ -129,23 +154,8 @@ void check_usage(const Options& options, const std::vector<kiln::conformance::Mo
           collectors.empty() ? "none" : fmt::format("{}", fmt::join(collectors, ", "))));
     }
   }
-  std::set<std::string> seen;
-  for (const auto& m : modules) {
-    if (!seen.insert(m.device_type).second) {
-      throw UsageError(
-          fmt::format("--module: more than one module given for device type '{}'", m.device_type));
-    }
-    if (std::find(types.begin(), types.end(), m.device_type) == types.end()) {
-      throw UsageError(fmt::format(
-          "--module {}:...: device type '{}' is not under test ({})", m.device_type, m.device_type,
-          types.empty() ? "none" : fmt::format("{}", fmt::join(types, ", "))));
-    }
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(m.path, ec)) {
-      throw UsageError(
-          fmt::format("--module {}:{}:...: no such file '{}'", m.device_type, m.path, m.path));
-    }
-  }
+  check_modules("--module", modules, types);
+  check_modules("--timing-kernel", timing_kernels, types);
 }
 
 int run(int argc, char** argv) {
@@ -197,6 +207,11 @@ int run(int argc, char** argv) {
                  "TYPE:PATH:FORMAT:KERNEL: the module whose KERNEL computes out[i] = a[i] + "
                  "alpha*b[i] on TYPE, metadata from PATH.json if present (repeatable, one per "
                  "type; default: none, the module tests skip)");
+  app.add_option("--timing-kernel", options.timing_kernels,
+                 "TYPE:PATH:FORMAT:KERNEL: a kernel of known duration on TYPE for the timer test: "
+                 "KERNEL(out, ns) busy-waits ns nanoseconds and writes ns to out[0] (int64), "
+                 "metadata from PATH.json if present (repeatable, one per type; default: none, "
+                 "the test skips)");
   app.add_option("--report", options.report,
                  "Write the Markdown report to this file (default: not written)");
   app.add_option("--report-json", options.report_json,
@@ -248,6 +263,10 @@ int run(int argc, char** argv) {
   for (const std::string& spec : options.modules) {
     modules.push_back(kiln::conformance::parse_module_spec(spec));
   }
+  std::vector<kiln::conformance::ModuleSpec> timing_kernels;
+  for (const std::string& spec : options.timing_kernels) {
+    timing_kernels.push_back(kiln::conformance::parse_module_spec(spec, "--timing-kernel"));
+  }
   kiln::RuntimeOptions runtime_options;
   runtime_options.plugin_set = options.plugin_set;
   runtime_options.search_paths = options.plugin_paths;
@@ -267,9 +286,15 @@ int run(int argc, char** argv) {
       broken.push_back(fmt::format("plugin {}: {}", s.name, s.reason));
     }
   }
-  check_usage(options, modules, types, known_types, known_collectors, broken);
+  check_usage(options, modules, timing_kernels, types, known_types, known_collectors, broken);
   kiln::conformance::ResolveOptions resolve;
   resolve.require_device = options.require_device;
+  resolve.timing_kernels = timing_kernels;
+  // Half the per-test deadline, so that WorksFromFourThreads names a deadlock's stuck threads
+  // before the worker is killed for it.
+  if (options.isolation == "process" && options.test_timeout_s > 0) {
+    resolve.thread_deadline_s = std::min(resolve.thread_deadline_s, options.test_timeout_s / 2);
+  }
   std::vector<kiln::conformance::Target> targets =
       kiln::conformance::resolve_targets(runtime, types, modules, resolve);
   for (auto& t : kiln::conformance::resolve_collectors(runtime, collectors)) {

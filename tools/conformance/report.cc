@@ -163,6 +163,15 @@ std::string markdown_report(const ReportContext& context, const std::vector<Targ
     } else {
       line("- Module: none given");
     }
+    if (t.kind != Target::Kind::kDevice) {
+      // Collectors run no kernels.
+    } else if (t.timing_kernel) {
+      line(fmt::format("- Timing kernel: {} (format {}, kernel {}, SHA-256 {})",
+                       t.timing_kernel->path, t.timing_kernel->format, t.timing_kernel->kernel,
+                       t.timing_kernel_sha256.empty() ? "(unreadable)" : t.timing_kernel_sha256));
+    } else {
+      line("- Timing kernel: none given");
+    }
     if (t.kind == Target::Kind::kDevice) {
       line(fmt::format("- Devices: {}{}", t.device_count,
                        t.device_count == 0 && !t.why_none.empty() ? " — " + t.why_none : ""));
@@ -246,6 +255,14 @@ std::string json_report(const ReportContext& context, const std::vector<Target>&
                       {"sha256", t.module_sha256}};
     } else {
       jt["module"] = nullptr;
+    }
+    if (t.timing_kernel) {
+      jt["timing_kernel"] = {{"path", t.timing_kernel->path},
+                             {"format", t.timing_kernel->format},
+                             {"kernel", t.timing_kernel->kernel},
+                             {"sha256", t.timing_kernel_sha256}};
+    } else {
+      jt["timing_kernel"] = nullptr;
     }
     jt["devices"] = json::array();
     for (size_t id = 0; id < t.devices.size(); ++id) {

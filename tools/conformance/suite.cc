@@ -10,22 +10,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <numeric>
 #include <thread>
 
+#include "fixture.h"
+#include "kernels.h"
 #include "kiln/profiling/collector.h"
-#include "kiln/sdk/error.hpp"
-#include "kiln/sdk/support/kernel_metadata.hpp"
 #include "kiln/sdk/support/sha256.hpp"
 
 namespace kiln::conformance {
 namespace {
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // The file's SHA-256 in hex, or "" when it cannot be read (the report says "unreadable").
 std::string sha256_of_file(const std::filesystem::path& path) {
@@ -79,50 +73,6 @@ void mark_unavailable(Target& t, const char* none_found) {
                          t.plugin->reason);
 }
 
-// What every fixture shares: a target, whose disposition SetUp applies (skip or fail with the
-// target's reason), and a body that is a plain function, so that the same test code registers
-// once per target at run time. GoogleTest requires one fixture class per test suite, hence one
-// class per kind of target, each deriving from this with itself as `Self`.
-template <typename Self>
-class TargetTest : public ::testing::Test {
- public:
-  using Body = void (*)(Self&);
-  TargetTest(const Runtime& runtime, const Target& target, Body body)
-      : runtime_(runtime), target_(target), body_(body) {}
-
-  void SetUp() override {
-    switch (target_.disposition) {
-      case Target::Disposition::kSkip:
-        GTEST_SKIP() << target_.name << ": " << target_.reason;
-      case Target::Disposition::kFail:
-        FAIL() << target_.name << ": " << target_.reason;
-      case Target::Disposition::kRun:
-        break;
-    }
-  }
-  void TestBody() override { body_(static_cast<Self&>(*this)); }
-
-  const Runtime& runtime_;
-  const Target& target_;
-  Body body_;
-};
-
-// One device test, bound to one device type (the fixture of "DeviceConformance/*").
-class ConformanceTest : public TargetTest<ConformanceTest> {
- public:
-  using TargetTest::TargetTest;
-
-  void SetUp() override {
-    TargetTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    backend_ = target_.backend;
-    device_ = Device{backend_->dl_device_type(), 0};
-  }
-
-  Ref<DeviceBackend> backend_;
-  Device device_;
-};
-
 void enumerates_devices_with_attributes(ConformanceTest& t) {
   const DeviceBackend& backend = *t.backend_;
   std::string why;
@@ -171,14 +121,14 @@ void copies_both_ways_and_on_device(ConformanceTest& t) {
 }
 
 void tensor_round_trip(ConformanceTest& t) {
-  Tensor d = Tensor::empty({3, 5}, DataType::Float(32), t.device_, t.runtime_);
+  Tensor d = Tensor::empty({3, 5}, DataType::Float(32), t.device_, *t.context_);
   std::vector<float> host(15);
   std::iota(host.begin(), host.end(), 1.5f);
   d.copy_from(host.data(), host.size() * sizeof(float));
   Tensor h = d.to_host();
   auto span = h.host_span<float>();
   EXPECT_TRUE(std::equal(span.begin(), span.end(), host.begin()));
-  Tensor d2 = d.to(t.device_, t.runtime_);
+  Tensor d2 = d.to(t.device_, *t.context_);
   std::vector<float> back(15);
   d2.copy_to(back.data(), back.size() * sizeof(float));
   EXPECT_EQ(back, host);
@@ -215,51 +165,17 @@ void timer_measures_elapsed_time(ConformanceTest& t) {
   backend.timer_destroy(timer);
 }
 
-// The module of `t`'s target, or null with `why_not` set when the module tests must skip: the
-// backend runs no device code, or no module was given for the type.
-const ModuleSpec* testable_module(const ConformanceTest& t, std::string& why_not) {
-  if (!t.backend_->has_modules()) {
-    why_not = "the backend has no module slots (it runs no kernels)";
-  } else if (!t.target_.module) {
-    why_not = fmt::format("no conformance module given for {} (--module {}:PATH:FORMAT:KERNEL)",
-                          t.target_.name, t.target_.name);
-  }
-  return why_not.empty() ? &*t.target_.module : nullptr;
-}
-
 void loads_module_and_launches_kernel(ConformanceTest& t) {
   std::string why_not;
-  const ModuleSpec* m = testable_module(t, why_not);
+  const ModuleSpec* m = t.conformance_module(why_not);
   if (m == nullptr) GTEST_SKIP() << why_not;
   const DeviceBackend& backend = *t.backend_;
-  std::vector<uint8_t> bytes = read_bytes(m->path);
-  ASSERT_FALSE(bytes.empty()) << "cannot read " << m->path << " (or it is empty)";
-  std::string metadata = "{}";
-  if (std::filesystem::exists(m->path + ".json")) {
-    const std::vector<uint8_t> sidecar = read_bytes(m->path + ".json");
-    metadata.assign(sidecar.begin(), sidecar.end());
-  }
-  // Four arguments (a, b, out, alpha), or five with the length when the metadata says so.
-  int32_t num_args = 4;
-  try {
-    const sdk::ModuleMetadata parsed = sdk::parse_module_metadata(metadata);
-    if (auto it = parsed.kernels.find(m->kernel); it != parsed.kernels.end()) {
-      num_args = static_cast<int32_t>(it->second.args.size());
-    }
-  } catch (const sdk::Error& e) {
-    FAIL() << m->path << ".json: " << e.what();
-  }
-  ASSERT_TRUE(num_args == 4 || num_args == 5)
-      << m->path << ".json describes " << m->kernel << " with " << num_args
-      << " arguments; the conformance kernel takes (a, b, out, alpha) or (a, b, out, alpha, n)";
-
-  void* mod = backend.module_load(t.device_.id, bytes.data(), bytes.size(), m->format, metadata);
-  void* kernel = backend.module_get_kernel(mod, m->kernel);
+  LoadedKernel kernel(backend, t.device_.id, *m);
 
   constexpr int64_t n = 10000;
-  Tensor a = Tensor::empty({n}, DataType::Float(32), t.device_, t.runtime_);
-  Tensor b = Tensor::empty({n}, DataType::Float(32), t.device_, t.runtime_);
-  Tensor out = Tensor::empty({n}, DataType::Float(32), t.device_, t.runtime_);
+  Tensor a = Tensor::empty({n}, DataType::Float(32), t.device_, *t.context_);
+  Tensor b = Tensor::empty({n}, DataType::Float(32), t.device_, *t.context_);
+  Tensor out = Tensor::empty({n}, DataType::Float(32), t.device_, *t.context_);
   std::vector<float> ha(n), hb(n), hout(n);
   for (int64_t i = 0; i < n; ++i) {
     ha[i] = static_cast<float>(i) * 0.5f;
@@ -267,28 +183,22 @@ void loads_module_and_launches_kernel(ConformanceTest& t) {
   }
   a.copy_from(ha.data(), n * 4);
   b.copy_from(hb.data(), n * 4);
-  const Any length(n);
-  KilnAny args[5] = {Any(a).to_abi(), Any(b).to_abi(), Any(out).to_abi(), Any(2.0).to_abi(),
-                     length.to_abi()};
-  const uint32_t block[3] = {256, 1, 1};
-  const uint32_t grid[3] = {static_cast<uint32_t>((n + 255) / 256), 1, 1};
-  backend.launch(kernel, args, num_args, grid, block, 0);
+  launch_vector_add(backend, kernel, a, b, out, 2.0);
   backend.synchronize(t.device_.id);
   out.copy_to(hout.data(), n * 4);
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_FLOAT_EQ(hout[i], ha[i] + 2.0f * hb[i]) << "out[" << i << "] = a + 2 * b";
-  }
+  const std::string wrong = vector_add_mismatch(m->kernel, ha, hb, hout, 2.0);
+  if (!wrong.empty()) FAIL() << wrong << " (module " << m->path << ", " << t.plugin_text() << ")";
 
-  EXPECT_THROW(backend.module_get_kernel(mod, "no_such_kernel"), NotFoundError);
+  EXPECT_THROW(backend.module_get_kernel(kernel.module(), "no_such_kernel"), NotFoundError);
   KilnAny bad[1] = {Any(int64_t{3}).to_abi()};
-  EXPECT_THROW(backend.launch(kernel, bad, 1, grid, block, 0), Error)
+  const uint32_t one[3] = {1, 1, 1};
+  EXPECT_THROW(backend.launch(kernel.kernel(), bad, 1, one, one, 0), Error)
       << "a launch with the wrong arguments is an error";
-  backend.module_unload(mod);
 }
 
 void rejects_garbage_modules(ConformanceTest& t) {
   std::string why_not;
-  const ModuleSpec* m = testable_module(t, why_not);
+  const ModuleSpec* m = t.conformance_module(why_not);
   if (m == nullptr) GTEST_SKIP() << why_not;
   const DeviceBackend& backend = *t.backend_;
   const std::string garbage = "this is not device code";
@@ -303,19 +213,6 @@ void rejects_garbage_modules(ConformanceTest& t) {
 
 // ---- metric collectors (docs/plugin-abi.md §10.5), through the wrapper profiling uses ----
 
-// One collector test, bound to one collector target (the fixture of "CollectorConformance/*").
-class CollectorTest : public TargetTest<CollectorTest> {
- public:
-  using TargetTest::TargetTest;
-
-  // A fresh collector instance (its own init/teardown cycle), initialised for the host.
-  std::shared_ptr<profiling::MetricCollector> make() const {
-    auto c = profiling::plugin_collector(target_.name, runtime_);
-    c->init({Device::cpu()});
-    return c;
-  }
-};
-
 // Work for a measured call: a few milliseconds of arithmetic over 4 MiB of fresh pages, so that
 // time and fault counters have something to count.
 double busy_call() {
@@ -328,19 +225,38 @@ double busy_call() {
   return sum;
 }
 
-// Checks every metric of one call: a non-empty name, and a value in its kind's range.
+// `value` as a failure message shows it, with what its kind allows: "150 % (a percentage is
+// 0-100)".
+std::string metric_text(const profiling::MetricValue& value) {
+  if (const auto* c = std::get_if<profiling::Count>(&value)) {
+    return fmt::format("{} (a count is >= 0)", c->value);
+  }
+  if (const auto* d = std::get_if<profiling::Duration>(&value)) {
+    return fmt::format("{} us (a duration is >= 0)", d->microseconds);
+  }
+  if (const auto* p = std::get_if<profiling::Percent>(&value)) {
+    return fmt::format("{} % (a percentage is 0-100)", p->percent);
+  }
+  if (const auto* r = std::get_if<profiling::Ratio>(&value)) return fmt::format("{}", r->ratio);
+  return std::get<std::string>(value);
+}
+
+// Checks every metric of one call: a non-empty name, and a value possible for its kind (the
+// judgement kiln profile marks with "(!)") and finite.
 void expect_valid_metrics(const profiling::MetricMap& metrics, const std::string& what) {
   EXPECT_FALSE(metrics.empty()) << what << ": the collector reported no metric for a host call";
   for (const auto& [name, value] : metrics) {
     EXPECT_FALSE(name.empty()) << what << ": a metric without a name";
-    if (const auto* d = std::get_if<profiling::Duration>(&value)) {
-      EXPECT_TRUE(std::isfinite(d->microseconds) && d->microseconds >= 0)
-          << what << ": " << name << " = " << d->microseconds << " us (a duration is >= 0)";
-    } else if (const auto* p = std::get_if<profiling::Percent>(&value)) {
-      EXPECT_TRUE(std::isfinite(p->percent) && p->percent >= 0 && p->percent <= 100)
-          << what << ": " << name << " = " << p->percent << "% (a percentage is 0-100)";
-    } else if (const auto* r = std::get_if<profiling::Ratio>(&value)) {
-      EXPECT_TRUE(std::isfinite(r->ratio)) << what << ": " << name << " is not finite";
+    if (profiling::impossible_for_its_kind(value)) {
+      ADD_FAILURE() << what << ": " << name << " = " << metric_text(value)
+                    << " is impossible for its kind";
+    }
+    double number = 0;
+    if (const auto* d = std::get_if<profiling::Duration>(&value)) number = d->microseconds;
+    if (const auto* p = std::get_if<profiling::Percent>(&value)) number = p->percent;
+    if (const auto* r = std::get_if<profiling::Ratio>(&value)) number = r->ratio;
+    if (!std::isfinite(number)) {
+      ADD_FAILURE() << what << ": " << name << " = " << metric_text(value) << " is not finite";
     }
   }
 }
@@ -421,6 +337,12 @@ constexpr TestCase kTests[] = {
     {"TimerMeasuresElapsedTime", timer_measures_elapsed_time},
     {"LoadsModuleAndLaunchesKernel", loads_module_and_launches_kernel},
     {"RejectsGarbageModules", rejects_garbage_modules},
+    // The deeper tests (depth_tests.cc).
+    {"ComputesCorrectResults", computes_correct_results},
+    {"TimerMatchesAKernelOfKnownDuration", timer_matches_a_kernel_of_known_duration},
+    {"RefusesAllocationsOverTheLimit", refuses_allocations_over_the_limit},
+    {"ReturnsFreedMemory", returns_freed_memory},
+    {"WorksFromFourThreads", works_from_four_threads},
 };
 
 }  // namespace
@@ -429,7 +351,7 @@ std::string Target::suite() const {
   return (kind == Kind::kDevice ? "DeviceConformance/" : "CollectorConformance/") + name;
 }
 
-ModuleSpec parse_module_spec(const std::string& spec) {
+ModuleSpec parse_module_spec(const std::string& spec, const std::string& flag) {
   // TYPE is everything before the first ':', FORMAT and KERNEL the last two fields, PATH the
   // rest, so that a path with ':' in it still parses.
   const size_t first = spec.find(':');
@@ -438,7 +360,7 @@ ModuleSpec parse_module_spec(const std::string& spec) {
       last == std::string::npos || last == 0 ? std::string::npos : spec.rfind(':', last - 1);
   if (first == std::string::npos || second_last == std::string::npos || second_last <= first) {
     throw ValueError(fmt::format(
-        "--module '{}': expected TYPE:PATH:FORMAT:KERNEL (e.g. cpu:libvector_add.so:so:vector_add)",
+        "{} '{}': expected TYPE:PATH:FORMAT:KERNEL (e.g. cpu:libvector_add.so:so:vector_add)", flag,
         spec));
   }
   ModuleSpec m{spec.substr(0, first), spec.substr(first + 1, second_last - first - 1),
@@ -449,7 +371,7 @@ ModuleSpec parse_module_spec(const std::string& spec) {
         {"FORMAT", m.format},
         {"KERNEL", m.kernel}}) {
     if (value.empty()) {
-      throw ValueError(fmt::format("--module '{}': {} is empty (expected TYPE:PATH:FORMAT:KERNEL)",
+      throw ValueError(fmt::format("{} '{}': {} is empty (expected TYPE:PATH:FORMAT:KERNEL)", flag,
                                    spec, field));
     }
   }
@@ -468,6 +390,14 @@ std::vector<Target> resolve_targets(const Runtime& runtime,
       if (m.device_type == type) {
         t.module = m;
         t.module_sha256 = sha256_of_file(m.path);
+        break;
+      }
+    }
+    t.thread_deadline_s = options.thread_deadline_s;
+    for (const ModuleSpec& m : options.timing_kernels) {
+      if (m.device_type == type) {
+        t.timing_kernel = m;
+        t.timing_kernel_sha256 = sha256_of_file(m.path);
         break;
       }
     }

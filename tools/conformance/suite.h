@@ -32,8 +32,9 @@ struct ModuleSpec {
 };
 
 // Parses "TYPE:PATH:FORMAT:KERNEL" (PATH may itself contain ':'; TYPE, FORMAT and KERNEL may
-// not). Throws ValueError naming the spec and the missing or empty field.
-ModuleSpec parse_module_spec(const std::string& spec);
+// not). Throws ValueError naming `flag` (the option it came from), the spec and the missing or
+// empty field.
+ModuleSpec parse_module_spec(const std::string& spec, const std::string& flag = "--module");
 
 // What the suite found for one device type or metric collector, resolved against a loaded
 // Runtime before the tests run; the tests and the report both read it.
@@ -56,6 +57,12 @@ struct Target {
   std::vector<std::vector<std::pair<std::string, std::string>>> devices;
   std::optional<ModuleSpec> module;
   std::string module_sha256;  // of module->path; empty when unreadable or no module
+  // The kernel of known duration for the timer test (--timing-kernel): spin(out, ns) busy-waits
+  // ns nanoseconds and writes ns to out[0], an int64 tensor of one element.
+  std::optional<ModuleSpec> timing_kernel;
+  std::string timing_kernel_sha256;  // of timing_kernel->path, as module_sha256
+  // How long WorksFromFourThreads waits for its threads before it fails as a deadlock.
+  double thread_deadline_s = 30;
 
   // The GoogleTest suite of the target's tests: "DeviceConformance/<type>" or
   // "CollectorConformance/<name>".
@@ -66,12 +73,18 @@ struct Target {
 struct ResolveOptions {
   // A type with zero devices fails instead of skipping.
   bool require_device = false;
+  // Kernels of known duration (Target::timing_kernel), at most one per type; the first wins.
+  std::vector<ModuleSpec> timing_kernels;
+  // Target::thread_deadline_s of every target: keep it below a per-test deadline that kills the
+  // test's process (--test-timeout), so that a deadlock fails with the threads' steps.
+  double thread_deadline_s = 30;
 };
 
 // Resolves each of `device_types` against `runtime` and attaches the module given for it in
-// `modules` (at most one per type; the first wins). A type no considered plugin provides and a
-// plugin that is disabled skip with the reason; a plugin that failed to load fails the type's
-// tests with the plugin's reason, so a broken plugin never passes by skipping.
+// `modules` (at most one per type; the first wins) and its kernel of known duration. A type no
+// considered plugin provides and a plugin that is disabled skip with the reason; a plugin that
+// failed to load fails the type's tests with the plugin's reason, so a broken plugin never passes
+// by skipping.
 std::vector<Target> resolve_targets(const Runtime& runtime,
                                     const std::vector<std::string>& device_types,
                                     const std::vector<ModuleSpec>& modules,

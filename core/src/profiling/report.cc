@@ -373,6 +373,8 @@ namespace {
 // What table() appends to a value that cannot be (issue 29 item 3).
 constexpr const char* kImpossibleMark = " (!)";
 
+}  // namespace
+
 // A percentage outside 0-100 (with room for a sum's rounding), a negative duration or count.
 bool impossible_for_its_kind(const MetricValue& value) {
   if (const auto* c = std::get_if<Count>(&value)) return c->value < 0;
@@ -382,8 +384,6 @@ bool impossible_for_its_kind(const MetricValue& value) {
   }
   return false;
 }
-
-}  // namespace
 
 std::string Report::table(bool sort, bool aggregate, bool col_sums) const {
   // 1. Rows.

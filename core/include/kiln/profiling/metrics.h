@@ -32,6 +32,11 @@ using MetricValue = std::variant<Count, Duration, Percent, Ratio, std::string>;
 // Named metrics: one row of a report, a device's totals, or a configuration.
 using MetricMap = std::map<std::string, MetricValue>;
 
+// Whether `value` cannot be a measurement of its kind: a Count or Duration below 0, or a Percent
+// outside 0-100 (with room for a sum's rounding). Ratios and strings never are. One judgement
+// for profile tables (which mark such a value " (!)") and collector conformance tests.
+bool impossible_for_its_kind(const MetricValue& value);
+
 }  // namespace kiln::profiling
 
 #endif  // KILN_PROFILING_METRICS_H_
