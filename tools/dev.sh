@@ -5,9 +5,10 @@
 #                            configs/runs/vector_add.yaml (kiln run -> local_run), then the same
 #                            from Python (examples/python/local_run.py, kiln.testing.local_run)
 #   bash tools/dev.sh test   install, build with -Werror (KILN_WERROR=ON) and run the whole test
-#                            suite (ctest, with the Python package's pytest suite), build the wheel
-#                            with `pip install .` into the virtual environment and run the pytest
-#                            suite against the installed package, run clang-tidy on the C++ files
+#                            suite (ctest, with the Python package's pytest suite), build the wheel,
+#                            repair it with auditwheel and check it in a minimal Debian 12 root
+#                            (tools/wheel-check.sh), install it into the virtual environment and
+#                            run the pytest suite against it, run clang-tidy on the C++ files
 #                            changed since the base (tools/clang-tidy-changed.sh), then build and
 #                            test again in a Debug + ASan + UBSan build (build-asan/), then run
 #                            each fuzz target for KILN_FUZZ_SECONDS (default 60; build-fuzz/, clang)
@@ -90,9 +91,12 @@ case "${1:-}" in
     # shellcheck disable=SC2046
     build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON $(python_options "$python")
     (cd build && ctest --output-on-failure -j "$jobs")
-    # The wheel `pip install .` builds (libkiln, plugins and the extension inside the package),
-    # tested from outside the source tree so that the installed package is the one imported.
-    "$python" -m pip install -q --no-build-isolation .
+    # The wheel (libkiln, plugins, the tool and the extension inside the package), repaired
+    # with auditwheel and checked in a minimal Debian 12 root (tools/wheel-check.sh), then
+    # installed here and tested from outside the source tree so that the installed package is
+    # the one imported.
+    bash tools/wheel-check.sh "$python" build/dist
+    "$python" -m pip install -q --force-reinstall --no-deps build/dist/kiln_runtime-*manylinux*.whl
     (cd build && KILN_TEST_INSTALLED=1 KILN_BUILD_DIR=$PWD "$python" -m pytest -q -p no:cacheprovider \
       -rs ../tests/python)
     if [ "${KILN_SKIP_TIDY:-0}" != "1" ]; then

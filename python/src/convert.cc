@@ -1,5 +1,10 @@
-// Python values <-> kiln::Any.
+// Python values <-> kiln::Any, and the call path from Python into a Function.
+#include <bit>
+#include <cstring>
+#include <memory>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <vector>
 
 #include "bindings.h"
@@ -48,6 +53,164 @@ int64_t int64_of(PyObject* p, const char* what, int index) {
   return static_cast<int64_t>(v);
 }
 
+// Whether `type` is numpy.ndarray itself (not a subclass), without importing numpy or needing
+// its headers: numpy's type is looked up once the first object whose type has its name
+// arrives, and compared by identity from then on (kept for the process: numpy is never
+// unloaded).
+bool is_ndarray(PyTypeObject* type) {
+  static PyTypeObject* ndarray = nullptr;
+  if (type == ndarray) return true;
+  if (ndarray != nullptr || std::strcmp(type->tp_name, "numpy.ndarray") != 0) return false;
+  PyObject* numpy = PyImport_GetModule(nb::str("numpy").ptr());
+  PyObject* found = numpy != nullptr ? PyObject_GetAttrString(numpy, "ndarray") : nullptr;
+  Py_XDECREF(numpy);
+  if (found == nullptr || !PyType_Check(found)) {
+    Py_XDECREF(found);
+    PyErr_Clear();
+    return false;
+  }
+  ndarray = reinterpret_cast<PyTypeObject*>(found);  // the reference is kept
+  return type == ndarray;
+}
+
+// Whether calls of `f` only borrow their arguments: a Function made by Function::from_abi (a
+// plugin's or kernel library's function, a TVM library's, a remote one) reads a tensor
+// argument during the call and keeps nothing (docs/plugin-abi.md §9.2). Host functions (Python
+// callables, VM builtins, C++ functions) may keep a tensor, so they get owning ones.
+bool borrows_arguments(const Function& f) { return typeid(*f.get()) == typeid(FunctionObj); }
+
+// The element type of a buffer whose format (struct module syntax) is one native-order
+// letter, with `itemsize` bytes per element; false for anything else (byte-swapped,
+// structured, complex, long double: those take the DLPack path, which refuses or converts
+// them as kiln.from_dlpack does).
+bool buffer_dtype(const char* format, Py_ssize_t itemsize, DLDataType& out) {
+  if (format == nullptr) return false;
+  char c = format[0];
+  if (c == '@' || c == '=' || (c == '<' && std::endian::native == std::endian::little) ||
+      ((c == '>' || c == '!') && std::endian::native == std::endian::big)) {
+    c = format[1];
+    if (c == '\0' || format[2] != '\0') return false;
+  } else if (c == '\0' || format[1] != '\0') {
+    return false;
+  }
+  const auto bits = static_cast<uint8_t>(itemsize * 8);
+  const bool int_size = itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8;
+  switch (c) {
+    case '?':
+      if (itemsize != 1) return false;
+      out = DataType::Bool();
+      return true;
+    case 'b':
+    case 'h':
+    case 'i':
+    case 'l':
+    case 'q':
+      if (!int_size) return false;
+      out = DLDataType{kDLInt, bits, 1};
+      return true;
+    case 'B':
+    case 'H':
+    case 'I':
+    case 'L':
+    case 'Q':
+      if (!int_size) return false;
+      out = DLDataType{kDLUInt, bits, 1};
+      return true;
+    case 'e':
+    case 'f':
+    case 'd':
+      if (itemsize != 2 && itemsize != 4 && itemsize != 8) return false;
+      out = DLDataType{kDLFloat, bits, 1};
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A numpy array lent to one call: its buffer (which holds a reference to the array and keeps
+// its memory in place) and a DLTensor describing that memory. No capsule, no Tensor.
+struct BorrowedArray {
+  Py_buffer view;
+  DLTensor dl;
+};
+
+// Fills `slot` with a view of the exact numpy array `p` when Kiln can take its memory as it is:
+// host memory, a native-order element type Kiln has, writable (kernels may write any
+// argument) and compact row-major (size-1 dimensions and zero-size arrays may have any
+// strides, as in kiln.from_dlpack). Returns false, with no Python error set and nothing held,
+// for anything else; the caller then takes the DLPack path, which converts the array or
+// raises the error that says how to copy it.
+bool borrow_array(PyObject* p, BorrowedArray& slot) {
+  static_assert(sizeof(Py_ssize_t) == sizeof(int64_t));
+  Py_buffer& view = slot.view;
+  // numpy implements the buffer protocol in C: no attribute lookup, no Python call.
+  if (PyObject_GetBuffer(p, &view, PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();  // e.g. bfloat16, which the DLPack path carries as uint16
+    return false;
+  }
+  DLTensor& dl = slot.dl;
+  bool usable = view.readonly == 0 && buffer_dtype(view.format, view.itemsize, dl.dtype) &&
+                (view.ndim == 0 || view.shape != nullptr);
+  if (usable && view.strides != nullptr) {
+    bool empty = false;
+    bool compact = true;
+    Py_ssize_t expected = view.itemsize;
+    for (int i = view.ndim - 1; i >= 0; --i) {
+      empty |= view.shape[i] == 0;
+      if (view.shape[i] != 1 && view.strides[i] != expected) compact = false;
+      expected *= view.shape[i];
+    }
+    usable = compact || empty;
+  }
+  if (!usable) {
+    PyBuffer_Release(&view);
+    return false;
+  }
+  dl.data = view.buf;
+  dl.device = DLDevice{kDLCPU, 0};
+  dl.ndim = view.ndim;
+  // Py_ssize_t and int64_t are the same 64-bit integer on the platforms Kiln builds for; where
+  // they are distinct types the DLPack path is taken instead.
+  if constexpr (std::is_same_v<Py_ssize_t, int64_t>) {
+    dl.shape = reinterpret_cast<int64_t*>(view.shape);  // the same type: no conversion
+  } else {
+    PyBuffer_Release(&view);
+    return false;
+  }
+  dl.strides = nullptr;  // compact: checked above
+  dl.byte_offset = 0;
+  return true;
+}
+
+// The arrays lent to one call, released (with the GIL held) when the call is over, also when
+// it failed. Storage for up to 8 on the stack; a call with more arguments allocates it.
+class BorrowedArrays {
+ public:
+  explicit BorrowedArrays(size_t n) : capacity_(n) {}
+  BorrowedArrays(const BorrowedArrays&) = delete;
+  BorrowedArrays& operator=(const BorrowedArrays&) = delete;
+  ~BorrowedArrays() {
+    BorrowedArray* slots = data();
+    for (size_t i = 0; i < count_; ++i) PyBuffer_Release(&slots[i].view);
+  }
+  // Lends `p` to the call as a DLTensor; null when borrow_array refuses it.
+  DLTensor* borrow(PyObject* p) {
+    if (capacity_ > kOnStack && !large_) large_.reset(new BorrowedArray[capacity_]);
+    BorrowedArray& slot = data()[count_];
+    if (!borrow_array(p, slot)) return nullptr;
+    ++count_;
+    return &slot.dl;
+  }
+
+ private:
+  static constexpr size_t kOnStack = 8;
+  BorrowedArray* data() { return large_ ? large_.get() : small_; }
+  BorrowedArray small_[kOnStack];  // left uninitialised: only the first count_ are used
+  std::unique_ptr<BorrowedArray[]> large_;
+  size_t capacity_;
+  size_t count_ = 0;
+};
+
 }  // namespace
 
 Any to_any(nb::handle value, const char* what, int index) {
@@ -71,6 +234,7 @@ Any to_any(nb::handle value, const char* what, int index) {
   if (type == bound.module) return Any(*nb::inst_ptr<Module>(value));
   if (type == bound.dtype) return Any(*nb::inst_ptr<DataType>(value));
   if (type == bound.object) return nb::inst_ptr<AnyObject>(value)->value;
+  if (is_ndarray(type)) return Any(tensor_from_dlpack(value));  // owning; shares the memory
   if (PyBytes_Check(p)) {
     return Any::bytes(
         std::string_view(PyBytes_AS_STRING(p), static_cast<size_t>(PyBytes_GET_SIZE(p))));
@@ -115,7 +279,13 @@ nb::object call_from_python(const Function& f, PyObject* const* args, size_t n) 
   KilnAny small[kOnStack];
   std::vector<KilnAny> large(n > kOnStack ? n : 0);
   KilnAny* packed = n > kOnStack ? large.data() : small;
-  std::vector<Any> owned;  // values made for this call; allocated only when one is needed
+  std::vector<Any> owned;    // values made for this call; allocated only when one is needed
+  BorrowedArrays arrays(n);  // numpy arrays lent to the call; released after it, with the GIL
+  int borrows = -1;          // whether f borrows its arguments; asked at the first numpy array
+  auto lend = [&](PyObject* array) -> DLTensor* {
+    if (borrows < 0) borrows = borrows_arguments(f) ? 1 : 0;
+    return borrows != 0 ? arrays.borrow(array) : nullptr;
+  };
   const BoundTypes& bound = bound_types();
   for (size_t i = 0; i < n; ++i) {
     PyObject* p = args[i];
@@ -132,6 +302,11 @@ nb::object call_from_python(const Function& f, PyObject* const* args, size_t n) 
     } else if (type == &PyLong_Type) {
       a.type_code = KILN_TYPE_INT;
       a.value.v_int64 = int64_of(p, "argument", static_cast<int>(i));
+    } else if (DLTensor* dl = is_ndarray(type) ? lend(p) : nullptr) {
+      // A numpy array lent for the call, as a kernel's caller lends a DLTensor (no host
+      // object behind it: flags 0). Anything borrow_array refuses goes on to to_any below.
+      a.type_code = KILN_TYPE_TENSOR;
+      a.value.v_tensor = dl;
     } else {
       if (owned.empty()) owned.reserve(n);  // to_abi views stay valid: no reallocation
       owned.push_back(to_any(nb::handle(p), "argument", static_cast<int>(i)));

