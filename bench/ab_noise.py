@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """False alarms and detection of `kiln ab` and `kiln compare` under a CPU hog that comes and goes.
 
 The measurement behind docs/benchmarks.md "Noise-aware verdicts" (issue 29): on this machine,

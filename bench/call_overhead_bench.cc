@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Packed-call overhead: a call from C++ into a function a kernel library exports through the
 // plugin ABI, with 0 arguments, 3 int64 arguments (the int64 result read back) and 3 tensor
 // arguments, and the name lookup, which Kiln pays once per Function, not per call.

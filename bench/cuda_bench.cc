@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cuda backend on a GPU (docs/backends/cuda.md, "Benchmarks"). Every case skips with the
 // plugin's reason on a machine without a CUDA device.
 //  - Launch overhead: an empty kernel launched through Kiln (a device-code module function, as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The time evaluator's own cost and its truth. Run through bench/interleave.py
 // (docs/benchmarks.md, "Evaluator overhead" and "Evaluator accuracy").
 //  - Overhead, for libcalls.so's noop (number=1000, repeat=10):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Farm fan-out (issue 28; docs/benchmarks.md, "Isolated measurement workers"): the wall time
 of `kiln run --jobs N` on a 12-point remote sweep, for N = 1 and 3, on a farm of a `kiln
 tracker` and three `kiln rpc-server`s on loopback that this script starts (once per launch,

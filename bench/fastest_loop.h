@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The floor of the call-overhead benchmarks: the fastest of several placements of one loop.
 //
 // A tight loop of indirect calls runs faster or slower by up to ~0.4 ns per call depending on

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs benchmark programs in interleaved launches and prints median and range per case.
 
 Every figure in docs/benchmarks.md comes from this script, so that all of them share one

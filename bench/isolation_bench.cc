@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What measuring in a worker process costs (issue 28; docs/benchmarks.md, "Isolated
 // measurement workers"): testing::local_run in this process beside MeasurementWorker::run, the
 // same module, arguments and EvaluatorConfig. Run through bench/interleave.py, so that the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The opencl backend beside the raw OpenCL API, on device opencl:0. Run through
 // bench/interleave.py (docs/benchmarks.md, "OpenCL launch overhead and event timing"); cases are
 // named BM_<path>_<what> so that --versus pairs each path with BM_Raw_<what>.

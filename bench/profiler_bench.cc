@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Profiler overhead per call: a no-op kernel called bare, inside Profiler::start_call /
 // stop_call with no collector, and with the perf collector plugin. The difference to the bare
 // call is what profiling adds to each call (target: under 1 us with no collector).

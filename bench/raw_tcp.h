@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The raw TCP floor's send and receive loops, shared by kiln_bench_rpc (client side) and
 // kiln_bench_raw_tcp_peer (server side) so that both directions move bytes the same way.
 #ifndef KILN_BENCH_RAW_TCP_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The raw TCP peer of kiln_bench_rpc (docs/benchmarks.md "RPC"): the floor of every RPC figure,
 // in its own process as the Kiln and TVM servers are. It listens on a loopback port, prints
 // "raw-tcp-peer listening on PORT" and serves one connection after another until killed. A

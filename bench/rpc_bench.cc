@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RPC costs on loopback beside raw TCP, every server in its own process (docs/benchmarks.md
 // "RPC" and "What isolation and TLS cost"). This program is the client. It starts, once each
 // and only when a case needs it, three `kiln rpc-server`s (the default one: a process per

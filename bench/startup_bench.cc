@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Start-up: discovery and load of the default plugin set (configs/plugins.yaml: 7 plugins load
 // where they are all built), and a whole `kiln devices` process. Every iteration is a fresh
 // process, so that loading is cold. Run through bench/interleave.py (docs/benchmarks.md,

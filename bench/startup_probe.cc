@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A fresh process for kiln_bench_startup, which runs it once per iteration so that loading is
 // cold. It times one thing in-process and prints "<milliseconds> <libraries loaded>":
 //   kiln_bench_startup_probe              the default Runtime's construction: the plugin set,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TVM-compiled functions called through Kiln beside TVM's own runtime (tvm-ffi's C++ Module and
 // Function, from the apache-tvm-ffi wheel), in one process, cases interleaved
 // (--benchmark_enable_random_interleaving). The floor is the library's exported symbol called

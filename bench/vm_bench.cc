@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VM's dispatch cost, per Call instruction: a VM function of kCalls Call instructions to the
 // same packed function of libcalls.so (noop; add3 with three int registers; touch3 with three
 // tensor registers), each result dropped.

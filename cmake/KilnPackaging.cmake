@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Install rules for the two CMake packages:
 #   find_package(Kiln)    -> Kiln::kiln        (host applications)
 #   find_package(KilnSDK) -> KilnSDK::sdk, KilnSDK::support, kiln_add_plugin(),

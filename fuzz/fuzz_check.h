@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the VM fuzz targets: the checks every accepted executable must pass.
 #ifndef KILN_FUZZ_FUZZ_CHECK_H_
 #define KILN_FUZZ_FUZZ_CHECK_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the fuzz targets that set up plumbing of their own (sockets to a loopback server):
 // a failure of that plumbing is no finding, and must not look like one.
 #ifndef KILN_FUZZ_FUZZ_SETUP_H_

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates the binary seed corpus fuzz/corpus/vm_binary/ from the text seeds in
 # fuzz/corpus/vm_asm/ (valid canonical programs) with a built `kiln`, and checks that each
 # disassembles back to its text seed.

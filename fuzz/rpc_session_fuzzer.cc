@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the RPC session protocol's readers (docs/rpc-protocol.md): the bytes
 // are what a client sends on an established session — frame headers, message bodies, value
 // encodings, handles, streamed payloads — fed to a real session server over a socket pair.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the fuzz targets (VM readers, RPC session server, VM programs in a session, tracker,
 # TVM library readers) with clang and libFuzzer in build-fuzz/ and runs each for a bounded
 # time. Exits non-zero when a target finds a crash, a sanitizer error or a broken round trip

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the tracker (SPEC.md §4.5, docs/tracker.md): the bytes are what a peer
 // sends after the magic — length headers and JSON texts, well-formed or not — fed to one real
 // Tracker on loopback that lives across inputs (so its bounds on held bytes, keys and

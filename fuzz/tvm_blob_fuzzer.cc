@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the readers of TVM-compiled libraries, on arbitrary bytes. The first byte
 // picks the reader: even, the library blob (parse_library_blob, then device_code_from_tvm on
 // each device module of an accepted tree); odd, the ELF dynamic symbol table. A malformed input

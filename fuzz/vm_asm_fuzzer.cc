@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: Executable::from_text (the assembler) on arbitrary text. Malformed text must
 // be a kiln::ValueError of the form "<source>:<line>:<column>: <message>"; accepted text must
 // give an executable whose canonical text and binary form round-trip.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: Executable::load_from_bytes on arbitrary bytes. A malformed input must be
 // a kiln::ValueError (anything else escaping is a finding); an accepted one must re-save to the
 // very same bytes and round-trip through the text form.

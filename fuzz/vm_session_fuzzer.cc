@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: uploaded VM programs (.kvmt text built from the VM builtins, no native
 // code) run in a live RPC session, driven by a hostile client (docs/vm.md "Fuzzing",
 // docs/rpc.md "What crosses the wire"). A server of this process (sessions on threads, so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KilnAny values built by hand, for tests that call plugin code at the ABI (launch arguments,
 // packed calls) without going through kiln::Any.
 #ifndef KILN_TESTS_ABI_VALUES_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Arguments of the example kernels, shared by the local_run and rpc_run tests.
 #ifndef KILN_TESTS_EXAMPLE_ARGS_H_
 #define KILN_TESTS_EXAMPLE_ARGS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running PoCL (the OpenCL CPU driver) inside tests: its kernel cache goes into the build tree
 // (unless POCL_CACHE_DIR says otherwise), and in sanitizer builds a process that loaded it skips
 // LeakSanitizer's exit-time scan, which crashes now and then while PoCL's worker threads run

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small helpers shared by the tests: a temporary directory and a scoped environment variable.
 #ifndef KILN_TESTS_TEST_UTIL_H_
 #define KILN_TESTS_TEST_UTIL_H_

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks that dependencies in the C++ tree point one way (tools -> core -> sdk; plugins -> sdk),
 that core's folders form no import cycle, and that library code never reaches the API-edge
 convenience overloads (docs/architecture.md).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs clang-tidy (the root .clang-tidy) on the C++ files changed relative to a base commit,
 # with the compile commands of a build tree, and reports what it finds on the changed lines
 # (older findings in a touched file are not this change's). Exits 1 when there is any.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's two Quick start commands:
 #   bash tools/dev.sh demo   install, build (build/, with the Python package in build/python),
 #                            list devices, run and time vector add on the CPU from

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One command that checks Kiln's CUDA backend on a real NVIDIA GPU (docs/device-check.md):
 # builds (or reuses, or unpacks) the CUDA plugin and the tools, then runs the CUDA backend
 # tests, kiln-conformance on the GPU with the example PTX, the TVM CUDA fixture, `kiln run` of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Proves that `bash tools/dev.sh test` (what .ci/run runs) passes on a fresh Debian 12: builds a
 # bookworm root with debootstrap holding only git and ca-certificates, clones this repository
 # into it (its committed HEAD: commit first), and runs the test command there as root.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs every Debian 12 package Kiln needs to build, test and benchmark. Idempotent; run as
 # root (or with sudo available). What each package is for, and the other ways to build:
 # docs/building.md.

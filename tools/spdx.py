@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Every source file of Kiln names its licence in an SPDX header (issue 30): the first line of
 a C, C++, CUDA, HIP or OpenCL file, and the first line after the shebang of a Python, shell or
 CMake file, is `SPDX-License-Identifier: Apache-2.0` in that language's comment.

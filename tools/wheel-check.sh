@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the kiln-runtime wheel, repairs it with auditwheel (the libraries it links from this
 # machine's Debian packages go into the wheel, and it gets the manylinux tag its glibc symbols
 # allow), and proves that it installs and runs in a minimal Debian 12 root that has none of the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run by tools/wheel-check.sh inside a minimal Debian 12 root, in a virtual environment that
 holds only the repaired kiln-runtime wheel (and numpy, its dependency): the package imports, its
 version agrees with its metadata, it lists its plugins, and a local_run of the vector-add

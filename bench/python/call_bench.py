@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python call overhead: Kiln's Python package beside tvm-ffi's (apache-tvm-ffi), same process,
 cases interleaved, median and range over rounds and launches (docs/benchmarks.md, "Python
 calls").

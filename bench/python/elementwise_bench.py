@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The example kernels as baselines (issue 21 item 8): relu and vector_add of the SDK examples
 (examples/kernels, built at -O3) through Kiln's time evaluator, beside numpy doing the same work
 into a preallocated output, in GB/s of memory traffic (relu reads and writes n float32: 8n

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """local_run from Python vs from C++ on the same module: the example vector add of 2^20 float32
 (number=10, repeat=3, min_repeat_ms=0, export "tar" and "so"), interleaved by round. The C++
 side is kiln_bench_evaluator's BM_LocalRunVectorAdd1M (0.3 s of warm-up, then 5 iterations, their mean), run

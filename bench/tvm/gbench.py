@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Enough of Google Benchmark's command line and JSON output for a Python peer of a C++
 benchmark, so that bench/interleave.py runs it as a --cmd: --benchmark_filter=REGEX,
 --benchmark_min_time=SECONDS, --benchmark_repetitions=N, --benchmark_enable_random_interleaving

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TVM's time evaluator beside kiln_bench_evaluator (docs/benchmarks.md "Evaluator overhead"):
 the same no-op body (libcalls.so's noop, built as a tvm-ffi library by
 bench/tvm/tvm_ffi_calls.cc: build/lib/libkiln_bench_tvm_ffi_calls.so) timed by TVM 0.27's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libkiln_bench_tvm_ffi_calls.so: the bodies of examples/kernels/calls.cc (noop, add3, touch3),
 // exported through tvm-ffi's own packed calling convention, so that Kiln and tvm-ffi are
 // measured calling the same C++ bodies, each through its own runtime:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TVM's RPC beside kiln_bench_rpc (docs/benchmarks.md "RPC"): TVM 0.27's own server in a
 process of its own and its client in this one, the same cases as bench/rpc_bench.cc:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TVM's Relax VM beside kiln_bench_vm (docs/benchmarks.md "VM dispatch"): a VM function of 1000
 Call instructions to one packed function, built with TVM's own ExecBuilder, timed with TVM's
 time_evaluator; reported per Call instruction:

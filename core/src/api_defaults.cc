@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The API-edge defaults: every convenience overload that takes no Runtime, in one place. Each
 // forwards to its explicit form with Runtime::global(), the process-wide runtime made with
 // default options on first use. Library code never calls these (nor Runtime::global()); it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "kiln/version.h"
 
 #include "kiln/c/abi.h"

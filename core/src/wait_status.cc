@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln/detail/wait_status.h.
 #include "kiln/detail/wait_status.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libkiln_tvm_ffi_abi: the tvm-ffi C functions that TVM-compiled libraries import from the
 // process (they link against nothing), implemented by Kiln so that a TVM library loads with no
 // TVM installed. They are defined under Kiln-private names ("KilnTF..." for "TVMFFI...", see

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln_host_app [MODULE.so] [N]: runs out = a + alpha * b through the CPU plugin and prints
 // the inputs and outputs. The smallest complete use of the library.
 #include <cstdio>

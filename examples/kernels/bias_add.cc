@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libbias_add.so: out[i, j] = x[i, j] + bias[j] on float32 matrices (a dense layer's bias).
 #include <cstdint>
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libcalls.so: trivial functions that measure the cost of a call through Kiln and exercise
 // its error path. No default function.
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libmatmul.so: C = A x B on float32 matrices, cache-blocked and parallel over row tiles.
 #include <algorithm>
 #include <cstdint>

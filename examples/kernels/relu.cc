@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // librelu.so: out = max(in, 0) on float32 tensors of any shape.
 #include <cstdint>
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Argument checks shared by the example kernels: device, dtype, layout and data access.
 #ifndef KILN_EXAMPLES_KERNELS_TENSOR_CHECKS_H_
 #define KILN_EXAMPLES_KERNELS_TENSOR_CHECKS_H_

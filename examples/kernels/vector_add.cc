@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libvector_add.so: out = a + alpha * b on float32 vectors.
 #include <cstdint>
 #include <string>

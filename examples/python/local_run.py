@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Runs and times the example vector add kernel from Python, as a TVM user's test would with
 tvm.testing.local_run: export, load, copy the arguments to the device, time, call, copy back.
 

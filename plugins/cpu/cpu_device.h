@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "cpu" device backend component: host memory, timers and SDK-built kernel libraries.
 #ifndef KILN_PLUGINS_CPU_CPU_DEVICE_H_
 #define KILN_PLUGINS_CPU_CPU_DEVICE_H_

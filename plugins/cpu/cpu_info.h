@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the host CPU is: the attributes the cpu device backend reports.
 #ifndef KILN_PLUGINS_CPU_CPU_INFO_H_
 #define KILN_PLUGINS_CPU_CPU_INFO_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "kernel_library.h"
 
 #include "plugin_state.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cpu plugin's kernel libraries: the SDK's loader (kiln/sdk/support/kernel_library.hpp)
 // with the plugin's oneTBB environments.
 #ifndef KILN_PLUGINS_CPU_KERNEL_LIBRARY_H_

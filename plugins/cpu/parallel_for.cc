@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "parallel_for.h"
 
 #include <oneapi/tbb/blocked_range.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The parallel-for kernels get through KilnKernelEnv, backed by oneTBB.
 #ifndef KILN_PLUGINS_CPU_PARALLEL_FOR_H_
 #define KILN_PLUGINS_CPU_PARALLEL_FOR_H_

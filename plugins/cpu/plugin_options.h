@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cpu plugin's configuration: its options from the plugin set and the environment.
 #ifndef KILN_PLUGINS_CPU_PLUGIN_OPTIONS_H_
 #define KILN_PLUGINS_CPU_PLUGIN_OPTIONS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Everything the cpu plugin owns between negotiation and shutdown.
 #ifndef KILN_PLUGINS_CPU_PLUGIN_STATE_H_
 #define KILN_PLUGINS_CPU_PLUGIN_STATE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "so" loader component: reads SDK-built kernel libraries from disk.
 #ifndef KILN_PLUGINS_CPU_SO_LOADER_H_
 #define KILN_PLUGINS_CPU_SO_LOADER_H_

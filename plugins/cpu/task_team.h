@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cpu plugin's task team (kiln/c/task_team.h): threads that run the tasks of one launch all
 // at once, for code whose tasks meet at barriers (TVM's parallel loops).
 #ifndef KILN_PLUGINS_CPU_TASK_TEAM_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The part of the CUDA driver API that the cuda plugin uses, declared by Kiln itself so that the
 // plugin builds without the CUDA toolkit: libcuda is opened with dlopen at run time (never
 // linked), so all the plugin needs from <cuda.h> are facts of the driver's ABI, which are

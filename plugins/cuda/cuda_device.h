@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cuda device backend component (docs/plugin-abi.md §10.1, docs/backends/cuda.md).
 #ifndef KILN_PLUGINS_CUDA_CUDA_DEVICE_H_
 #define KILN_PLUGINS_CUDA_CUDA_DEVICE_H_

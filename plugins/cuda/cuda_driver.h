@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA driver as the plugin uses it: loaded and initialised lazily on the first device
 // query (never during negotiation), once and thread-safely; its devices with their attributes;
 // one primary context per device, retained on first use and released on destruction.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device code loaded into one device's primary context, and the launch of its kernels.
 #ifndef KILN_PLUGINS_CUDA_CUDA_MODULE_H_
 #define KILN_PLUGINS_CUDA_CUDA_MODULE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA driver API, opened with dlopen at run time and never linked: a program linked to
 // libcuda does not even start on a machine without the driver. cuda_api_subset.h declares the
 // types, enums and entry points (with the versioned symbol each is exported under: cuMemAlloc is

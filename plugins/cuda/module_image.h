@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checks on device code before the driver sees it, and on kernel metadata against the kernels
 // a module holds. The driver trusts the bytes it is given (a cubin's ELF header says how much
 // to read), so the plugin checks formats and sizes first: bad bytes become an error naming

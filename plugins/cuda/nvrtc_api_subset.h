@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The part of NVRTC (the CUDA runtime compiler) that the cuda plugin uses, declared by Kiln so
 // that the plugin builds without the CUDA toolkit: NVRTC is opened with dlopen at run time
 // (nvrtc_compiler.h), so what the plugin needs from <nvrtc.h> are facts of its ABI, stated here.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA C++ source compiled at run time with NVRTC, which is dlopened like the driver
 // (libnvrtc.so.13, then .12, then libnvrtc.so). The compile needs no GPU and no driver: the
 // target architecture is explicit, so it is testable on any machine with NVRTC installed.

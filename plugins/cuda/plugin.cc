@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cuda plugin's entry point: negotiation, configuration and shutdown. Negotiation only
 // reads the options: the driver is opened on the first device query (docs/backends/cuda.md).
 #include "kiln/sdk/plugin.hpp"

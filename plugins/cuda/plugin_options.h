@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cuda plugin's options, from its plugin-set entry (docs/backends/cuda.md).
 #ifndef KILN_PLUGINS_CUDA_PLUGIN_OPTIONS_H_
 #define KILN_PLUGINS_CUDA_PLUGIN_OPTIONS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Everything the cuda plugin owns between negotiation and shutdown.
 #ifndef KILN_PLUGINS_CUDA_PLUGIN_STATE_H_
 #define KILN_PLUGINS_CUDA_PLUGIN_STATE_H_

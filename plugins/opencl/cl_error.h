@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OpenCL status codes as text, and the errors the plugin raises for failed OpenCL calls.
 #ifndef KILN_PLUGINS_OPENCL_CL_ERROR_H_
 #define KILN_PLUGINS_OPENCL_CL_ERROR_H_

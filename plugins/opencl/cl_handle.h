@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owning handles for OpenCL objects: one reference, released in the destructor, so that no
 // code path of the plugin releases by hand.
 #ifndef KILN_PLUGINS_OPENCL_CL_HANDLE_H_

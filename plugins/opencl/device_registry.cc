@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device registry of the opencl backend: enumeration, attributes and contexts.
 #include "device_registry.h"
 

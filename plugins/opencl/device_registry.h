@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device registry of the opencl backend: every device of every platform the ICD loader
 // lists (filtered by the plugin options), numbered in platform order, then device order, with
 // its attributes and its context. Enumeration, the first OpenCL call the plugin makes, happens

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The release counter of kernels and streams. A launch skips the registry lookups for the
 // kernel and stream its thread validated at the counter's current value (launcher.h), so every
 // owner that releases a kernel (Modules) or a stream (Queues) advances it.

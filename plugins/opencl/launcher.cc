@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel launches of the opencl backend.
 #include "launcher.h"
 

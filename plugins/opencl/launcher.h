@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel launches of the opencl backend: the kernel and stream checks, tensor arguments (with
 // sub-buffers for byte offsets), argument setting (skipping values the cl_kernel already
 // holds) and the enqueue. The launch path allocates nothing on success, and a launch that

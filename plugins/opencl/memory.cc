@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Buffers, copies and sub-buffers of the opencl backend.
 #include "memory.h"
 

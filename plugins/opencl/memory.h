@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device memory of the opencl backend: the buffers handed to the host (allocation, release,
 // the registry of live buffers and the copies between them and the host), the sub-buffers a
 // launch makes for tensors at a byte offset, and the extent of a tensor within its buffer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Modules (programs from the program cache, with their metadata) and kernels of the opencl
 // backend.
 #include "modules.h"

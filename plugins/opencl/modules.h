@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device code of the opencl backend: the modules handed to the host (a program, built or
 // taken from the program cache, on one device with its metadata) and the kernels looked up in
 // them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "opencl" device table: its slots are members of PluginState that forward to the concept
 // owning each (plugin_state.h lists them). The table is built here, beside the slots, so the
 // forwarders inline into kiln::sdk::make_device_backend's trampolines

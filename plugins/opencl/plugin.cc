@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The opencl plugin's entry point: negotiation, configuration and shutdown. Negotiation reads
 // the options only; the OpenCL driver is initialised on the first device query.
 #include "kiln/sdk/plugin.hpp"

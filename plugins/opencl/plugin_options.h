@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The opencl plugin's configuration: its options from the plugin set and the environment.
 #ifndef KILN_PLUGINS_OPENCL_PLUGIN_OPTIONS_H_
 #define KILN_PLUGINS_OPENCL_PLUGIN_OPTIONS_H_

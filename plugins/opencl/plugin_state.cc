@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The opencl plugin's state: configuration and the composition of its concepts.
 #include "plugin_state.h"
 

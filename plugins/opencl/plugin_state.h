@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The opencl plugin's state between negotiation and shutdown: the configuration, and one owner
 // per concept, composed here and nothing more:
 //   DeviceRegistry  (device_registry.h)  platforms, devices, their attributes and contexts

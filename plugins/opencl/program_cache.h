@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Building OpenCL programs from the three module formats, and the program cache: built
 // programs are kept in memory per (device, format, source hash, build options), and, when a
 // cache folder is configured, their binaries are stored on disk so that a later plugin

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The command queues of the opencl backend: default queues and streams.
 #include "queues.h"
 

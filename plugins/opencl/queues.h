@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The command queues of the opencl backend: each device's default queue and the streams handed
 // to the host, all in-order queues with profiling (the timers' markers need it).
 #ifndef KILN_PLUGINS_OPENCL_QUEUES_H_

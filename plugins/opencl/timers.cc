@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timers (marker events) of the opencl backend.
 #include "timers.h"
 

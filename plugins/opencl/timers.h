@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timers of the opencl backend: two marker events with profiling, enqueued on the streams
 // a timer is started and stopped on; their difference is the device time in between.
 #ifndef KILN_PLUGINS_OPENCL_TIMERS_H_

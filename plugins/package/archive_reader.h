@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading a flat archive (a module package) into memory, refusing anything that is not a plain
 // file at the top level.
 #ifndef KILN_PLUGINS_PACKAGE_ARCHIVE_READER_H_

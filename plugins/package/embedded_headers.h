@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SDK headers the generated wrapper source (wrapper_source.cc) includes, compiled into this
 // plugin from the very files it was built with.
 #ifndef KILN_PLUGINS_PACKAGE_EMBEDDED_HEADERS_H_

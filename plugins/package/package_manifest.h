@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The manifest of a module package: what it holds, built from an export request, written as
 // JSON and read back with validation. Shared by the tar exporter and loader and by the
 // combined-library exporters, which embed the same text.

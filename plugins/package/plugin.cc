@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The package plugin's entry point: negotiation and the component list.
 #include <nlohmann/json.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "so" and "ndk" exporters: link a module into one shared library with a C compiler.
 #ifndef KILN_PLUGINS_PACKAGE_SO_EXPORTER_H_
 #define KILN_PLUGINS_PACKAGE_SO_EXPORTER_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running a program (a compiler) without a shell and capturing what it prints.
 #ifndef KILN_PLUGINS_PACKAGE_SUBPROCESS_H_
 #define KILN_PLUGINS_PACKAGE_SUBPROCESS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tar_exporter.h"
 
 #include <archive.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "tar" exporter: a module package, i.e. a flat, gzip-compressed tar archive.
 #ifndef KILN_PLUGINS_PACKAGE_TAR_EXPORTER_H_
 #define KILN_PLUGINS_PACKAGE_TAR_EXPORTER_H_

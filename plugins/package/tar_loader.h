@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "tar" loader: reads a module package written by the "tar" exporter.
 #ifndef KILN_PLUGINS_PACKAGE_TAR_LOADER_H_
 #define KILN_PLUGINS_PACKAGE_TAR_LOADER_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TVM's `.tar` exports (export_library("x.tar")): object files (lib0.o, devc.o) with no Kiln
 // manifest. As TVM's own load_module does (SPEC.md §5.5), they are linked with the host
 // compiler into one shared library, which the host then loads like any TVM library.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C source of a combined library: one shared library that embeds a module's artifacts and
 // is itself a Kiln kernel library.
 #ifndef KILN_PLUGINS_PACKAGE_WRAPPER_SOURCE_H_

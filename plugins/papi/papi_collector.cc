@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `papi` collector: counts PAPI events for calls on the CPU. Event names (from the plugin
 // options, {"events": [...]}) are used verbatim as metric names, as in the reference
 // (SPEC.md §3.7). Counters start at init and run continuously; start/stop only read them, so

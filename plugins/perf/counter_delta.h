@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The count between two readings of one counter, scaled for multiplexing.
 #ifndef KILN_PLUGINS_PERF_COUNTER_DELTA_H_
 #define KILN_PLUGINS_PERF_COUNTER_DELTA_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The counters one collector state reads: the selected events that this machine can count.
 #ifndef KILN_PLUGINS_PERF_COUNTER_SET_H_
 #define KILN_PLUGINS_PERF_COUNTER_SET_H_

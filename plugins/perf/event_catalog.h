@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The perf events the plugin knows: their option names, metric names and perf_event_open(2)
 // type and config.
 #ifndef KILN_PLUGINS_PERF_EVENT_CATALOG_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The warnings that explain why an event is left out of the metrics.
 #ifndef KILN_PLUGINS_PERF_OPEN_ERROR_H_
 #define KILN_PLUGINS_PERF_OPEN_ERROR_H_

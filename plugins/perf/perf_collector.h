@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The metric collector "perf" (docs/plugin-abi.md §10.5): perf_event counters of the calling
 // process, read around each profiled call on a cpu device.
 //

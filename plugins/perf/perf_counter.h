@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One perf_event_open(2) counter of the calling thread and the threads it creates.
 #ifndef KILN_PLUGINS_PERF_PERF_COUNTER_H_
 #define KILN_PLUGINS_PERF_PERF_COUNTER_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the kernel allows and offers for perf counting: the perf_event_paranoid setting and
 // whether a hardware PMU is exposed. Used to explain why an event cannot be counted.
 #ifndef KILN_PLUGINS_PERF_PERF_ENVIRONMENT_H_

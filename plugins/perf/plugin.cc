@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The perf plugin's entry point: negotiation, configuration and shutdown.
 #include "kiln/sdk/plugin.hpp"
 #include "kiln/c/kiln.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The perf plugin's configuration: its options from the plugin set.
 #ifndef KILN_PLUGINS_PERF_PLUGIN_OPTIONS_H_
 #define KILN_PLUGINS_PERF_PLUGIN_OPTIONS_H_

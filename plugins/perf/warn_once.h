@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logs a warning the first time its key comes up, so that conditions met on every profiled
 // call or every init (an unavailable event, an overflow) are reported once, not per call.
 #ifndef KILN_PLUGINS_PERF_WARN_ONCE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HIP code objects as the rocm backend reads them, with no device and no HIP library: raw
 // AMDGPU ELF files (e_machine 0xe0) and clang offload bundles ("__CLANG_OFFLOAD_BUNDLE__"),
 // AMDGPU target IDs ("gfx90a:sramecc+:xnack-") and the choice of the code object a device

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "hip_api.h"
 
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HIP runtime (libamdhip64), opened with dlopen at run time and never linked: the plugin
 // loads and reports a reason on machines without ROCm. Types come from Debian's HIP 5.2
 // headers (hip_runtime_api.h with __HIP_PLATFORM_AMD__); every entry point is resolved with

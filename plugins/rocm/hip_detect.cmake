@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Finds what the rocm plugin and its example kernels need, without find_package(hip): Debian's
 # hip-config.cmake pulls in AMDDeviceLibs, whose imported targets ("opencl", "ocml", ...) clash
 # with Kiln's own targets. Included by plugins/rocm and examples/kernels/rocm.

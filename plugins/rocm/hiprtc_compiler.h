@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HIP source compiled at run time with hiprtc, dlopened like the runtime: from libamdhip64 in
 // ROCm 5 (which carries the hiprtc entry points) or from libhiprtc.so.6 in ROCm 6 and later.
 // Needs no device: the compile targets an architecture named in the options

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checks of a kernel launch that need no device: turning a tensor argument into the
 // device pointer a HIP kernel receives, and validating the launch extents against the
 // device's limits. Used by the backend's launch slot and by the tests.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rocm plugin's entry point: negotiation, options and shutdown. The HIP runtime is not
 // touched here; it is loaded on the first device query (see PluginState::driver()).
 #include "kiln/sdk/plugin.hpp"

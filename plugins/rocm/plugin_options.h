@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rocm plugin's options from the plugin set (docs/backends/rocm.md).
 #ifndef KILN_PLUGINS_ROCM_PLUGIN_OPTIONS_H_
 #define KILN_PLUGINS_ROCM_PLUGIN_OPTIONS_H_

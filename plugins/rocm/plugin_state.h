@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Everything the rocm plugin owns between negotiation and shutdown: its options, the HIP
 // runtime (loaded lazily, once, on the first device query), the devices it found or the
 // reason it found none, hiprtc (loaded on the first hip_source module) and the component table.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The "rocm" device backend component (dl_device_type kDLROCM = 10).
 #ifndef KILN_PLUGINS_ROCM_ROCM_DEVICE_H_
 #define KILN_PLUGINS_ROCM_ROCM_DEVICE_H_

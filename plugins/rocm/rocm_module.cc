@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "rocm_module.h"
 
 #include <cstring>

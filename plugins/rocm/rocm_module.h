@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device code on a rocm device: loading "hsaco" code objects and "hip_source" modules,
 // looking up kernels, launching them.
 #ifndef KILN_PLUGINS_ROCM_ROCM_MODULE_H_

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Kiln: run compiled kernel modules on any device, time them honestly, profile them.
 
 The APIs follow TVM's (SPEC.md), on Kiln's core and plugins::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`python -m kiln ...` (and the `kiln` command a pip install puts on PATH): the kiln tool that
 the wheel bundles (kiln/bin/kiln), with the same arguments (docs/cli.md)."""
 

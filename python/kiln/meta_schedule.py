@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.meta_schedule: a runner for TVM's tuner (MetaSchedule) that measures its candidates with
 Kiln — locally in a worker process, or on a farm of RPC servers (docs/tuning.md).
 

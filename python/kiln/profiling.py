@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.profiling: TVM's ``tvm.runtime.profiling`` (SPEC.md §3) on Kiln's core.
 
 Reports come from ``kiln.vm.VirtualMachine(..., profile=True).profile(...)`` or from

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.rpc: run on a device of another machine through a ``kiln rpc-server``, directly or
 through a ``kiln tracker`` — TVM's ``tvm.rpc`` (SPEC.md §4, docs/rpc.md) on Kiln's core.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.vm: the Relax VM — TVM's ``tvm.runtime.vm.VirtualMachine`` (SPEC.md §2.6-§2.14) on
 Kiln's core::
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln.Device, kiln.DataType, and what the runtime loaded: devices(), backends(), plugins().
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>

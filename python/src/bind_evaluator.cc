@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln.BenchmarkResult and kiln.TimeEvaluator (what Module.time_evaluator returns).
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>

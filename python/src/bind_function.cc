@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln.Function, kiln.Module, kiln.Object, load_module and the global function registry.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>

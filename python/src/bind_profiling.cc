@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln.profiling's core (SPEC §3): the metric value classes Count, Duration, Percent and Ratio,
 // Report with its table/CSV/JSON/Chrome-trace forms, metric collectors (a plugin's, or one
 // written in Python) and profile_function. The Python layer (kiln/profiling.py) names

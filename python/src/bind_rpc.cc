@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln.rpc's core (SPEC §4, docs/rpc.md): RPCSession, RemoteModule, RemoteTimeEvaluator,
 // TrackerSession and the two ways to open a session. Every call that talks to a server or a
 // tracker runs with the GIL released. The Python layer (kiln/rpc.py) names them as TVM does.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln.Tensor with DLPack both ways, numpy's protocols (numpy(), __array__, the buffer protocol,
 // a numpy-like repr), kiln.empty and kiln.from_dlpack.
 #include <nanobind/stl/optional.h>

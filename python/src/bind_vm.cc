@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln._kiln._VirtualMachine: the Relax-style VM over an executable module (SPEC §2.6-§2.14).
 // The Python class kiln.vm.VirtualMachine (kiln/vm.py) normalises devices, memory_cfg and
 // arguments as the reference's Python class does and calls these methods; every method that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Python values <-> kiln::Any, and the call path from Python into a Function.
 #include <bit>
 #include <cstring>

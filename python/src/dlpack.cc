@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DLPack capsules both ways: Kiln tensors out to numpy/PyTorch/TVM, and their arrays in, with
 // no copy. DLPack 1.0's versioned capsules carry a read-only flag (numpy makes arrays from the
 // older, unversioned ones read-only), so both kinds are spoken.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The extension module kiln._kiln: each concept's bindings, in dependency order.
 #include "bindings.h"
 #include "kiln/version.h"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # CMake functions for plugin and kernel-module authors. Shipped with find_package(KilnSDK) and
 # used in-tree by Kiln itself.
 

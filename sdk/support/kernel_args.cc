@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "kiln/sdk/support/kernel_args.hpp"
 
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading SDK-built kernel libraries, and the default kernel environment (see
 // kiln/sdk/support/kernel_library.hpp).
 #include "kiln/sdk/support/kernel_library.hpp"

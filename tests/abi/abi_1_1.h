@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* An invented "ABI 1.1" view of the headers, for the compatibility tests only: each struct is
  * its 1.0 layout with one field appended, as docs/plugin-abi.md §15.1 allows a minor to do.
  * Embedding the 1.0 struct keeps every 1.0 offset, because none of them has tail padding that

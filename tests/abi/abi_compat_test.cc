@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ABI 1.0 and an invented 1.1 loading in each other, as docs/plugin-abi.md §15.1 says they must:
 //   - a 1.0 plugin in a 1.1 host: negotiates 1.0; the host reads its shorter tables with the
 //     appended slots NULL (zero extension) and its components with their 1.0 stride;

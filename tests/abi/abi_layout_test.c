@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* ABI 1.0 layouts, pinned: every size, 1.0 minimum and field offset of the structs in
  * docs/plugin-abi.md §6.2, as C11 static assertions on the installed headers. A change to any
  * layout fails this file's compilation; tests/abi/check_layout_doc.py checks that the table in

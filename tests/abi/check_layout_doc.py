@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks that docs/plugin-abi.md's table of 1.0 layouts (§6.2) and the static assertions of
 tests/abi/abi_layout_test.c list the same structs, sizes, minimums and field offsets.
 

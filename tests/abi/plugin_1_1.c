@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A fake plugin "built against ABI 1.1": what a vendor's plugin compiled with a future SDK looks
  * like to this host. ABI 1.1 does not exist; the 1.1 layouts below are invented for the test,
  * following docs/plugin-abi.md §15.1 (a minor only appends): every table and array element

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`kiln ab A.yaml B.yaml` end to end (issue 29 item 2): the relu example at two sizes (8x the
 elements is 8x the work, far beyond any noise) and identical sides; the JSON document; a side
 whose outputs are wrong; two Runtimes (--plugin-path-b); and bad input, each with its exit code

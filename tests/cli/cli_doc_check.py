@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks docs/cli.md against `kiln ... --help`, so the reference cannot drift from the tool.
 
     cli_doc_check.py KILN DOCS/CLI.MD

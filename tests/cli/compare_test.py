@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`kiln compare` and `kiln run --benchmark-out` end to end (issue 21 items 3 and 4).
 
     compare_test.py verdicts KILN

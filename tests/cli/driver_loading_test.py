@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A CPU run starts no GPU driver; listing devices still asks every backend.
 
     driver_loading_test.py KILN RUN_CONFIG

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libfaulty.so: kernels that fail the way candidate kernels do, for the isolation tests
 // (docs/isolation.md). Each takes (in, out) float32 tensors like librelu.so's relu:
 //   copy      out = in (a good kernel)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Isolated measurements and farm fan-out from `kiln run` (issue 28 items 1, 2 and 4).
 
     isolation_test.py KILN SOURCE_DIR FAULTY_DIR

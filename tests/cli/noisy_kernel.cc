@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libnoisy.so: a deliberately noisy function for the noise verdict's CLI test. nap(us) sleeps
 // `us` microseconds on even calls and 4 x `us` on odd ones, so its repeats spread (CV far above
 // the 10% threshold) and the measuring thread is off the CPU for nearly the whole measurement.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Runs `${KILN} ${ARGS}` and checks its exit code and that its output matches EXPECT_REGEX.
 set(args ${ARGS})  # a CMake list
 execute_process(COMMAND ${KILN} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

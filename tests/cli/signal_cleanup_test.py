@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """`kiln run` and its temporary directories when the run is interrupted, and its progress line.
 
     signal_cleanup_test.py KILN EXAMPLES_DIR

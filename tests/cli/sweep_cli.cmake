@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sweeps (issue 21 item 5) and return-value checks (item 6) through `kiln run`; included from
 # tests/cli/CMakeLists.txt (kiln_cli_test, ${runs}).
 set(sweeps ${CMAKE_CURRENT_SOURCE_DIR}/sweep)

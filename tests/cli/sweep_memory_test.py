@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A sweep's memory is bounded by its largest point, not the sum of its points (issue 29 item 4).
 
     sweep_memory_test.py KILN EXAMPLES

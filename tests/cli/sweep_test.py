@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`kiln run` sweeps end to end (issue 21 items 5 and 6): one JSON document and one Google
 Benchmark file for every point, `kiln compare` on two sweeps point by point, a failed point in
 the contender failing the comparison, and per-point saved files.

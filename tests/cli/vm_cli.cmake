@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kiln vm asm|disasm|stats` (docs/vm.md): a canonical text program assembles, disassembles
 # back to the same text and reports its statistics; malformed programs and executables fail
 # with their exit code and a message that says what and where.

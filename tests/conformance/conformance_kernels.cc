@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libkiln_conformance_kernels.so: CPU kernels for the conformance suite's own tests
 // (tests/conformance/CMakeLists.txt), built as a vendor builds a kernel library.
 //

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 cmake_minimum_required(VERSION 3.25)
 # Checks that docs/conformance.md (DOC) documents every option `kiln-conformance --help` (TOOL)
 # lists, and lists no option the tool lacks, so the reference cannot drift from the tool.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln_conformance_tests: the device conformance suite (tools/conformance) over Kiln's own
 // backends with the in-tree example kernels, for ctest. The installed kiln-conformance tool runs
 // the same suite against any plugin folder and module.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """kiln-conformance stopped while a test hangs in its worker process.
 
     interrupt_test.py TOOL WORK_DIR ARGS...

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 cmake_minimum_required(VERSION 3.25)
 # Runs kiln-conformance for one ctest test (tests/conformance/CMakeLists.txt): TOOL with ARGS
 # plus --report/--report-json into WORK_DIR; checks the exit code (EXPECT_EXIT), the output

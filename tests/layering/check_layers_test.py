@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """tools/check_layers.py finds what it is meant to find: each case copies core/ into a
 temporary tree, plants one change in a core/src file and runs the checker on that tree.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* One source for every stub plugin the loader tests use. Each variant is this file compiled
  * with different STUB_* definitions (see CMakeLists.txt); each misbehaves in one way.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures of the Python package's tests: where the build put the example kernels, the `kiln`
 tool and the TVM fixtures. Run by ctest (test 'python', with PYTHONPATH=<build>/python) and by
 tools/dev.sh test against the installed wheel (KILN_TEST_INSTALLED=1).

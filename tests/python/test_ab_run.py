@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.testing.ab_run (issue 29 item 2): A and B timed in one run, alternating in a random
 order per round; the ratio B/A with its interval and a verdict. The kernels are the relu
 example at two sizes: 8x the elements is 8x the work, far beyond any noise."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The core from Python: devices, tensors and DLPack, functions and modules, errors, the time
 evaluator (SPEC §1.1-§1.3), global functions, and reference counts over many calls."""
 

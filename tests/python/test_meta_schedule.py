@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TVM's tuner (MetaSchedule) measuring with kiln.meta_schedule.KilnRunner (issue 28 item 3):
 locally in a worker process, on a loopback farm of two `kiln rpc-server`s, on PoCL's OpenCL
 device; crashing candidates and missing devices as RunnerResult errors; and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """numpy arrays as arguments of kernel calls (issue 30, item 4). A kernel's function (a kernel
 library's, a TVM library's, a plugin's) borrows its arguments for the call, so an exact
 numpy.ndarray is lent to it through the buffer protocol: no DLPack capsule and no Tensor per

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package's identity (issue 30 item 1): kiln.__version__, `kiln --version` and the
 wheel's metadata give one number, CMakeLists.txt's; an installed package carries its licence."""
 

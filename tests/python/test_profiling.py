@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.profiling against the real core (SPEC §3, checklist §3.10): metric values, Report and its
 table / CSV / JSON / Chrome-trace forms (on reports built here and on the VM's), profile_function
 with collectors written in Python and the plugins' perf and papi collectors (skipped, with the

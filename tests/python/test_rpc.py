@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.rpc and kiln.testing.rpc_run against real `kiln rpc-server` and `kiln tracker` processes
 on loopback (SPEC.md §1.7, §1.10, §4.8; docs/rpc.md). The fixtures (conftest.py) start them on
 free ports and stop them afterwards; timeouts here are hang guards, not speed bounds."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.Tensor as numpy and TVM users expect it (issue 30, item 3): zero-size arrays in, out and as
 kernel arguments; bfloat16 through ml_dtypes; numpy's __array__ and the buffer protocol on host
 tensors (device tensors refuse them, pointing at .numpy()); a numpy-like repr; kiln.empty and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.testing.local_run (SPEC §1.8, §1.9 checklist) on Kiln modules and on TVM modules
 compiled here by apache-tvm, and the EvaluatorConfig of §1.6."""
 

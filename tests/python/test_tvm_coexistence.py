@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Kiln beside TVM in one process (issue 26, docs/tvm-interop.md "Beside TVM").
 
 The same TVM-compiled files are loaded by TVM and by Kiln in one process, in either order, and

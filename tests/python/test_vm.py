@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.vm.VirtualMachine against the real core (SPEC §2.6-§2.14, checklist §2.17): the example
 MLP (build/examples/vm/mlp.kvmt and mlp.kvm over the example kernel libraries), small programs
 in the text form calling Python functions registered as globals, and TVM's Relax MLP fixture

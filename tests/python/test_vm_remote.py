@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue 19's VM and RPC fidelity items from Python: the VM module as a live view of the VM,
 device indices refused at construction, check_tensor_info's empty dtype, a VM made on an RPC
 server (a `kiln rpc-server` process, and kiln.rpc.LocalSession) with the stateful API,

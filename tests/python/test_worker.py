@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.testing.Worker (issue 28 item 1): local_run in a worker process; a crashing, aborting
 or hanging kernel is a kiln.WorkerError and the next run gets a fresh worker. The kernels are
 tests/cli's libfaulty.so (copy, segfault, abort, hang)."""

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Issue 27, item 4 and part of item 6: a remote time evaluator cannot hold a session (options
 // bounded by the session, evaluations cancelled by the session timeout, a client that hangs up
 // and SIGTERM), a client that takes a reply (or sends a request) at a trickle loses its slot,

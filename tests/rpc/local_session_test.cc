@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rpc::local_session(runtime) (TVM's rpc.LocalSession) and the match-key helpers random_key and
 // split_random_key (SPEC §4.4, §4.5; issue 19 item 5).
 #include <gmock/gmock.h>

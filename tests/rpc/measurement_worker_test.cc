@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MeasurementWorker (kiln/measurement_worker.h, issue 28 item 1): runs in a worker process
 // that a crashing, aborting, hanging or killed kernel takes down instead of the caller; the
 // next run gets a fresh worker; an ordinary error keeps it. The kernels are tests/cli's

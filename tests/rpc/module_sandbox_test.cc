@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Modules a session loads stay inside its work directory (issue 16, items 2 and 3): a VM
 // executable that imports itself is refused instead of overflowing the server's stack, and an
 // import that is absolute or climbs out with '..' is refused before anything outside is opened,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Remote devices other than the CPU, on PoCL (the OpenCL CPU driver, as in CI): tensor copies
 // go through the server's staging buffer in 4 MiB pieces, and rpc_run runs an OpenCL C module
 // on the server's OpenCL device. Skips with the server's reason where there is no OpenCL

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sessions driven below the client API, for tests of hostile or vanishing clients: a bare
 // handshake, then frames written by hand.
 #ifndef KILN_TESTS_RPC_RAW_SESSION_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VM over RPC (issue 19 item 4; SPEC §2.8 over a session, §2.13, §2.14, §3.10 item 10):
 // a VM made on a loopback server from a remote executable, driven through the stateful API,
 // save_function, time_evaluator and profile, with results checked against the same program

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rpc_run, RPCConfig and servers behind a tracker (SPEC.md §1.7, §1.10, §4.5, §4.8), with
 // the faults of the issue: a server killed mid-call, a client gone mid-upload, a tracker
 // restart, and `kiln run` with a remote: section. Everything on loopback, in bounded time.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers for the RPC tests: child processes (kiln tracker / kiln rpc-server / clients) that
 // are always killed and reaped, and bounded waits.
 #ifndef KILN_TESTS_RPC_RPC_TEST_UTIL_H_

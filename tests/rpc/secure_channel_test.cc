@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Issue 27: the channel under a token (TLS 1.3 keyed by the token, rpc/tls_psk.h) against a
 // relay through the tracker, impostors, guessing from many addresses, and a refusal flood. On
 // loopback with real servers (in this process, or `kiln rpc-server` children).

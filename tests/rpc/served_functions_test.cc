@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which global functions a session serves (issue 30, item 7; docs/rpc.md, "Which functions a
 // session serves"): every function the application registered, under any name ("testing.*"
 // and "rpc.test.*" included, as in TVM, where registering is the opt-in); Kiln's own

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Issue 16: attacks on `kiln rpc-server` and its clients, on loopback (127.0.0.0/8; other
 // loopback source addresses play other hosts). Each test is a regression test for one defect
 // the outside attack found; it failed on the code before its fix.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Issue 27, defect 7: each session runs in a process of its own (rpc/session_process.h). A
 // crash or a backdoor ends with its session; a session cannot read the server's token or
 // another session's files.

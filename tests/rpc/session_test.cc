@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RPC sessions against an in-process server on loopback (SPEC.md §4.8): values, tensors,
 // files and their sandbox, remote modules and the remote time evaluator, tokens, timeouts
 // and hostile peers.

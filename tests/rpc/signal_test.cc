@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Issue 26 item 10: socket calls under a storm of signals. A SIGALRM handler installed without
 // SA_RESTART (as libFuzzer's is) fires every 100 µs on the test's thread, so its blocking calls
 // fail with EINTR. Connections must still be made (an interrupted connect is waited for, not

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Soak (issue 16): many sessions against one `kiln rpc-server` process, clean ones and ones
 // whose client vanishes mid-upload or mid-handshake, must leave the server's memory, open
 // descriptors and files where they were. KILN_RPC_SOAK_SESSIONS sets the count (default 200, 100

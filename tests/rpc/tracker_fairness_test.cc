@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tracker without authentication stays fair (issue 27, item 5), the tracker token
 // (item 1, tracker part), and the registration's bounded memory of match keys (item 8): real
 // `kiln tracker` / `kiln rpc-server` / `kiln query` / `kiln run` processes on loopback, flood

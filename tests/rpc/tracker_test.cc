@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tracker (SPEC.md §4.5, docs/tracker.md) on loopback: registration and release,
 // scheduling, keys with ':', Kiln's wait bound, hostile and malformed peers, STOP, the text
 // summary's exact layout, a tracker restart, `kiln tracker` / `kiln query`, and a Python

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Drives a running tracker over its wire protocol byte by byte, as SPEC.md section 4.5 writes
 it and as TVM's Python peers send it: int32 magic, then "<i" lengths and json.dumps text.
 Checks every reply. Standard library only; starts nothing itself.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Issue 27 items 2 and 3: what an uploaded VM program (.kvmt, no native code) can make a
 // session return. Objects, not pointers, cross the wire: the VM context (a raw pointer) never
 // becomes a handle, and a context kept beyond its call is refused, never followed. A session is

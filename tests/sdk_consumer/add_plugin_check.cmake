@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # kiln_add_plugin() writes a manifest's `version` and `abi` from one source (its VERSION and
 # MIN_ABI, defaulting to the project's version and the SDK headers' ABI) and refuses a template
 # that sets them by hand or a MIN_ABI the SDK cannot serve (docs/plugin-abi.md §12).

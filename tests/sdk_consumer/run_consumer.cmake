@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Driven by ctest (see CMakeLists.txt). Fails loudly at the first step that fails.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)

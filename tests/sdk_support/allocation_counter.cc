@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Counting replacements of the global allocation functions. In a file of their own so the
 // compiler cannot inline them into a caller (GCC then misreads malloc/free pairs).
 #include "allocation_counter.h"

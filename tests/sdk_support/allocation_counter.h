@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A count of the heap allocations this test binary makes through the global operator new,
 // which allocation_counter.cc replaces. Lets a test prove a path allocates nothing.
 #ifndef KILN_TESTS_SDK_SUPPORT_ALLOCATION_COUNTER_H_

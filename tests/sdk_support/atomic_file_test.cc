@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::sdk::AtomicFile: `path` is replaced whole on commit, never partially written, and a
 // write that fails midway leaves the old file and no temporary file behind.
 #include "kiln/sdk/support/atomic_file.hpp"

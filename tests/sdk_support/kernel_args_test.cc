@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::sdk::pack_kernel_args: the conversions of every argument kind, its errors, and the
 // launch-path promise of docs/plugin-abi.md §3 rule 8 — packing allocates nothing. The
 // allocation count comes from allocation_counter.cc, which replaces the global operator new.

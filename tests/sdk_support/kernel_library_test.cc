@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SDK's kernel-library loader and default kernel environment (KilnSDK::support,
 // kiln/sdk/support/kernel_library.hpp), on their own: a fake set of host services stands in for
 // the host, and the example kernel library libvector_add.so is loaded from bytes and run with

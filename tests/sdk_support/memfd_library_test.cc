@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::sdk::dlopen_bytes: a library loads from bytes held in memory, each load is a copy of
 // its own (the /proc/self/fd name probing), and bad input is refused with the right codes.
 #include "kiln/sdk/support/memfd_library.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::sdk::TempDir: created private under $TMPDIR, removed with its contents on scope exit,
 // also when the scope is left by an exception, and ownership moves with the object.
 #include "kiln/sdk/support/temp_dir.hpp"

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Tests of tools/device-check.sh (docs/device-check.md) that need no GPU. One case per run:
 
   no_gpu       the one-line no-GPU path: with a driver that cannot load, and (where this

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # ctest fixture setup: compiles the TVM fixtures with PYTHON (which must have apache-tvm) into
 # OUT. Exits 77 (ctest: skipped) with the reason when there is no such Python.
 set -euo pipefail

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Compiles the TVM interop fixtures with apache-tvm (tests/tvm/README.md).
 
 usage: python make_fixtures.py OUT_DIR

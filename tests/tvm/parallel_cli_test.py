@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """`kiln run` / `kiln profile` of a library whose parallel tasks meet at a barrier, on one CPU
 and with num_threads 1, 2 and 64 (more threads than this machine's CPUs).
 

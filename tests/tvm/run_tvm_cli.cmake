@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Runs tests/cli/run_cli.cmake when the TVM fixtures exist (CONFIG, the run config); otherwise
 # prints why, which the test's SKIP_REGULAR_EXPRESSION turns into a skip.
 if(NOT EXISTS "${CONFIG}")

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bad input on the TVM interop paths: libraries Kiln cannot run (an older TVM, a newer tvm-ffi,
 // an unknown runtime service), truncated or corrupt library blobs and ELF files, and device
 // code with nothing to run it. Each must be a clear error naming what and where, never a crash.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TVM-compiled libraries with device code: the OpenCL fixtures run on PoCL through Kiln's
 // opencl plugin (TVM's PyPI build compiles them but cannot run them) and must give the numbers
 // of numpy / TVM's llvm build; the CUDA fixtures load host side and show their kernels.

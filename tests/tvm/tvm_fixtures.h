@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TVM-compiled fixtures (tests/tvm/make_fixtures.py, run by the ctest fixture tvm_fixtures
 // into $KILN_TVM_FIXTURES): their directory, manifest and arrays.
 #ifndef KILN_TESTS_TVM_TVM_FIXTURES_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TVM-compiled CPU libraries (llvm target) through load_module: each function runs on the
 // arrays TVM ran it on and must give TVM's numbers; errors TVM's own argument checks raise
 // reach the caller as Kiln errors with TVM's message and the function's name.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TVM-compiled libraries through local_run and rpc_run (a tracker and a server on loopback):
 // exported by Kiln's tar and so exporters, loaded again (remotely by the server), run, and
 // compared with TVM's own CPU results.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Relax programs compiled by TVM (relax.build / tvm.compile then export_library) run in Kiln's
 // VM: the MLP with a dynamic batch gives TVM's numbers for several batch sizes, the stateful API
 // works on it, the disassembly is TVM's own, and the executable alone (write_to_file) loads.

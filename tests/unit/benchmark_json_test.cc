@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BenchmarkResult::to_json as Google Benchmark writes its JSON (issue 21 item 4): the sample
 // stddev and the cv aggregate as its ComputeStats defines them, a filled context, and
 // from_json reading `kiln run --json` documents too.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the YAML configuration reader: positions of syntax errors, duplicate keys, typed
 // reads through MapReader, unknown-key suggestions and the YAML-to-JSON conversion.
 #include <gtest/gtest.h>

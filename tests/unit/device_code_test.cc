@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device code modules (kiln/device_code.h): sidecar metadata, kernels as functions (argument
 // and launch-extent checks), the tar round trip, and the L2 flush preprocessor. The CPU
 // backend serves as the device: it loads `so` blobs through module_load and launches their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The time evaluator against the SPEC.md §1.3 checklist, BenchmarkResult statistics and
 // printed forms, JSON, validation, timers and the noise-based stopping rule.
 #include <gmock/gmock.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exporting modules with the package plugin and loading the results back: the "tar" exporter
 // and loader (module packages), the "so" and "ndk" exporters (combined libraries), failed
 // exports that must leave no file behind, and the precise errors of malformed packages.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Any, Function (typed and packed), conversions and the global registry.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::testing::local_run (SPEC.md §1.8-1.9): round trips through every exporter, the order
 // of operations, argument conversion and cleanup.
 #include <gmock/gmock.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the plugin manifest and plugin set parsers: good files, and for every kind of
 // mistake an error naming file:line:column and the key.
 #include <gtest/gtest.h>

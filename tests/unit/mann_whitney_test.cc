@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::stats::mann_whitney_u against scipy.stats.mannwhitneyu(x, y, alternative="two-sided",
 // method="auto") (scipy 1.17.1): the exact distribution for small samples without ties, the
 // normal approximation with tie and continuity corrections otherwise.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Module loading through the registry of format loaders: the order loaders are asked in, import
 // cycles and depth, the path policy every nested file goes through, and a Runtime that knows
 // only its own device-type names.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Modules loaded from SDK-built kernel libraries through the CPU plugin's "so" loader.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

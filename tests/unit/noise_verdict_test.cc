@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The noise verdict and the human timing table (issue 21 item 1): thresholds and verdicts on
 // synthetic results, the unit chosen per result, and the clocks the time evaluator records.
 #include "kiln/detail/noise_verdict.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The papi collector plugin: event names verbatim as metrics, unavailable events left out
 // (never zeros). On VMs without a PMU, PAPI counts nothing: those checks skip with the reason.
 #include <gtest/gtest.h>

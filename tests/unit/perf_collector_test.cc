@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The perf collector plugin (plugins/perf) driven through its raw KilnMetricCollector table:
 // metrics around a spinning kernel, nested and concurrent measurements, worker threads,
 // unsupported devices, events this machine cannot count, option errors and repeated

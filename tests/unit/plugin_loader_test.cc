@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plugin discovery and loading against stub plugins built from tests/plugins/stub_plugin.c.
 // Every misbehaving plugin must end with a precise status while the others keep working.
 #include <gmock/gmock.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Profiler lifecycle (SPEC.md §3.2), collectors (§3.6) and profile_function (§3.9).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::stats::paired_ratio, unpaired_ratio and judge_change (kiln/detail/ratio_interval.h):
 // the exact critical values of small samples, agreement with the U-test they invert, coverage
 // by simulation and the verdicts.

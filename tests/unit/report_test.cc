@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of kiln::profiling::Report: the JSON, CSV and table formats of SPEC.md §3.3-§3.5, the
 // report items of the §3.10 checklist, and the Chrome trace export.
 #include "kiln/profiling/report.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run configurations (kiln/detail/run_config.h): parsing with positioned errors, generated
 // inputs, output checks with numpy.allclose semantics, summaries, and the examples in
 // configs/runs/.

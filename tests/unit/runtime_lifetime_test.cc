@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Runtime owns what it makes, and what it makes keeps it alive: each object below is made
 // through a Runtime whose handle is then destroyed, and used afterwards. The plugins must still
 // be loaded and the runtime's state valid; under AddressSanitizer (build-asan) a use of the

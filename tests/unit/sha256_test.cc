@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Known-answer tests of sdk::Sha256 (FIPS 180-4 examples) and its HMAC (RFC 4231):
 // the package checks, the OpenCL program cache and the RPC token proof rely on them.
 #include "kiln/sdk/support/sha256.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::stats: the summary every report prints, against values worked out by hand (and numpy's
 // percentile / Google Benchmark's sample stddev definitions).
 #include "kiln/statistics.h"

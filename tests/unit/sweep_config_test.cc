@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sweeps and return-value checks of run configurations (kiln/detail/run_config.h, issue 21 items
 // 5 and 6): the cross product of a `sweep:` section, its points' configurations and labels,
 // invalid points kept with their error, malformed sweep sections refused at their position,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor: allocation, copies, DLPack import/export, .npy round trips.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

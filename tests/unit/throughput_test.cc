@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Throughput (issue 21 item 2): bytes derived from the arguments or given, GB/s and GFLOP/s
 // arithmetic, the fraction of the peak memory bandwidth only where the backend reports one, and
 // the run config's `throughput:` section with its errors.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExecBuilder (SPEC.md §2.16, docs/vm.md): declaration rules, register formalization, the
 // use-before-definition check, constant deduplication, and executables that validate and
 // round-trip through both forms.

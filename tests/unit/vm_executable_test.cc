@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VM executable (docs/vm.md): argument encoding, validate(), the binary form (round trip,
 // every rejection, every truncation, huge counts, garbage) and the text form (canonical round
 // trip, spellings, errors with line and column), stats().

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VirtualMachine: SPEC.md §2.17's checklist and the state rules and errors of §2.9–§2.14,
 // on executables built with ExecBuilder, plus the VM as a module (tar round trip, local_run).
 #include <gmock/gmock.h>

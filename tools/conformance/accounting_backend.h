@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The conformance kit's own dispatch to a plugin's device backend (docs/conformance.md, "What
 // each test allocated"): a copy of the plugin's KilnDeviceBackend table whose every slot forwards
 // to the plugin's, with `alloc` and `free` also counted in a ledger. A test reaches the plugin

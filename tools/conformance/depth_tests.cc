@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The deeper device tests of the conformance suite (issue 29 item 5): memory that is really
 // returned, the allocation limit, a timer judged against a kernel of known duration, four threads
 // at once, and results checked element by element. docs/conformance.md says how to read each.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GoogleTest fixtures of the conformance suite (suite.h registers them): one per kind of
 // target, each running a plain test body bound to one target at run time. Internal to the kit.
 #ifndef KILN_TOOLS_CONFORMANCE_FIXTURE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two kernels the conformance suite runs on a device (docs/conformance.md): the vendor's
 // conformance kernel `out[i] = a[i] + alpha * b[i]` (--module) and the kernel of known duration
 // `spin(out, ns)` (--timing-kernel): loading them, launching them, and judging their results.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln-conformance: runs the device conformance suite (docs/conformance.md) against the device
 // plugins in any plugin folder, with the vendor's own module, and writes a report a vendor can
 // attach to a release. Exit codes: 0 pass, 1 a test failed or crashed, 2 bad usage or

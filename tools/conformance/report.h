@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The conformance report a vendor attaches to a release (docs/conformance.md): what was tested
 // (Kiln, the plugins with their library hashes, the devices and their attributes, the modules)
 // and every test's result with its reason, in Markdown or JSON.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The conformance suite (docs/conformance.md): what every device backend plugin and every
 // metric collector plugin must do, through the same C++ wrappers the core uses. Shared by the
 // installed `kiln-conformance` tool and the in-tree `kiln_conformance_tests`; both register the

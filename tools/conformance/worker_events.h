@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stream a kiln-conformance worker process writes to its parent (docs/conformance.md,
 // "Isolation"): one JSON object per line, written with write(2) as each event happens, so that
 // every line written before the worker dies reaches the parent.

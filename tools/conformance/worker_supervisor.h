@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process isolation for kiln-conformance (docs/conformance.md, "Isolation"): the suite's tests
 // run in a worker process, this same executable re-executed with the hidden `--worker` option,
 // which streams each test's start and end (worker_events.h). A worker runs test after test

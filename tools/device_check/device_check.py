@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The Python half of tools/device-check.sh (docs/device-check.md): the GPU probe and the
 verdicts that need parsing or numbers. Each verdict subcommand prints one row body,
 `STATUS<TAB>detail`, for the script's summary table; the script decides nothing itself.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln ab A.yaml B.yaml`: two run configs measured in one run, A and B alternating in a random
 // order per round, and the ratio B / A with its confidence interval and a verdict
 // (kiln::testing::ab_run, docs/cli.md "kiln ab"). Each side is first run and checked once as

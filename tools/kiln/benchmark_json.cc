@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Google Benchmark's documents of `kiln run` (`--benchmark-out`, and "benchmark" in --json): a
 // single run's as BenchmarkResult::to_json writes it, a sweep's gathered from its points.
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checks of the `kiln` command line and of what a run config asks of the runtime, each failing
 // with a message that says what exists: number ranges, unknown commands, device indices,
 // function names, exporter names.

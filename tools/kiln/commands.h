@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `kiln` tool's subcommands. Each returns the process exit code (see docs/cli.md).
 #ifndef KILN_TOOLS_KILN_COMMANDS_H_
 #define KILN_TOOLS_KILN_COMMANDS_H_

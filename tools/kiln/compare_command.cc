@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln compare A.json B.json`: did B get slower than A? Per benchmark the change of a statistic
 // of the per-repeat times, the interval of B / A that the Mann-Whitney U-test gives
 // (kiln/detail/ratio_interval.h), its p-value, and a verdict that weighs the change against the

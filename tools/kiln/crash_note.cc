@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The crash note's handler (crash_note.h): async-signal-safe, so it only copies bytes and
 // writes them.
 #include "crash_note.h"

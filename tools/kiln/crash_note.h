@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A last word from `kiln` when a kernel or plugin crashes it: run in-process (a single run,
 // `kiln profile`), a SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT would otherwise end the
 // command with a bare "Segmentation fault". The handler prints what was running and how to

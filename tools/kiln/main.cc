@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln: the command-line tool. Thin: every command calls the core library.
 #include <CLI/CLI.hpp>
 #include <cstdio>

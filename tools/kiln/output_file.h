@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writing the files the kiln commands produce (reports, executables, disassembly).
 #ifndef KILN_TOOLS_KILN_OUTPUT_FILE_H_
 #define KILN_TOOLS_KILN_OUTPUT_FILE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln profile RUN.yaml` and the `profile:` section of `kiln run`: profile calls of the run's
 // function with metric collectors into a kiln::profiling::Report.
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Progress of `kiln run` on stderr. On a terminal: one line redrawn in place. Elsewhere (a
 // file, a pipe, a CI log), nothing unless forced, and then plain lines, never escape codes.
 #ifndef KILN_TOOLS_KILN_PROGRESS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln rpc-server`: docs/rpc.md.
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln run RUN.yaml`: run a module's function on a device through local_run, print its
 // outputs, return value and timing, check them against expected values. A config with a
 // `sweep:` section runs every point of its cross product, with one progress display, one

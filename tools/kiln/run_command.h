@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln run RUN.yaml`: what its jobs share. run_command.cc reads the config and --device and
 // picks the job; run_execute.cc prepares and runs one configuration (a single run or one point
 // of a sweep); run_single.cc reports a single run; run_sweep.cc runs a sweep and writes its JSON

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln run`: one configuration (a single run or one point of a sweep) checked against the
 // runtime, run through local_run or rpc_run, and judged: checks, noise verdict, throughput and
 // the optional profile.

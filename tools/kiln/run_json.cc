@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln run --json`: the document of one run, built from what the run measured and checked (the
 // values themselves, never text printed for people and read back).
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln run RUN.yaml` without a `sweep:` section: one run, reported as text (module, device,
 // outputs, returned value, the timing table, noise, throughput, steps, checks, profile) or as
 // one JSON document, and written as Google Benchmark's document with --benchmark-out.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln run RUN.yaml` with a `sweep:` section: every point of its cross product, with one
 // progress display, then one table (sweep_table.cc) or one JSON document, and one Google
 // Benchmark document for --benchmark-out.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // run_supervised (supervised.h). Signals are taken synchronously (sigtimedwait) so that the
 // parent never dies between the child's start and its end, and forwards what it receives.
 #include "supervised.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln profile --isolation process`: the command again, in a child process that a crashing
 // kernel or plugin takes down instead of the command the user ran (docs/isolation.md).
 #ifndef KILN_TOOLS_KILN_SUPERVISED_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The text report of a `kiln run` sweep: one row per point (what ran where, how fast, how noisy,
 // and whether it held), and beneath the table what a row cannot hold.
 #include <fmt/format.h>

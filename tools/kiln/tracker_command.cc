@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln tracker` and `kiln query`: docs/tracker.md.
 #include <fmt/format.h>
 #include <pthread.h>

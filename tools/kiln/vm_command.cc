@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kiln vm asm|disasm|stats`: the VM executable's text form (.kvmt) and binary form (.kvm)
 // (docs/vm.md, docs/cli.md).
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::testing::ab_run: times two functions in one run, alternating A and B in a random order
 // per round, and says how much slower or faster B is, with a confidence interval and a
 // verdict (docs/evaluator.md "Interleaved A/B"). Measured side by side, both see the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Any: the core's 16-byte tagged value (none, bool, int, float, string, bytes, device, dtype,
 // shape, tensor, function, module). Objects inside are reference counted, so copying an Any
 // is cheap. Converts to and from the ABI's KilnAny at the plugin boundary.

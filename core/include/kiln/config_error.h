@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A configuration error that knows where it happened: file, 1-based line and column, and the
 // dotted key path (e.g. `plugins[1].options`) of the offending entry.
 #ifndef KILN_CONFIG_ERROR_H_

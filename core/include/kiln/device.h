@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Devices: a {type, id} pair, and tables of device-type names.
 #ifndef KILN_DEVICE_H_
 #define KILN_DEVICE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceBackend: a typed C++ view of a plugin's KilnDeviceBackend table. Slots come back as
 // kiln errors; a missing optional slot is reported by the has_*() queries, and calling it
 // throws UnimplementedError. Holds its plugin loaded for as long as it lives.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device code (OpenCL C, PTX, cubin, HIP code objects, ...) as a module whose functions are
 // its kernels (docs/plugin-abi.md §10.2).
 //

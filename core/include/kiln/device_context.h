@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceContext: what library code needs to reach devices — the backend serving each device
 // type and the names of the types. A Runtime is one; code below the Runtime (tensors, the
 // evaluator, device code, the VM) takes a DeviceContext so that it never depends on plugin

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element data types of Kiln tensors: a thin value wrapper around DLPack's DLDataType with a
 // strict text form ("float32", "int8x4", "bool", ...).
 #ifndef KILN_DTYPE_H_

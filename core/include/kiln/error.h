@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Typed errors of the Kiln core. Each corresponds to one KilnErrorCode of the C ABI, so an
 // error crosses the plugin boundary and comes back as the same C++ type.
 #ifndef KILN_ERROR_H_

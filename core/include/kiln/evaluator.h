@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The time evaluator: runs a function repeatedly on a device and returns honest statistics.
 // The measurement loop follows the reference exactly (SPEC.md §1.3): one warm-up call, then
 // `repeat` measurements of `number` calls each, `number` growing by the golden ratio while a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Function: a reference-counted packed callable with the ABI's calling convention, plus the
 // registry of named global functions.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Kiln C++ API, all of it: every header that `find_package(Kiln)` installs under kiln/
 // (values, devices, tensors, modules, the Runtime and its plugins, the evaluator and its
 // statistics, profiling, the VM, RPC and kiln::testing). Not the C plugin ABI (kiln/c/, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging: Kiln logs through spdlog on stderr. The level comes from KILN_LOG
 // (debug|info|warn|error|off; default warn) or set_log_level().
 #ifndef KILN_LOGGING_H_

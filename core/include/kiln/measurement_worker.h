@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::testing::MeasurementWorker: local_run in a process of its own, so that a kernel or a
 // plugin that crashes, hangs or runs out of memory fails one measurement instead of the
 // caller (docs/isolation.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Module: a named set of functions (plus imported sub-modules), as loaded from a file by a
 // loader plugin or built in C++.
 #ifndef KILN_MODULE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Module loading: a registry of format loaders. The VM (executables), device code, packages and
 // plugins' loaders each register a FormatLoader; ModuleLoaderRegistry::load picks the one for a
 // file. Loaders that open further files (imports, a package's host library) do so through their

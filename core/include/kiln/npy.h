@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NumPy .npy files: reading format versions 1.0, 2.0 and 3.0 and writing 1.0 / 2.0, C order
 // only. Supported element types: bool, int8..int64, uint8..uint64, float16, float32, float64.
 #ifndef KILN_NPY_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Intrusive reference counting for the core's heap objects (strings, tensors, functions,
 // modules, plugins). An Object starts with a count of 0; Ref<T> adds and drops references.
 #ifndef KILN_OBJECT_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plugin discovery: how a Runtime finds plugins (RuntimeOptions) and what happened to each
 // plugin it considered (PluginStatus). See docs/plugin-abi.md for the search order.
 #ifndef KILN_PLUGIN_DISCOVERY_H_

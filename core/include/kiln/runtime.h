@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runtime: owns the loaded plugins and everything they provide (device backends, loaders,
 // exporters, metric collectors). See docs/plugin-abi.md for discovery and search order.
 #ifndef KILN_RUNTIME_H_

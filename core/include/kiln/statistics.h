@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Summary statistics of repeated measurements (docs/evaluator.md "Statistics"): what the run
 // table, the JSON reports and `kiln compare` print, computed in one place so that every report
 // agrees. Plain functions on samples; no state.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TemporaryDirectory: a private directory under $TMPDIR (else /tmp), removed with everything
 // in it when the object goes away, also when the scope is left by an exception. A thin wrapper
 // over the SDK's one temporary directory, kiln::sdk::TempDir (kiln/sdk/support/temp_dir.hpp),

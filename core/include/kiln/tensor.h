@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor: a reference-counted n-dimensional array on a device, DLPack's DLTensor inside.
 #ifndef KILN_TENSOR_H_
 #define KILN_TENSOR_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::testing: run a module on a device, local or remote, and get its outputs and timing
 // (SPEC.md §1.8-1.10).
 #ifndef KILN_TESTING_H_

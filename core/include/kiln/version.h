@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Library version.
 #ifndef KILN_VERSION_H_
 #define KILN_VERSION_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading YAML configuration files with precise errors: every problem becomes a
 // kiln::ConfigError naming the file, the 1-based line and column, and the dotted key path.
 // Internal to libkiln.

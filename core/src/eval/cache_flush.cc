@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cache flushing preprocessors for the time evaluator's f_preproc, registered as global
 // functions:
 // - cache_flush_cpu_non_first_arg (SPEC.md §1.4): flushes from every cache level the memory of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Throughput arithmetic (kiln/detail/throughput.h).
 #include "kiln/detail/throughput.h"
 

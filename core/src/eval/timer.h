@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Timers the evaluator uses: the backend's timer slots when it has them, else synchronize plus
 // the host's steady clock (SPEC.md §1.5), with a one-time warning per device type.
 #ifndef KILN_SRC_EVAL_TIMER_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host's definition of the ABI's opaque KilnError, and the host services table that
 // creates them. Plugins only ever see the opaque type.
 #ifndef KILN_SRC_FFI_ERROR_OBJECT_H_

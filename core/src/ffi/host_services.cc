@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <spdlog/spdlog.h>
 
 #include "ffi/error_object.h"

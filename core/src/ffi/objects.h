@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Heap objects behind the non-trivial Any kinds (string, bytes, shape).
 #ifndef KILN_SRC_FFI_OBJECTS_H_
 #define KILN_SRC_FFI_OBJECTS_H_

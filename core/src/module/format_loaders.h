@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host's own format loaders, registered by every Runtime (see kiln/module_loader.h).
 #ifndef KILN_SRC_MODULE_FORMAT_LOADERS_H_
 #define KILN_SRC_MODULE_FORMAT_LOADERS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The registry of format loaders and the per-load context (cycle and depth checks, the path
 // policy).
 #include "kiln/module_loader.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host's copy of a plugin's function table (docs/plugin-abi.md §6.3): zeroed storage of
 // the host's own sizeof, min(struct_size, sizeof) bytes copied, struct_size set to sizeof. So
 // the slots a later minor appends read NULL for an older plugin (zero-extension), and a newer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plugin discovery: plugin set, search directories, manifests, selection.
 #include "plugin/discovery.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plugin discovery (manifest first): the plugin set, the search directories, the manifests
 // found in them, and which plugins are selected to load (docs/plugin-abi.md §9). Nothing is
 // dlopened here.

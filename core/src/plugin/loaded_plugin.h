@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A plugin library that passed negotiation, with validated copies of its component tables.
 #ifndef KILN_SRC_PLUGIN_LOADED_PLUGIN_H_
 #define KILN_SRC_PLUGIN_LOADED_PLUGIN_H_

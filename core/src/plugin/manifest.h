@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plugin manifests: the `<name>.yaml` file beside a plugin's shared library that says what the
 // plugin is and provides, read before the library is ever opened. Internal to libkiln.
 #ifndef KILN_PLUGIN_MANIFEST_H_

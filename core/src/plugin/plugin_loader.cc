@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading one plugin: dlopen, negotiation, component validation.
 #include "plugin/plugin_loader.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading one selected plugin: dlopen, ABI negotiation, and validation of every component
 // table it answers (sizes, required slots, declared device types). Zero-extended copies of the
 // tables go into the LoadedPlugin.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plugin sets: the YAML file (configs/plugins.yaml) that says where to look for plugins, which
 // of them to load with which options, and which plugin serves a device type. Internal to libkiln.
 #ifndef KILN_PLUGIN_PLUGIN_SET_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Profiler (SPEC.md §3.2) and profile_function (§3.9).
 #include "kiln/profiling/profiler.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Report: metric formatting, CSV (SPEC.md §3.4) and the table (§3.5).
 #include "kiln/profiling/report.h"
 

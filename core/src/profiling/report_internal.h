@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the report formatters (report.cc, report_json.cc). Private to libkiln.
 #ifndef KILN_PROFILING_REPORT_INTERNAL_H_
 #define KILN_PROFILING_REPORT_INTERNAL_H_

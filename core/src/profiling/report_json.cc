@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Report: the reference's JSON (SPEC.md §3.3) both ways, and Chrome trace-event JSON.
 #include <fmt/format.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How fast a server checks tokens (docs/rpc.md, "Tokens"). Guesses are bounded per address
 // and, once guessing is seen from many addresses, across all of them; a client that proved
 // the token recently is never held back by guesses from other addresses.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The client side of an RPC session (kiln/rpc/session.h): the connection, the request
 // exchange and the encoding of arguments and results.
 #ifndef KILN_SRC_RPC_CLIENT_H_

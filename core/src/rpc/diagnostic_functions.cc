@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "rpc/diagnostic_functions.h"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kiln's own functions that a session may offer beside the application's (docs/rpc.md, "Which
 // functions a session serves"). They are never put in the global registry: a session looks
 // them up here, and only when its server offers them. So whether a name is hidden depends on

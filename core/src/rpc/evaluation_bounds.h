@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What one time evaluator a session creates may plan (docs/rpc.md, "Limits"; issue 27 item 4).
 // A client picks every option of a remote evaluator, and the options alone can plan weeks of
 // work (cooldown_interval_ms and min_repeat_ms up to 2^31-1 ms each, repeated): the server

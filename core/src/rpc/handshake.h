@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session handshake (docs/rpc-protocol.md §2). Under a token the connection is TLS 1.3
 // keyed by the token first (rpc/tls_psk.h): both sides prove the token before either sends a
 // byte of the hello, and every later byte is encrypted and authenticated. Then, with or

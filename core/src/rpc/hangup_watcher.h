@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Notices that a session's client hung up while the session is busy with a call (issue 27,
 // item 4): the session's thread reads nothing while a call runs, so without a watcher a client
 // that disconnects during a long evaluation would leave it running to its end.

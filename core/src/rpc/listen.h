@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Listening sockets of the RPC server and the tracker: the first free port of a range.
 #ifndef KILN_SRC_RPC_LISTEN_H_
 #define KILN_SRC_RPC_LISTEN_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // local_session(): an RPCSession with a server of its own, in this process (TVM's
 // rpc.LocalSession).
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "rpc/log_throttle.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rate-limited logging for events a peer can provoke at will (refused handshakes, closed
 // flooding connections): a flood must not fill the disk or drown the log.
 #ifndef KILN_SRC_RPC_LOG_THROTTLE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kiln's RPC session protocol, version 1 (docs/rpc-protocol.md): handshake constants, frame
 // codes, and a bounded reader and a writer for message bodies. Every length read from the
 // network is checked against what is left in the message and against a fixed limit before

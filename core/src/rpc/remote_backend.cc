@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Remote devices as device backends: a KilnDeviceBackend table whose slots are requests of
 // the session, so Tensor::empty / copy_from / copy_to work unchanged on remote devices.
 #include "kiln/runtime.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Client-side handles of remote objects, and the wire forms of evaluator options and
 // results (shared by the client and the server).
 #ifndef KILN_SRC_RPC_REMOTE_OBJECTS_H_

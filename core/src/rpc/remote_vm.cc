@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RemoteVirtualMachine: the VM module's functions on the server, called through the session.
 #include "kiln/rpc/remote_vm.h"
 

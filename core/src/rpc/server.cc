@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::rpc::Server: kiln/rpc/server.h.
 #include "kiln/rpc/server.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Each RPC session in a process of its own (docs/rpc.md, "Sessions are processes").
 //
 // The server accepts, runs the handshake and keeps the slot; the session itself runs in a

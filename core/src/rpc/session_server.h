@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The server side of one RPC session: the handle table, the work directory sandbox and the
 // request dispatch (docs/rpc-protocol.md §4).
 #ifndef KILN_SRC_RPC_SESSION_SERVER_H_

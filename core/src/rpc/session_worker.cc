@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The session worker (kiln-rpc-session): one RPC session in a process of its own
 // (rpc/session_process.h). It confines itself before it serves anything uploaded:
 //   1. non-dumpable, and ends with the server (PR_SET_PDEATHSIG);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS 1.3 with an external pre-shared key derived from a token: the authenticated, encrypted
 // channel of RPC sessions and of the tracker when a token is set (docs/rpc.md, "Tokens").
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tracker (SPEC.md §4.5, docs/tracker.md): one io_context on its own thread serves every
 // connection with asynchronous reads; all tracker state lives on that thread. With a tracker
 // token every connection is a TLS 1.3 stream keyed by it (rpc/tls_psk.h) before the magic.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the tracker (tracker.cc) and its clients (tracker_client.cc): the wire
 // framing of the tracker protocol (SPEC.md §4.5, docs/tracker.md), JSON text as TVM's Python
 // writes it, match keys and the text summary.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // check_outputs and summarize: comparing results with numpy.allclose semantics, saving them,
 // and describing tensors in one line.
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element access for the run layer: reading, writing, rounding and printing tensor elements of
 // every scalar dtype (bool, int8..int64, uint8..uint64, float16, bfloat16, float32, float64)
 // through doubles, with float16 and bfloat16 converted in software (round to nearest, ties to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Generated inputs: the checks on their parameters (shared by the parser, which reports them at
 // the YAML key, and make_inputs) and the fill itself. Internal to libkiln.
 #ifndef KILN_RUN_GENERATE_H_

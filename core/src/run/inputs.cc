@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // make_inputs and the generated inputs: zeros, ones, seeded uniform random values and aranges.
 #include <fmt/format.h>
 

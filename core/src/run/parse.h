@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What parse_run_config and parse_sweep_config share inside core/src/run.
 #ifndef KILN_SRC_RUN_PARSE_H_
 #define KILN_SRC_RUN_PARSE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parse_run_config: the YAML of `kiln run` into a RunSpec, with every error at its key.
 #include "kiln/detail/run_config.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parse_sweep_config: a run configuration's `sweep:` section expanded into ordinary run
 // configurations, one per point of the cross product of its axes.
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Module::load and Module::export_library through a Runtime's loaders and exporters.
 #include <fmt/format.h>
 

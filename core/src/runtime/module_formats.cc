@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Format loaders backed by plugins' KilnLoader tables, and the registration of the host's own.
 #include "runtime/module_formats.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The format loaders a Runtime registers: one per loader component of its plugins, and the
 // host's own (TVM-compiled libraries, Kiln VM and TVM Relax VM executables, device code).
 #ifndef KILN_SRC_RUNTIME_MODULE_FORMATS_H_

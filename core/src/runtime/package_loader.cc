@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Module packages: a loader plugin reads the package (kiln.package kind) and hands over its
 // artifacts; the host library, device code and bytecode in it become one module here.
 #include "runtime/package_loader.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Module packages (what the "tar" exporter writes): see package_loader.cc.
 #ifndef KILN_SRC_RUNTIME_PACKAGE_LOADER_H_
 #define KILN_SRC_RUNTIME_PACKAGE_LOADER_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A MetricCollector backed by a KilnMetricCollector component of a plugin a Runtime loaded
 // (declared in kiln/profiling/collector.h; it lives with the Runtime, whose components it
 // adapts, so that profiling itself does not depend on plugin loading).

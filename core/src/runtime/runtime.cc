@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runtime: the loaded plugins' components (backends, device-type names, exporters,
 // collectors), the module format loaders, and the RPC sessions attached to it. Discovery and
 // plugin loading live in core/src/plugin; the format loaders in module_formats.cc.

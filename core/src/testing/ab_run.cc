@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::testing::ab_run (kiln/ab_run.h): two time evaluators, called alternately.
 #include "kiln/ab_run.h"
 

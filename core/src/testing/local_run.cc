@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::testing::local_run (SPEC.md §1.8-1.9).
 #include <fmt/format.h>
 

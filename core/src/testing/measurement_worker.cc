@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::testing::MeasurementWorker (kiln/measurement_worker.h): an RPC session with a
 // kiln-rpc-session process over a socket pair. The worker is the RPC server's session process
 // (rpc/session_process.h), so what a session can do (upload, load, time, call, copy) is what

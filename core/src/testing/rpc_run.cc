@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln::testing::rpc_run (SPEC.md §1.10).
 #include <fmt/format.h>
 

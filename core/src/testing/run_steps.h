@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pieces local_run and rpc_run share.
 #ifndef KILN_SRC_TESTING_RUN_STEPS_H_
 #define KILN_SRC_TESTING_RUN_STEPS_H_

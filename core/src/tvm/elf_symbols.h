@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The dynamic symbol table of an ELF64 little-endian shared library, read from its bytes (never
 // loaded), so a library can be recognised and checked before dlopen runs any of its code.
 #ifndef KILN_TVM_ELF_SYMBOLS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tvm/ffi_provider.h"
 
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who answers the tvm-ffi C functions that Kiln's copies of TVM-compiled libraries import:
 // Kiln's libkiln_tvm_ffi_abi, under Kiln-private names (tvm/tvm_ffi_abi.h, kFfiImports), loaded
 // on first use. Never a libtvm_ffi.so in the process: Kiln and TVM keep their own error state.

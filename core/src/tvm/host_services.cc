@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The services behind TVM's context symbols. Compiled code calls them with no context argument,
 // so the library a call runs for is the thread's current one (CallScope), carried over to the
 // worker threads of a parallel launch.

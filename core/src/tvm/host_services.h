@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime services TVM-compiled code calls through the weak "context symbols" a loader fills
 // in each library (__TVMBackendParallelLaunch, __TVMFFIEnvModLookupFromImports, ...), and the
 // per-library state they act on. docs/tvm-interop.md lists them with their semantics.

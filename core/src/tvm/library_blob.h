@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The module tree TVM's export_library embeds in a library as `__tvm_ffi__library_bin`
 // (SPEC.md §5.4), and the device modules in it (kinds "opencl", "cuda", "rocm") as Kiln device
 // code. Every reader here takes hostile bytes: counts and lengths are bounded by the bytes left

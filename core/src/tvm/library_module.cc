@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading a TVM-compiled library: dlopen a private copy of it (tvm/private_copy.h) once Kiln
 // answers the C functions it imports, fill the copy's context symbols with Kiln's services, expose
 // its

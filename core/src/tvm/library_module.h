@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Libraries TVM's export_library writes (tvm-ffi ABI): recognised by their exported
 // `__tvm_ffi_*` symbols, loaded with Kiln answering the runtime calls their code makes.
 #ifndef KILN_TVM_LIBRARY_MODULE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A private copy of a TVM-compiled library: what Kiln dlopens instead of the file itself, so
 // that a TVM runtime in the same process and Kiln never share anything the library holds.
 //

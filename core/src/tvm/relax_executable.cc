@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tvm/relax_executable.h"
 
 #include <fmt/format.h>

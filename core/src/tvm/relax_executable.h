@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TVM's Relax VM executable (`relax.VMExecutable`, SPEC.md §2.15) read onto Kiln's VM
 // executable: the function table, constants and instruction words map one to one (the
 // instruction encoding is the same), so Kiln's VirtualMachine runs what relax.build produced.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The subset of the tvm-ffi C ABI (apache-tvm-ffi 0.1, include/tvm/ffi/c_api.h) that code
 // compiled by TVM 0.21 and later calls, declared from that specification so that Kiln builds
 // without TVM. Layouts are checked below; docs/tvm-interop.md says which calls Kiln answers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VM memory: allocators per device ("naive" and "pooled", SPEC.md §2.8) and the storages they
 // hand out. A storage keeps its allocator alive, so memory goes back to the right pool however
 // long a tensor viewing it outlives the VM.

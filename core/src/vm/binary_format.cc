@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The binary form of a VM executable (docs/vm.md "Binary form"): a 16-byte header, then the
 // sections imports, functions, constants and code, each as a u32 id, a u64 payload size and the
 // payload; everything little-endian. The reader bounds every count and length by the bytes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VM builtins (SPEC.md §2.7), registered as global functions named "vm.builtin.*" (the
 // reference's names, so front ends that emit them run unchanged). docs/vm.md lists them.
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExecBuilder (SPEC.md §2.16, docs/vm.md "ExecBuilder"): emits functions and instructions with
 // user-chosen registers, then formalizes the registers and checks the program in get().
 #include "kiln/vm/exec_builder.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private helpers shared by the executable's validation, its binary form and its text form
 // (docs/vm.md): the structured result of checking an executable, so that the text assembler
 // can point at the line and column of the offending word, and the spellings both the text form

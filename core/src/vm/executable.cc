@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VM executable: argument encoding, constant equality, decoding, validation and
 // statistics (docs/vm.md). The binary form is in binary_format.cc, the text form in
 // text_format.cc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "vm/memory_budget.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MemoryBudget: the bytes one owner (an RPC session) may hold, shared by everything that
 // allocates for it. The owner charges the storages its handles keep alive; the VMs made while
 // it is installed (ScopedMemoryBudget) charge every byte their allocators take from a device,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The text form of a VM executable (docs/vm.md "Text form"): the disassembler as_text(), which
 // writes the canonical text, and the assembler from_text(), which reads it (and the same with
 // other spacing and comments) and reports errors as "<source>:<line>:<column>: <message>".

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VM: initialisation (§2.8, §2.5), the dispatch loop (§2.3, §2.4), the stateful API
 // (§2.10, §2.11), instrumentation (§2.12), timing (§2.13) and profiling (§2.14).
 #include "kiln/vm/virtual_machine.h"

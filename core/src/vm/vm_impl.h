@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The VM's state and interpreter, shared by virtual_machine.cc (the public class and the
 // dispatch loop) and builtins.cc (the builtins that take the VM context).
 #ifndef KILN_CORE_VM_VM_IMPL_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VM programs as modules: the VM's own function table (§2.6), executable modules whose
 // functions run in a VM, and loading executables from .kvm / .kvmt files and packages.
 #include "vm/vm_module.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading VM executables as modules: from .kvm (binary) and .kvmt (text) files, whose
 // imports are kernel libraries relative to the file, and from packages with a bytecode
 // artifact. Registered with every Runtime's module loaders.

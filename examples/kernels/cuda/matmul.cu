@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // matmul: c = a x b for row-major float32 matrices a [m, k], b [k, n], c [m, n]
 // (examples/kernels/matmul.cc is the CPU version). Tiled: each block of T x T threads
 // (T = blockDim.x = blockDim.y) computes a T x T tile of c, staging T x T tiles of a and b in

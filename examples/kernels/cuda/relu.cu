@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // relu: out[i] = max(in[i], 0) for i < n, one thread per element (examples/kernels/relu.cc is
 // the CPU version). NaN passes through, as on the CPU.
 extern "C" __global__ void relu(const float* __restrict__ in, float* __restrict__ out, int n) {

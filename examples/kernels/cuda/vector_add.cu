@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vector_add: out[i] = a[i] + alpha * b[i] for i < n, one thread per element (the device
 // conformance kernel; examples/kernels/vector_add.cc is the CPU version). The product is
 // rounded before the sum (__fmul_rn, no fused multiply-add), as the CPU computes it, so both

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // matmul: c = a x b for row-major float32 matrices a [m, k], b [k, n], c [m, n], tiled through
 // local memory (examples/kernels/matmul.cc is the CPU version). Each TILE x TILE work-group
 // computes one TILE x TILE tile of c; any m, n, k >= 0 works (edges are padded with zeros).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // relu: out[i] = max(in[i], 0) for i < n, one work-item per element; NaN stays NaN (as in
 // examples/kernels/relu.cc). Launch: blockIdx.x = ceil(n / block), threadIdx.x = block.
 __kernel void relu(__global const float* in, __global float* out, const int n) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vector_add: out[i] = a[i] + alpha * b[i] for i < n, one work-item per element (the device
 // conformance kernel; examples/kernels/vector_add.cc is the CPU version).
 // Launch: blockIdx.x = ceil(n / block), threadIdx.x = block (e.g. 256).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // matmul: c = a x b for row-major float32 matrices a [m, k], b [k, n], c [m, n] (as
 // examples/kernels/matmul.cc), tiled through shared memory: each block computes a
 // kTile x kTile tile of c, loading matching tiles of a and b into shared memory in turn.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // relu: out[i] = max(in[i], 0) for i < n, NaN passing through (as examples/kernels/relu.cc).
 // Metadata: args [tensor, tensor, int32], launch [blockIdx.x, threadIdx.x];
 // grid.x = ceil(n / block.x), block.x = 256.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vector_add: out[i] = a[i] + alpha * b[i] for i < n, one thread per element (the device
 // conformance kernel; the CPU example is examples/kernels/vector_add.cc).
 // Metadata: args [tensor, tensor, tensor, float32, int32], launch [blockIdx.x, threadIdx.x];

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stands in for the CUDA toolkit's <nvrtc.h> on the include path of the cuda plugin, its fake
 // driver and its tests, which build without the toolkit: they use Kiln's declarations instead.
 #error \

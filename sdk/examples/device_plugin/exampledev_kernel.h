@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The kernel calling convention of the example device "exampledev" (exampledev_plugin.cc):
  * what a kernel author for this device writes against. A vendor's real device would have its
  * own compiler and binary format; this one runs host functions, one simulated thread at a

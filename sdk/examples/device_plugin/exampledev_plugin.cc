@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An example out-of-tree device plugin, built against the installed Kiln SDK alone: a vendor
 // device type "exampledev" with every slot group of the device ABI (docs/plugin-abi.md §10.1):
 //

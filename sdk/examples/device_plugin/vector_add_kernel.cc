@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The conformance kernel for the example device: out[i] = a[i] + alpha * b[i], one thread per
 // element, with the length `n` so that the last block's extra threads do nothing. Its metadata
 // is vector_add.exampledev.json, beside the built library, where kiln-conformance reads it.

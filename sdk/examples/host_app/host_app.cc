@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A host application built against the installed Kiln (find_package(Kiln), Kiln::kiln): a
 // Runtime of its own that loads the installed plugins plus those in the folders given, a CPU
 // kernel module called through the packed convention, memory on a vendor device when the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A CPU kernel module built with kiln_add_kernel_module(): two functions the host app calls.
 #include "kiln/sdk/kernel.hpp"
 

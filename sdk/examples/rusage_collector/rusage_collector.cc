@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An example third-party metric collector: what a call cost the process, from getrusage(2).
 // Works on every Linux machine (no PMU needed); counts the whole process, so worker threads
 // are included. Reports, per call on the CPU:

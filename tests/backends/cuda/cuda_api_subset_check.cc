@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The compile-time check of Kiln's declarations of the CUDA driver API and NVRTC
 // (plugins/cuda/cuda_api_subset.h, nvrtc_api_subset.h) against the CUDA toolkit's headers: every
 // enumerator's value, every type's size, every entry point's signature, the versioned symbol it

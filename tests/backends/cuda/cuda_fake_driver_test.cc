@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cuda plugin's device paths against a fake driver (fake_libcuda.cc, loaded through the
 // driver_library option): enumeration, memory, copies, streams, timers, every module format,
 // launches with their arguments checked by the fake, the error paths, concurrency, and that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cuda backend on a real GPU: enumeration, memory, streams, timers, every module format
 // through the backend and through kiln::load_module, local_run with the tar exporter, the run
 // configs against the CPU examples, and the error paths. Every test skips with the plugin's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cuda plugin as the host sees it: it loads everywhere, negotiates without touching the
 // driver, and with no driver, a stub driver or no device reports exactly why, through
 // device_count's why_none and an UnavailableError from every other slot.

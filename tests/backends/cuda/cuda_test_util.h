@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the cuda backend tests: why the machine has no usable CUDA device (the
 // reason GPU tests skip with), and private runtimes that load the cuda plugin with options.
 #ifndef KILN_TESTS_BACKENDS_CUDA_CUDA_TEST_UTIL_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cuda plugin's units that need no GPU and no driver: option parsing, error naming, the
 // checks on device code before the driver sees it, kernel metadata and argument packing on
 // the conformance kernel's metadata, and NVRTC compiles for an explicit architecture.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A fake CUDA driver for testing the cuda plugin without a GPU (loaded through the plugin's
 // driver_library option). It implements exactly the entry points the plugin resolves, under
 // the versioned symbols of plugins/cuda/cuda_api_subset.h (checked at the end of this file),

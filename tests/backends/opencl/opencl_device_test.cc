@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The opencl backend's devices, memory, streams and timers, the plugin options, and the
 // reasons it gives when there is no OpenCL at all (no ICD).
 #include <gmock/gmock.h>

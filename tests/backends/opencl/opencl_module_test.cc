@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device code on the opencl backend, through the backend slots the host uses: building the
 // three formats, launching, the program caches and every error path a user can hit.
 #include <gmock/gmock.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OpenCL kernels as module functions (kiln::load_module of a .cl file with its sidecar): calls,
 // the tar export round trip, and local_run of the opencl_*.yaml run configs, whose outputs
 // must equal those of the CPU example kernels run from the matching *.yaml.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the opencl backend tests: the backend, example files, log capture, child
 // processes and a private plugin set.
 #ifndef KILN_TESTS_BACKENDS_OPENCL_OPENCL_TEST_UTIL_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The OpenCL API reached through dlopen, for tests that cross-check the plugin against the
 // driver (device enumeration, program binaries) without linking the ICD loader into the test.
 #ifndef KILN_TESTS_BACKENDS_OPENCL_RAW_OPENCL_H_

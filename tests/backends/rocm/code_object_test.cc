@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Code-object parsing of the rocm plugin, on the example code objects built with clang++-15
 // (raw AMDGPU ELFs and offload bundles for gfx90a and gfx1030) and on hand-made bad input. No
 // device and no HIP library are needed.

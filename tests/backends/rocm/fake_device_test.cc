@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rocm plugin's device paths driven through a fake HIP runtime (fake_hip.cc, selected with
 // the hip_library option): enumeration, memory, copies, streams, timers, code-object choice,
 // hipModuleLoadData, argument packing and launches, and the whole Kiln pipeline (run configs,

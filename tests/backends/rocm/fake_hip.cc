@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A fake HIP runtime for the rocm plugin's tests on machines without an AMD GPU: a shared
 // library exporting the HIP entry points the plugin resolves, backed by host memory. It lets
 // the tests drive the plugin's device paths (enumeration, memory, copies, streams, timers,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests that need an AMD GPU: they skip with the rocm plugin's reason where there is none
 // (every machine this was developed on). They launch the example kernels through the backend
 // and as Kiln modules, run them with local_run (tar export) and compare with the CPU examples.

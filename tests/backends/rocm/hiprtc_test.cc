@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // hiprtc compilation of the example HIP sources, as the rocm backend does for hip_source
 // modules, but for a named architecture: no device is needed, only the hiprtc library (inside
 // libamdhip64 in ROCm 5). Skips with the reason when hiprtc cannot be loaded.

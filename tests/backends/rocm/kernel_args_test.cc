@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Launch-argument checking of the rocm backend without a device: pack_kernel_args on the rocm
 // conformance metadata with the backend's tensor conversion, the launch-extent checks, and the
 // plugin's options.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HIP device code as Kiln modules (kiln::load_module on .hsaco / .hip files with their JSON
 // sidecars), and the rocm run configurations, as far as they go without a device: loading,
 // functions, argument checks before any device is touched, export to tar and back.

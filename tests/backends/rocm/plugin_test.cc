@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rocm plugin as the runtime sees it: it loads, reports its reason when there is no GPU
 // (here: hipGetDeviceCount's 100 hipErrorNoDevice), fails every other slot with that reason,
 // reads its options, and loads the HIP runtime only on the first device query.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the rocm backend tests: where the example kernels are, reading files, and
 // the rocm backend of the global runtime with the reason it cannot run kernels here.
 #ifndef KILN_TESTS_BACKENDS_ROCM_ROCM_TEST_UTIL_H_

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # `kiln vm` round trip: asm SRC -> A.kvm, disasm A.kvm -> B.kvmt (must equal SRC, which is
 # canonical text), asm B.kvmt -> C.kvm (must equal A.kvm byte for byte).
 foreach(var KILN SRC OUT)

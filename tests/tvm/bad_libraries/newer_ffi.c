@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A tvm-ffi library that imports a C function outside the subset Kiln provides, as one built
  * for a later tvm-ffi might. */
 extern int TVMFFIFunctionGetGlobal(const void* name, void** out);

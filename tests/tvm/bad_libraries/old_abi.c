@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Shaped like a library of TVM 0.20 or earlier (before tvm-ffi): it exports __tvm_main__ and
  * its functions under their plain names, and reports errors through TVMAPISetLastError. Kiln
  * must refuse it, saying why, before running any of it. */

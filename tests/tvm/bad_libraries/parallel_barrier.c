@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Not a bad library: compiled the way TVM's CPU code reaches Kiln's parallel services (weak
  * context symbols the loader fills, a tvm-ffi entry point), it checks the barrier, which the
  * TVM 0.27 fixtures never emit. Each task writes its slot, meets the others at the barrier,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A tvm-ffi library whose code calls through a context symbol Kiln has no service for: left
  * NULL, the call would crash, so the load must fail and name it. */
 void* __TVMBackendRunOnHexagon __attribute__((weak)) = 0;

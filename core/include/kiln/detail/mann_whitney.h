@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Mann-Whitney U-test (Wilcoxon rank-sum), two-sided, as `kiln compare` uses it to tell a
 // change in timings from noise (docs/cli.md "kiln compare"). It agrees with
 // scipy.stats.mannwhitneyu(x, y, alternative="two-sided", method="auto") for the cases that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The noise verdict of a measurement (docs/evaluator.md "Noise verdict"): whether the spread of
 // its repeats, the machine's load or the time the measuring thread spent off the CPU make its
 // numbers doubtful, with the reasons in words ("noisy: CV 13%; load 3.3 on 2 cores"). The

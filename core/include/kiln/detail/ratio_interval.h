@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How much slower or faster B is than A, with a confidence interval, and the verdict `kiln
 // compare`, `kiln ab` and kiln::testing::ab_run give (docs/evaluator.md "Comparing two
 // timings"). Times are compared on a log scale, so the estimate is a ratio B / A:

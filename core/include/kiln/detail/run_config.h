@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run configurations for `kiln run RUN.yaml`: which module and function to run, on which device,
 // how to time it, its arguments (.npy files, generated tensors, scalars) and the checks on its
 // outputs. parse_run_config() reads and validates the YAML, make_inputs() builds the arguments,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Throughput of a timed run (issue 21 item 2): bytes and flops per call over the median time,
 // as GB/s and GFLOP/s, and the fraction of the device's peak memory bandwidth where its backend
 // reports one.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The human timing table of `kiln run` (docs/evaluator.md "The timing table"): times per call
 // in a unit chosen per result (ns, us, ms or s) so that small kernels keep their digits, with
 // percentiles, CV and RSE. BenchmarkResult::to_string() keeps the reference's exact format.

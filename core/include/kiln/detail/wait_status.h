@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a process ended, in words: for the RPC server's session workers, the measurement worker
 // (kiln/measurement_worker.h), `kiln profile --isolation process` and kiln-conformance's workers.
 // Not installed (kiln/detail/, docs/architecture.md "The public surface"): libkiln implements it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MetricCollector: what a profiler asks of a metric source (SPEC.md §3.6). Implemented in C++
 // in-process, or by a collector plugin through the ABI (plugin_collector()); both are used the
 // same way.

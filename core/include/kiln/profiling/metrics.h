@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Metric values of profiling reports (SPEC.md §3.1): Count, Duration (microseconds), Percent
 // (0-100), Ratio, or a string.
 #ifndef KILN_PROFILING_METRICS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Profiling reports (SPEC.md §3.1, §3.3-§3.5, §3.8): the rows a profiler produces and their
 // JSON, CSV, table and Chrome trace-event forms. Formats and Kiln's deviations from the reference
 // are documented in docs/profiling-formats.md.

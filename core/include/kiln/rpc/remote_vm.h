@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A VirtualMachine on an RPC server (SPEC.md §2.8 over a session, §2.13, §2.14, §3.10 item 10).
 //
 //   kiln::rpc::RemoteModule exec = session.load_module("mlp.kvm");

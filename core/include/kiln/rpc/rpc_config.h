@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RPCConfig (SPEC.md §1.7): where rpc_run finds a remote device — a tracker, a key, a
 // priority and a session timeout — with the reference's environment fallbacks and errors.
 #ifndef KILN_RPC_RPC_CONFIG_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The errors of RPC calls (kiln::rpc::RPCError, RPCSessionTimeoutError). They live beside the
 // other kiln errors (throw_error raises them for their codes), not with the client, so that
 // the error layer depends on nothing above it.

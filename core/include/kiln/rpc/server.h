@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The RPC server (what `kiln rpc-server` runs): accepts sessions from Kiln clients, serves
 // each on its own thread in its own work directory, ends a session at its timeout, and keeps
 // itself registered with a tracker when one is given. See docs/rpc.md.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RPC client sessions (namespace kiln::rpc): connect to a `kiln rpc-server`, allocate and
 // copy remote tensors, exchange files with the session's work directory, load modules and
 // call their functions, and run the time evaluator on the server so that only its results

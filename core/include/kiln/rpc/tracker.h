@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The RPC tracker (SPEC.md §4.5): a registry of RPC servers per key with per-key priority
 // queues, wire-compatible with TVM's tracker, plus its two clients: TrackerSession (what a
 // user or `kiln query` holds) and TrackerRegistration (what an RPC server holds).

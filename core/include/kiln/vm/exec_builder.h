@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExecBuilder: builds VM executables in C++ (SPEC.md §2.16), as tests and front ends do.
 //
 //   ExecBuilder b;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bytecode VM's executable (SPEC.md §2.1, §2.2, §2.15; docs/vm.md): a function table,
 // a constant pool, the flat instruction words, and the kernel libraries it imports. An
 // Executable is plain data: it is built in C++ (ExecBuilder), assembled from the text form,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VirtualMachine: runs a VM executable (SPEC.md §2.3–§2.14; docs/vm.md "Running programs").
 //
 //   kiln::Module exec = kiln::load_module("mlp.kvm");     // or vm::load_executable_module

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Kiln plugin ABI: base types shared by every component.
  *
  * This header is C11 (C99 plus _Static_assert) and is the only thing a plugin or kernel module must

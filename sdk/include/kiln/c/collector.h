@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Kiln plugin ABI: metric collectors (KILN_COMPONENT_COLLECTOR). */
 #ifndef KILN_C_COLLECTOR_H_
 #define KILN_C_COLLECTOR_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Kiln plugin ABI: the device backend component (KILN_COMPONENT_DEVICE). */
 #ifndef KILN_C_DEVICE_H_
 #define KILN_C_DEVICE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Kiln plugin ABI: services the host offers to every plugin. */
 #ifndef KILN_C_HOST_H_
 #define KILN_C_HOST_H_

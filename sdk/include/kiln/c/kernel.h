@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Kiln plugin ABI: what an SDK-built kernel library exports.
  *
  * A kernel library is a shared library with one exported function, KILN_KERNEL_LIBRARY_SYMBOL,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Kiln plugin ABI, all of it. */
 #ifndef KILN_C_KILN_H_
 #define KILN_C_KILN_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Kiln plugin ABI: module loaders (KILN_COMPONENT_LOADER) and exporters
  * (KILN_COMPONENT_EXPORTER), and the description of an SDK-built kernel library. */
 #ifndef KILN_C_MODULE_H_

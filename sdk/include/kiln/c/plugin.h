@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Kiln plugin ABI: the entry point and version negotiation.
  *
  * A plugin library exports exactly one symbol, KILN_PLUGIN_ENTRY_SYMBOL, of type

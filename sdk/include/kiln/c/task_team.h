@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Kiln plugin ABI: the task team, an extension a CPU device backend may chain from its
  * KilnDeviceBackend::next.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading ABI structs written against any 1.x minor (docs/plugin-abi.md §6): the frozen 1.0
 // minimum of every struct, zero-extended copies, and arrays strided by their first element's
 // struct_size. Header-only; used by the host and by plugins alike, so both sides apply the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Header-only conversions between KilnAny and C++ values, shared by the kernel and plugin
 // helpers. Part of the SDK: depends on the C ABI headers and the C++ standard library only.
 #ifndef KILN_SDK_ANY_CAST_HPP_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Header-only adapter from a C++ device backend class to the C table KilnDeviceBackend
 // (kiln/c/device.h), so a backend writes plain member functions that return results and throw
 // kiln::sdk::Error, and never a trampoline.

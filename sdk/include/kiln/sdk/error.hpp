@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Header-only error helpers shared by kernel libraries and plugins: a C++ exception type that
 // carries a KilnErrorCode, and the conversion of an exception in flight into a KilnError.
 #ifndef KILN_SDK_ERROR_HPP_

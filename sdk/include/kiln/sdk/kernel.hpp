@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Header-only C++ helpers for kernel-library authors.
 //
 //   void vector_add(DLTensor* a, DLTensor* b, DLTensor* out, double alpha) { ... }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Header-only C++ helpers for plugin authors: negotiation, host services, logging.
 //
 //   static KilnDeviceBackend backend = make_table<KilnDeviceBackend>();  // struct_size set

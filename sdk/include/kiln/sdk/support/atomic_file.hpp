@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one atomic file writer of Kiln: replacing a file so that readers see either the old file
 // or the complete new one, never a partial write. Used by the package exporters, the OpenCL
 // program cache, the kiln tool's output files and libkiln's .npy writer.

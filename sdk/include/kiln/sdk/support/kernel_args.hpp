@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checking and packing the arguments of a kernel launch (docs/plugin-abi.md §10.2) against the
 // kernel's metadata, into the form the vendor APIs take: one value per argument plus a pointer
 // to each (cuLaunchKernel / hipModuleLaunchKernel `kernelParams`, clSetKernelArg). The launch

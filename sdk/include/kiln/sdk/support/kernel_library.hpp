@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading SDK-built kernel libraries (docs/plugin-abi.md §11) from a file or from bytes, for any
 // backend or loader whose device code is host code: dlopen, the kiln_kernel_library() call with
 // an environment, and every check of §11.2 (ABI version, table size, function table, blobs).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-kernel metadata of device code (docs/plugin-abi.md §10.2), as the device backends that
 // load device code (opencl, cuda, rocm) read it from module_load's `metadata_json`:
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading a shared library from bytes in memory, for C++ callers: the exception-throwing face
 // of kiln_memfd_dlopen (kiln/sdk/support/memfd_load.h), which holds the loader itself.
 #ifndef KILN_SDK_SUPPORT_MEMFD_LIBRARY_HPP_

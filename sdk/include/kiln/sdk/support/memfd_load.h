@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The one in-memory library loader of Kiln: dlopen() of a shared library held in memory,
  * without a file on disk.
  *

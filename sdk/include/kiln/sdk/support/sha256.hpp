@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SHA-256 (FIPS 180-4): the integrity checks of package artifacts (plugins/package) and of the
 // OpenCL program cache, whose keys name programs by the hash of their source and options; and
 // HMAC-SHA256 (RFC 2104) for the RPC token challenge. A local implementation: nothing else in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one scratch directory of Kiln: a private directory removed with its contents when it goes
 // out of scope. Used by the package plugin's exporters and, through kiln::TemporaryDirectory,
 // by libkiln and the kiln tool.
