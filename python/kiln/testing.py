@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kiln.testing: run a module on a device, locally or on a remote board, and get its outputs and
 its timing — TVM's ``tvm.testing.local_run`` / ``rpc_run`` (SPEC.md §1.6-§1.10) on Kiln's core.
 
@@ -114,7 +115,21 @@ def _check_args(args):
 def _to_numpy(outputs):
     import numpy
 
-    return [numpy.from_dlpack(o) if isinstance(o, _kiln.Tensor) else o for o in outputs]
+    # asarray, not from_dlpack: numpy has no DLPack for bfloat16 (Tensor.__array__ gives
+    # ml_dtypes.bfloat16); host tensors are shared either way.
+    return [numpy.asarray(o) if isinstance(o, _kiln.Tensor) else o for o in outputs]
+
+
+_stale_directories_removed = False
+
+
+def _remove_stale_directories():
+    """Removes, once per process, the temporary directories that runners of processes now gone
+    left behind (killed before they could clean up), as the kiln tool does at start."""
+    global _stale_directories_removed
+    if not _stale_directories_removed:
+        _stale_directories_removed = True
+        _kiln._remove_stale_temporary_directories()
 
 
 def local_run(mod, device_type, args, evaluator_config=None, export_func="tar", output_format=None):
@@ -124,9 +139,11 @@ def local_run(mod, device_type, args, evaluator_config=None, export_func="tar", 
 
     export_func: "tar" (default), "ndk" (a shared library), or a callable ``f(mod, path)``
     (then `output_format`, the artifact's extension, is required). Inputs are never modified:
-    they are copied to the device. Ctrl-C stops the measurement after the current repeat."""
+    they are copied to the device. Ctrl-C stops the measurement within a fraction of a second
+    (KeyboardInterrupt; the temporary files are removed)."""
     config, export_func, output_format = _prepare(mod, evaluator_config, export_func, output_format)
     _check_args(args)
+    _remove_stale_directories()
     outputs, profile = _kiln._local_run(
         mod, device_type, list(args), config, export_func, output_format
     )
@@ -146,9 +163,12 @@ def rpc_run(
     artifact is uploaded as ``kiln_tmp_mod.<format>``, the measurement runs on the server, and
     the remote files are removed afterwards whatever happens. `rpc_config` is a kiln.RPCConfig
     (or TVM's); missing tracker settings fall back to KILN_TRACKER_* then TVM_TRACKER_* and are
-    a ValueError before any network access."""
+    a ValueError before any network access. Ctrl-C ends it within a fraction of a second, also
+    while it waits for a server (KeyboardInterrupt; the session is closed and the temporary
+    files are removed)."""
     config, export_func, output_format = _prepare(mod, evaluator_config, export_func, output_format)
     _check_args(args)
+    _remove_stale_directories()
     outputs, profile, _server = _kiln._rpc_run(
         mod, device_type, list(args), config, rpc_config, export_func, output_format
     )
@@ -290,6 +310,7 @@ def run_many(tasks, rpc_config=None, jobs=None, max_retries=2):
     calls = [_task_call(task) for task in tasks]
     if not calls:
         return []
+    _remove_stale_directories()
     pool = ThreadPoolExecutor(max_workers=min(jobs, len(calls)), thread_name_prefix="run_many")
     try:
         futures = [pool.submit(_run_with_retries, call, config, max_retries) for call in calls]
@@ -319,6 +340,7 @@ class Worker:
         config, export_func, output_format = _prepare(
             mod, evaluator_config, export_func, output_format)
         _check_args(args)
+        _remove_stale_directories()
         outputs, profile = self._worker.run(
             mod, device_type, list(args), config, export_func, output_format)
         return _to_numpy(outputs), profile

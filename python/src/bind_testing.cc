@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kiln.testing's core: local_run and rpc_run (SPEC §1.8-§1.10) and RPCConfig (§1.7). The
 // Python layer (kiln/testing.py) normalises TVM modules and configs and converts outputs to
 // numpy; everything the reference specifies (order, messages, cleanup) happens in the core.
@@ -10,6 +11,7 @@
 #include "kiln/ab_run.h"
 #include "kiln/measurement_worker.h"
 #include "kiln/rpc/rpc_config.h"
+#include "kiln/temp_dir.h"
 #include "kiln/testing.h"
 
 namespace kiln::python {
@@ -97,6 +99,13 @@ RunInputs run_inputs(nb::handle mod, nb::handle args, nb::handle config, nb::han
 }  // namespace
 
 void bind_testing(nb::module_& m) {
+  m.def(
+      "_remove_stale_temporary_directories",
+      [] { return without_gil([] { return kiln::remove_stale_temporary_directories(); }); },
+      "Internal: removes the kiln_* temporary directories of processes that are gone (killed "
+      "before they could clean up), as the kiln tool does at start; returns how many. "
+      "kiln.testing's runners call it once per process.");
+
   m.def(
       "_local_run",
       [](nb::handle mod, const std::string& device_type, nb::handle args, nb::handle config,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Python extension's shared pieces: conversions between Python values and kiln::Any, the
 // runtime every binding uses, and the error bridge in both directions. Each bind_*.cc file
 // adds one concept's classes and functions to the module and uses only what is declared here.
@@ -8,10 +9,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/any.h"
+#include "kiln/detail/cancellation.h"
 #include "kiln/device.h"
 #include "kiln/evaluator.h"
 #include "kiln/function.h"
@@ -128,9 +132,17 @@ void register_errors(nb::module_& m);
 // by Python directly, outside nanobind's dispatch).
 void set_python_error(const std::exception_ptr& e);
 
-// Runs `body` with the GIL released, then, if it threw a kiln error that stands for a Python
-// exception raised in a callback (or a Ctrl-C noticed by check_interrupt), raises that Python
-// exception instead.
+// Runs `body` with the GIL released and Ctrl-C watched (on the main thread, the only one
+// Python runs signal handlers on): every wait in the core runs an interrupt poll
+// (kiln/detail/cancellation.h) that, once a SIGINT arrived, takes the GIL and runs Python's
+// signal handlers; when one raises (KeyboardInterrupt), the work ends with InterruptedError,
+// unwinding through the core's cleanup, and that Python exception is raised here, also when the
+// work caught the InterruptedError and went on. Errors: a kiln error that stands for a Python
+// exception raised in a callback (or a Ctrl-C noticed by check_interrupt) raises that exception
+// instead. A kiln error met by a signal that no poll saw yet (it arrived as the call failed)
+// runs the handlers first: when they raise, their exception is raised with the kiln error as its
+// __context__, so both print (a pending KeyboardInterrupt would otherwise be raised while Python
+// prints the error, and neither would print).
 template <typename F>
 auto without_gil(F&& body) -> decltype(body());
 
@@ -141,17 +153,67 @@ void check_interrupt();
 namespace detail {
 // Raises (as nb::python_error) the Python exception kept for this thread if `error` is the
 // kiln error it crossed Kiln as (its message is in error's); otherwise forgets the kept one,
-// which some code between caught and dropped.
+// which some code between caught and dropped. Then, when Python's signal handlers raise (a
+// signal arrived meanwhile), raises their exception with `error` as its context.
 void rethrow_pending_python_error(const kiln::Error& error);
+
+// Ctrl-C during one without_gil call: the interrupt poll it installs on the main thread, and
+// the Python exception the signal handlers raised (kept while it crosses the core as
+// InterruptedError). Made and dropped with the GIL held.
+class SignalWatch {
+ public:
+  SignalWatch() noexcept {
+    if (on_main_thread()) scope_.emplace(&poll, this);
+  }
+  SignalWatch(const SignalWatch&) = delete;
+  SignalWatch& operator=(const SignalWatch&) = delete;
+
+  // After the call returned: raises the handlers' exception if the poll saw one, although the
+  // work swallowed the InterruptedError.
+  void deliver() {
+    if (raised_) raise(nullptr);
+  }
+  // After the call threw `error`: raises the exception that stands for it, if any (the
+  // interrupt, a callback's exception, a signal's). Returns when `error` is to be raised as is.
+  void raise_for(const kiln::Error& error);
+
+ private:
+  // Whether this is Python's main thread (cheap: no GIL, no system call).
+  static bool on_main_thread() noexcept;
+  // The interrupt poll (no GIL): sees whether a SIGINT arrived since the handlers last ran and
+  // then runs them with the GIL; throws InterruptedError when they raise.
+  static void poll(void* self);
+  // Raises the kept exception, with `error` as its context unless `error` is the
+  // InterruptedError itself (or carries its message).
+  [[noreturn]] void raise(const kiln::Error* error);
+
+  std::optional<kiln::detail::InterruptScope> scope_;
+  std::optional<nb::python_error> raised_;
+};
 }  // namespace detail
 
 template <typename F>
 auto without_gil(F&& body) -> decltype(body()) {
+  using Result = decltype(body());
+  static_assert(!std::is_reference_v<Result>, "without_gil returns values");
+  detail::SignalWatch watch;
   try {
-    nb::gil_scoped_release release;
-    return body();
+    if constexpr (std::is_void_v<Result>) {
+      {
+        nb::gil_scoped_release release;
+        body();
+      }
+      watch.deliver();
+    } else {
+      Result result = [&] {
+        nb::gil_scoped_release release;
+        return body();
+      }();
+      watch.deliver();
+      return result;
+    }
   } catch (const kiln::Error& e) {
-    detail::rethrow_pending_python_error(e);
+    watch.raise_for(e);
     throw;
   }
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The measurement loop of SPEC.md §1.3, plus the opt-in noise-based stopping rule.
 #include <fmt/format.h>
 #include <time.h>
@@ -121,8 +122,40 @@ struct TimeEvaluator::Impl {
   std::optional<Function> preproc;
   int64_t number;  // grows and stays grown (SPEC.md §1.3)
 
-  // Calls `f` `calls` times with packed `args`: the timed inner loop, kept minimal.
+  // Calls `f` `calls` times with packed `args`, the timed batch. With an interrupt poll on the
+  // thread (kiln/detail/cancellation.h: a call from Python, for Ctrl-C), a long batch runs in
+  // chunks that last a few milliseconds and runs the poll about every kInterruptPollPeriod
+  // between them: one clock read per chunk and a poll (a few hundred ns, no lock) per period.
   void run_batch(const KilnAny* args, int32_t num_args, int64_t calls) const {
+    if (!detail::interrupt_poll_installed()) {
+      run_calls(args, num_args, calls);
+      return;
+    }
+    using Clock = std::chrono::steady_clock;
+    constexpr auto kChunkTime = detail::kInterruptPollPeriod / 10;
+    int64_t chunk = 1;  // doubles until a chunk lasts kChunkTime
+    auto last_poll = Clock::now();
+    auto chunk_start = last_poll;
+    for (int64_t done = 0; done < calls;) {
+      const int64_t take = std::min(chunk, calls - done);
+      run_calls(args, num_args, take);
+      done += take;
+      const auto now = Clock::now();
+      if (now - chunk_start < kChunkTime && chunk < (int64_t{1} << 40)) {
+        chunk *= 2;
+      } else if (now - chunk_start > 4 * kChunkTime && chunk > 1) {
+        chunk /= 2;  // the calls became slower
+      }
+      chunk_start = now;
+      if (now - last_poll >= detail::kInterruptPollPeriod) {
+        detail::poll_interrupt();
+        last_poll = now;
+      }
+    }
+  }
+
+  // Calls `f` `calls` times with packed `args`: the timed inner loop, kept minimal.
+  void run_calls(const KilnAny* args, int32_t num_args, int64_t calls) const {
     const KilnCallable& c = f.callable();
     for (int64_t i = 0; i < calls; ++i) {
       KilnAny ret;
@@ -150,6 +183,7 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
   // is gone stops within one batch instead of running its whole plan.
   constexpr const char* kWhat = "time_evaluator";
   detail::throw_if_cancelled(kWhat);
+  detail::poll_interrupt();  // a caller's Ctrl-C (Python) likewise, and inside long batches
 
   // 1. Warm-up: exactly one call.
   f.call_abi(packed.data(), num_args);
@@ -192,6 +226,7 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
       }
       // Also while min_repeat_ms grows `number`.
       detail::throw_if_cancelled(kWhat);
+      detail::poll_interrupt();
       if (flush_a.defined()) flush_a.copy_from(flush_b);  // not timed
       backend->synchronize(device.id);
       timer.start();

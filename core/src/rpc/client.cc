@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RPC client sessions: kiln/rpc/session.h.
 #include "rpc/client.h"
 
@@ -6,6 +7,7 @@
 #include <fstream>
 
 #include "ffi/error_object.h"
+#include "kiln/detail/cancellation.h"
 #include "kiln/logging.h"
 #include "kiln/runtime.h"
 #include "kiln/tensor.h"
@@ -103,6 +105,14 @@ auto RPCSession::Impl::exchange(Code code, Body&& body) {
     closed_reason = e.what();
     conn->shutdown();
     throw RPCError(e.what(), 0);
+  } catch (const detail::InterruptedError& e) {
+    // Ctrl-C in Python (kiln/detail/cancellation.h) between a request and its reply: the
+    // connection is out of step, so the session ends (the server cancels what it was doing
+    // once it sees the connection go).
+    closed = true;
+    closed_reason = fmt::format("{} was interrupted: {}", what, e.what());
+    conn->shutdown();
+    throw;
   }
 }
 
@@ -167,7 +177,15 @@ void RPCSession::Impl::free_handle(uint64_t handle) noexcept {
     pending_frees.push_back(handle);
     return;
   }
-  std::lock_guard lock(mu);
+  // A request in flight on another thread holds `mu` for as long as the server takes: the
+  // handle goes out before the next request instead of blocking this thread (maybe one that
+  // holds Python's GIL, which the waiting thread needs to see Ctrl-C).
+  std::unique_lock lock(mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    std::lock_guard pending(pending_mu);
+    pending_frees.push_back(handle);
+    return;
+  }
   if (closed) return;
   try {
     send_free_handle(handle);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "rpc/connection.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kiln/detail/cancellation.h"
 #include "rpc/socket_io.h"
 
 namespace kiln::rpc {
@@ -79,7 +81,12 @@ std::unique_ptr<Connection> Connection::connect(const std::string& host, int por
       error = errno;
       continue;
     }
-    error = connect_until(fd, a->ai_addr, a->ai_addrlen, deadline);
+    try {
+      error = connect_until_interruptible(fd, a->ai_addr, a->ai_addrlen, deadline);
+    } catch (...) {
+      ::close(fd);  // interrupted (kiln/detail/cancellation.h)
+      throw;
+    }
     if (error == 0) return std::unique_ptr<Connection>(new Connection(fd, std::move(peer)));
     ::close(fd);
     if (Clock::now() >= deadline) break;
@@ -157,6 +164,7 @@ template <typename Call>
 ssize_t Connection::call_surviving_signals(bool sending, const char* what, Call call) {
   check_message_deadline(sending, what);
   apply_deadline(sending, what);
+  if (detail::interrupt_poll_installed()) return call_interruptibly(sending, call);
   const auto started = Clock::now();
   ssize_t result = call();
   if (result >= 0 || errno != EINTR) return result;
@@ -188,18 +196,58 @@ ssize_t Connection::call_surviving_signals(bool sending, const char* what, Call 
   return result;
 }
 
+template <typename Call>
+ssize_t Connection::call_interruptibly(bool sending, Call call) {
+  // The time limit of one call: what is left of the per-call limit and of the deadline (which
+  // apply_deadline also set as the socket's limit for calls that do block).
+  const auto per_call = sending ? send_timeout_ : receive_timeout_;
+  std::optional<Clock::time_point> end;
+  if (per_call.count() > 0) end = Clock::now() + per_call;
+  if (deadline_) end = end ? std::min(*end, *deadline_) : *deadline_;
+  const short events = sending ? POLLOUT : POLLIN;
+  // Bytes TLS already decrypted are read without waiting; a plain send is tried first (it does
+  // not block here, see transport_send) and waited for only when the socket takes nothing.
+  bool ready = tls_ ? !sending && tls_->pending() > 0 : sending;
+  while (true) {
+    if (ready) {
+      const ssize_t result = call();
+      if (result >= 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        return result;
+      }
+    }
+    detail::poll_interrupt();
+    const auto now = Clock::now();
+    if (end && now >= *end) {
+      errno = EAGAIN;  // what the call itself returns once its time limit passes
+      return -1;
+    }
+    auto slice_end = now + detail::kInterruptPollPeriod;
+    if (end) slice_end = std::min(slice_end, *end);
+    const int revents = poll_until(fd(), events, slice_end);
+    if (revents < 0) return -1;
+    ready = revents != 0;
+  }
+}
+
 ssize_t Connection::transport_recv(void* data, size_t n) {
   if (tls_) return tls_->recv(data, n);
   return ::recv(fd(), data, n, 0);
 }
 
 ssize_t Connection::transport_send(const iovec* iov, int count) {
+  // With an interrupt poll (kiln/detail/cancellation.h), a send takes what the socket takes now
+  // and the rest waits in call_interruptibly's slices: a blocking send of a large payload to a
+  // slow peer would not return for as long as it takes.
+  const bool interruptible = detail::interrupt_poll_installed();
   if (!tls_) {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = static_cast<size_t>(count);
-    return ::sendmsg(fd(), &msg, MSG_NOSIGNAL);
+    return ::sendmsg(fd(), &msg, MSG_NOSIGNAL | (interruptible ? MSG_DONTWAIT : 0));
   }
+  // TLS writes whole records on the blocking socket: pieces of kInterruptibleTlsBytes keep
+  // each one short.
+  constexpr size_t kInterruptibleTlsBytes = 256 * 1024;
   // Small pieces (a frame header and its body) go out as one TLS record: one system call and
   // 22 bytes of record overhead instead of one per piece.
   constexpr size_t kCoalesceBytes = 16 * 1024;
@@ -209,7 +257,11 @@ ssize_t Connection::transport_send(const iovec* iov, int count) {
     total += iov[small].iov_len;
     ++small;
   }
-  if (small <= 1) return tls_->send(iov[0].iov_base, iov[0].iov_len);
+  if (small <= 1) {
+    return tls_->send(iov[0].iov_base, interruptible
+                                           ? std::min(iov[0].iov_len, kInterruptibleTlsBytes)
+                                           : iov[0].iov_len);
+  }
   uint8_t joined[kCoalesceBytes];
   size_t at = 0;
   for (int i = 0; i < small; ++i) {
@@ -411,7 +463,11 @@ void Connection::wait_for_close(std::chrono::milliseconds limit) noexcept {
   const auto deadline = Clock::now() + limit;
   char scratch[4096];
   while (true) {
-    if (poll_until(fd(), POLLIN, deadline) <= 0) return;
+    try {
+      if (poll_until_interruptible(fd(), POLLIN, deadline) <= 0) return;
+    } catch (...) {
+      return;  // Ctrl-C: stop waiting; the interrupt stays with its scope (cancellation.h)
+    }
     const ssize_t got = ::recv(fd(), scratch, sizeof(scratch), MSG_DONTWAIT);
     if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) return;
   }

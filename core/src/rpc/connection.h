@@ -1,7 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 // A blocking, buffered TCP connection for the RPC session protocol. Built on a Boost.Asio
 // socket; reads and writes go straight to the socket's descriptor so that SO_RCVTIMEO /
 // SO_SNDTIMEO bound them (Asio's synchronous reads would poll past a receive timeout) and a
-// small request costs exactly one send and one receive system call.
+// small request costs exactly one send and one receive system call. On a thread with an
+// interrupt poll (kiln/detail/cancellation.h: a call from Python) every wait, connect() included,
+// runs the poll every kInterruptPollPeriod, so Ctrl-C ends it (InterruptedError).
 #ifndef KILN_SRC_RPC_CONNECTION_H_
 #define KILN_SRC_RPC_CONNECTION_H_
 
@@ -114,6 +117,7 @@ class Connection {
   void shutdown() noexcept;
   // Stops writing, then reads and discards until the peer closes or `limit` passes: after a
   // Shutdown request this returns once the server has ended the session (and freed its slot).
+  // An interrupt (kiln/detail/cancellation.h) ends the wait early; the scope keeps it.
   void wait_for_close(std::chrono::milliseconds limit) noexcept;
   int fd() const { return fd_; }
   const std::string& peer() const { return peer_; }
@@ -140,6 +144,12 @@ class Connection {
   // nothing is left it returns -1 with errno EAGAIN, the timeout's own error.
   template <typename Call>
   ssize_t call_surviving_signals(bool sending, const char* what, Call call);
+  // call_surviving_signals for a thread with an interrupt poll (kiln/detail/cancellation.h:
+  // Ctrl-C in Python): waits for the socket in slices of kInterruptPollPeriod, running the poll
+  // between them (it throws InterruptedError to end the wait), then calls `call`. The time
+  // limits are the same; once they pass it returns -1 with errno EAGAIN.
+  template <typename Call>
+  ssize_t call_interruptibly(bool sending, Call call);
   // A message in one direction and its deadline (set_min_throughput).
   struct Message {
     std::optional<std::chrono::steady_clock::time_point> deadline;

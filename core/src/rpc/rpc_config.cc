@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "kiln/rpc/rpc_config.h"
 #include "rpc/tls_psk.h"
 
@@ -6,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "kiln/detail/cancellation.h"
 #include "kiln/error.h"
 
 namespace kiln::rpc {
@@ -108,6 +110,8 @@ TrackerSession RPCConfig::connect_tracker() const {
       c.session_timeout_sec > 0 ? int64_t{c.session_timeout_sec} * 1000 : int64_t{60000});
   try {
     return TrackerSession::connect(*c.tracker_host, *c.tracker_port, timeout, c.tracker_token);
+  } catch (const detail::InterruptedError&) {
+    throw;  // Ctrl-C (kiln/detail/cancellation.h)
   } catch (const std::exception& e) {
     throw ValueError(
         fmt::format("Unable to connect to the tracker using the following configuration:\n{}"
@@ -162,6 +166,8 @@ RPCSession TrackerSession::request(Runtime& runtime, const std::string& key, int
       throw;  // the wait bound passed: asking again would wait again
     } catch (const ValueError&) {
       throw;  // a missing or wrong token: asking again cannot help
+    } catch (const detail::InterruptedError&) {
+      throw;  // Ctrl-C (kiln/detail/cancellation.h)
     } catch (const std::exception& e) {
       last_error = e.what();
     }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Socket system calls that survive signals. A signal handler installed without SA_RESTART
 // (libFuzzer's SIGALRM, a profiler's SIGPROF, an application's own) makes a blocking call fail
 // with EINTR, and even SA_RESTART does not restart poll() or a call bounded by SO_RCVTIMEO /
@@ -5,7 +6,8 @@
 // limit again). An interrupted connect() is different: the connection goes on in the
 // background, so it is waited for, never started again (EALREADY) nor taken for a failure.
 // Used by the RPC client and tracker connections (Connection::connect) and by the tests and
-// fuzz harnesses that drive raw sockets.
+// fuzz harnesses that drive raw sockets. The *_interruptible variants also let the thread's
+// interrupt poll (kiln/detail/cancellation.h: Ctrl-C in Python) end the wait.
 #ifndef KILN_SRC_RPC_SOCKET_IO_H_
 #define KILN_SRC_RPC_SOCKET_IO_H_
 
@@ -28,11 +30,21 @@ namespace kiln::rpc {
 int connect_until(int fd, const sockaddr* address, socklen_t length,
                   std::chrono::steady_clock::time_point deadline) noexcept;
 
+// As connect_until, waiting like poll_until_interruptible: throws InterruptedError when the
+// thread's interrupt poll does (the socket is then left mid-connect: close it).
+int connect_until_interruptible(int fd, const sockaddr* address, socklen_t length,
+                                std::chrono::steady_clock::time_point deadline);
+
 // Waits until `fd` has one of `events` (or an error or hang-up) or `deadline` passes, retrying
 // poll() on EINTR with the time left. Returns the revents; 0 once the deadline has passed (then
 // without looking, so a loop "while (poll_until(...) > 0) read" ends on time even when data
 // keeps coming); -1 with errno set on failure.
 int poll_until(int fd, short events, std::chrono::steady_clock::time_point deadline) noexcept;
+
+// As poll_until, in slices of at most kInterruptPollPeriod with the thread's interrupt poll
+// (kiln/detail/cancellation.h) run before each: throws InterruptedError when it does. Without a
+// poll installed on the thread it is poll_until.
+int poll_until_interruptible(int fd, short events, std::chrono::steady_clock::time_point deadline);
 
 // Runs `call` (a send, recv, accept, ... returning a negative value with errno on failure) again
 // for as long as a signal interrupts it, and returns its result.

@@ -1,6 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tracker's clients: TrackerSession (users, `kiln query`) and TrackerRegistration (RPC
 // servers). Blocking Connections whose every read and write is bounded, except an unbounded
-// REQUEST (TVM's semantics without a wait bound).
+// REQUEST (TVM's semantics without a wait bound). On a thread with an interrupt poll (a call
+// from Python, kiln/detail/cancellation.h) every wait ends on Ctrl-C, the unbounded one too.
 // TrackerSession::request() lives with the client sessions (rpc_config.cc).
 #include <fmt/format.h>
 #include <poll.h>
@@ -13,8 +15,8 @@
 #include <random>
 #include <set>
 #include <string_view>
-#include <thread>
 
+#include "kiln/detail/cancellation.h"
 #include "kiln/error.h"
 #include "kiln/logging.h"
 #include "kiln/rpc/tracker.h"
@@ -234,7 +236,8 @@ struct TrackerSession::Impl {
         last_error = e.what();
         if (!e.refused() || Clock::now() + milliseconds(500) >= deadline) break;
       }
-      std::this_thread::sleep_for(milliseconds(500));
+      // Ctrl-C in Python ends the wait between attempts too (kiln/detail/cancellation.h).
+      if (!detail::sleep_unless_cancelled(milliseconds(500))) break;
     }
     // `last_error` names host:port.
     throw RuntimeError(
@@ -249,6 +252,9 @@ struct TrackerSession::Impl {
     } catch (const ConnectionError& e) {
       socket.reset();
       throw RuntimeError(fmt::format("the tracker connection failed: {}", e.what()));
+    } catch (...) {
+      socket.reset();  // interrupted mid-exchange: the reply would answer the next call
+      throw;
     }
   }
 
@@ -338,6 +344,11 @@ ServerAddress TrackerSession::request_server(const std::string& key, int priorit
     std::optional<milliseconds> bound;
     if (wait) bound = std::max(*wait, milliseconds(0)) + milliseconds(5000);
     reply = impl_->socket->recv_json(bound);
+  } catch (const detail::InterruptedError&) {
+    // Ctrl-C while waiting (kiln/detail/cancellation.h): the request leaves the tracker's queue
+    // with the connection.
+    impl_->socket.reset();
+    throw;
   } catch (const ConnectionError& e) {
     impl_->socket.reset();  // the request may still be queued: drop it with the connection
     if (e.timed_out() && wait) {
