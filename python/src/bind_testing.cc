@@ -211,10 +211,10 @@ void bind_testing(nb::module_& m) {
 
   m.def(
       "_ab_run",
-      [](const Module& mod_a, const Module& mod_b, const std::string& device_type, nb::handle args_a,
-         nb::handle args_b, nb::handle config, std::optional<std::string> function_a,
-         std::optional<std::string> function_b, int32_t rounds, double threshold,
-         double confidence, std::optional<uint64_t> seed) {
+      [](const Module& mod_a, const Module& mod_b, const std::string& device_type,
+         nb::handle args_a, nb::handle args_b, nb::handle config,
+         std::optional<std::string> function_a, std::optional<std::string> function_b,
+         int32_t rounds, double threshold, double confidence, std::optional<uint64_t> seed) {
         Runtime& rt = runtime();
         const Device device = rt.parse_device(device_type);
         testing::AbSide a, b;
@@ -237,9 +237,8 @@ void bind_testing(nb::module_& m) {
       },
       nb::arg("mod_a"), nb::arg("mod_b"), nb::arg("device_type"), nb::arg("args_a"),
       nb::arg("args_b"), nb::arg("evaluator_config").none(), nb::arg("function_a").none(),
-      nb::arg("function_b").none(), nb::arg("rounds"), nb::arg("threshold"),
-      nb::arg("confidence"), nb::arg("seed").none(),
-      "Internal: kiln.testing.ab_run on two loaded kiln.Modules.");
+      nb::arg("function_b").none(), nb::arg("rounds"), nb::arg("threshold"), nb::arg("confidence"),
+      nb::arg("seed").none(), "Internal: kiln.testing.ab_run on two loaded kiln.Modules.");
 
   nb::class_<rpc::RPCConfig>(m, "RPCConfig",
                              "Where rpc_run finds a remote device (SPEC §1.7): a tracker, a key, "
