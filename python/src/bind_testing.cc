@@ -213,7 +213,7 @@ void bind_testing(nb::module_& m) {
       "_ab_run",
       [](const Module& mod_a, const Module& mod_b, const std::string& device_type,
          nb::handle args_a, nb::handle args_b, nb::handle config,
-         std::optional<std::string> function_a, std::optional<std::string> function_b,
+         const std::optional<std::string>& function_a, const std::optional<std::string>& function_b,
          int32_t rounds, double threshold, double confidence, std::optional<uint64_t> seed) {
         Runtime& rt = runtime();
         const Device device = rt.parse_device(device_type);
