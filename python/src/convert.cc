@@ -78,7 +78,10 @@ bool is_ndarray(PyTypeObject* type) {
 // plugin's or kernel library's function, a TVM library's, a remote one) reads a tensor
 // argument during the call and keeps nothing (docs/plugin-abi.md §9.2). Host functions (Python
 // callables, VM builtins, C++ functions) may keep a tensor, so they get owning ones.
-bool borrows_arguments(const Function& f) { return typeid(*f.get()) == typeid(FunctionObj); }
+bool borrows_arguments(const Function& f) {
+  const FunctionObj* object = f.get();
+  return object != nullptr && typeid(*object) == typeid(FunctionObj);
+}
 
 // The element type of a buffer whose format (struct module syntax) is one native-order
 // letter, with `itemsize` bytes per element; false for anything else (byte-swapped,
@@ -196,7 +199,7 @@ class BorrowedArrays {
   }
   // Lends `p` to the call as a DLTensor; null when borrow_array refuses it.
   DLTensor* borrow(PyObject* p) {
-    if (capacity_ > kOnStack && !large_) large_.reset(new BorrowedArray[capacity_]);
+    if (capacity_ > kOnStack && !large_) large_ = std::make_unique<BorrowedArray[]>(capacity_);
     BorrowedArray& slot = data()[count_];
     if (!borrow_array(p, slot)) return nullptr;
     ++count_;
