@@ -51,8 +51,10 @@ extern PyObject* shape_tuple_type;
 Any to_any(nb::handle value, const char* what, int index = -1);
 
 // Calls `f` with the `n` Python values at `args` (the hot path of kiln.Function): tensors and
-// scalars are passed as borrowed ABI values (`args` keeps them alive), anything else through
-// to_any; the call runs with the GIL released and its result comes back through from_any.
+// scalars are passed as borrowed ABI values (`args` keeps them alive), exact numpy arrays are
+// lent through the buffer protocol when `f` only borrows its arguments (a Function::from_abi
+// one), anything else goes through to_any; the call runs with the GIL released and its result
+// comes back through from_any.
 nb::object call_from_python(const Function& f, PyObject* const* args, size_t n);
 // Converts each item of a sequence of call arguments.
 std::vector<Any> to_anys(nb::handle sequence);
