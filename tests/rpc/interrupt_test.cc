@@ -26,6 +26,8 @@
 namespace kiln::rpc {
 namespace {
 
+using test::LoopbackListener;
+
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using detail::InterruptedError;
@@ -65,28 +67,6 @@ int open_descriptors() {
   }
   return n;
 }
-
-// A listening socket on 127.0.0.1 that never accepts.
-struct Listener {
-  explicit Listener(int backlog) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
-        ::listen(fd, backlog) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      ADD_FAILURE() << "cannot listen on 127.0.0.1: " << std::strerror(errno);
-    }
-    port = ntohs(address.sin_port);
-  }
-  ~Listener() { ::close(fd); }
-  Listener(const Listener&) = delete;
-  Listener& operator=(const Listener&) = delete;
-  int fd = -1;
-  int port = 0;
-};
 
 // Expects `wait` to throw InterruptedError within kLiveness of the flag, set after 200 ms.
 template <typename Wait>
@@ -133,35 +113,35 @@ TEST(Interrupt, EndsASleep) {
 
 TEST(Interrupt, EndsAConnectThatNeverCompletes) {
   // A listen queue filled up: later SYNs are dropped, so connect() waits.
-  Listener listener(0);
+  LoopbackListener listener(0);
   std::vector<int> fillers;
   for (int i = 0; i < 4; ++i) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(static_cast<uint16_t>(listener.port));
+    address.sin_port = htons(static_cast<uint16_t>(listener.port()));
     (void)::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
     fillers.push_back(fd);
   }
   std::this_thread::sleep_for(100ms);
   const int before = open_descriptors();
-  expect_interrupted([&] { Connection::connect("127.0.0.1", listener.port, 60s); });
+  expect_interrupted([&] { Connection::connect("127.0.0.1", listener.port(), 60s); });
   EXPECT_EQ(open_descriptors(), before);  // the socket of the attempt is closed
   for (int fd : fillers) ::close(fd);
 }
 
 TEST(Interrupt, EndsAReadFromASilentPeer) {
-  Listener listener(8);
-  auto conn = Connection::connect("127.0.0.1", listener.port, 10s);
+  LoopbackListener listener(8);
+  auto conn = Connection::connect("127.0.0.1", listener.port(), 10s);
   conn->set_timeouts(0ms, 0ms);  // no limit of its own
   char byte = 0;
   expect_interrupted([&] { conn->read_exact(&byte, 1, "a byte"); });
 }
 
 TEST(Interrupt, EndsASendToAPeerThatReadsNothing) {
-  Listener listener(8);
-  auto conn = Connection::connect("127.0.0.1", listener.port, 10s);
+  LoopbackListener listener(8);
+  auto conn = Connection::connect("127.0.0.1", listener.port(), 10s);
   conn->set_timeouts(0ms, 0ms);
   const std::vector<char> data(64 << 20);  // far more than the socket buffers take
   expect_interrupted([&] { conn->write_all(data.data(), data.size()); });

@@ -4,10 +4,17 @@
 #ifndef KILN_TESTS_RPC_RPC_TEST_UTIL_H_
 #define KILN_TESTS_RPC_RPC_TEST_UTIL_H_
 
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -15,6 +22,30 @@
 #include <vector>
 
 namespace kiln::test {
+
+// A listening TCP socket on 127.0.0.1 (an ephemeral port) with `backlog`, which nothing
+// accepts unless the test does: for peers that connect and then hear nothing.
+struct LoopbackListener {
+  explicit LoopbackListener(int backlog = 64) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        ::listen(fd, backlog) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      ADD_FAILURE() << "cannot listen on 127.0.0.1: " << std::strerror(errno);
+    }
+  }
+  ~LoopbackListener() { ::close(fd); }
+  LoopbackListener(const LoopbackListener&) = delete;
+  LoopbackListener& operator=(const LoopbackListener&) = delete;
+  int port() const { return ntohs(address.sin_port); }
+  const sockaddr* addr() const { return reinterpret_cast<const sockaddr*>(&address); }
+
+  int fd = -1;
+  sockaddr_in address{};
+};
 
 // The kiln command-line tool under test.
 std::string kiln_cli();

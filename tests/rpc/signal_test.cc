@@ -28,6 +28,7 @@
 #include "kiln/rpc/tracker.h"
 #include "rpc/connection.h"
 #include "rpc/socket_io.h"
+#include "rpc_test_util.h"
 
 // glibc before 2.38 does not name the target thread's member of struct sigevent.
 #ifndef sigev_notify_thread_id
@@ -36,6 +37,8 @@
 
 namespace kiln::rpc {
 namespace {
+
+using test::LoopbackListener;
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -88,34 +91,11 @@ class SignalStorm {
   bool armed_ = false;
 };
 
-// A listening TCP socket on 127.0.0.1 with `backlog`.
-struct Listener {
-  explicit Listener(int backlog = 64) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
-        ::listen(fd, backlog) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      ADD_FAILURE() << "cannot listen on 127.0.0.1: " << std::strerror(errno);
-    }
-  }
-  ~Listener() { ::close(fd); }
-  Listener(const Listener&) = delete;
-  Listener& operator=(const Listener&) = delete;
-  int port() const { return ntohs(address.sin_port); }
-  const sockaddr* addr() const { return reinterpret_cast<const sockaddr*>(&address); }
-
-  int fd = -1;
-  sockaddr_in address{};
-};
-
 // A thread of its own (SIGALRM blocked) that runs `serve` on every connection `listener`
 // accepts, one at a time, until destroyed.
 class Server {
  public:
-  Server(const Listener& listener, std::function<void(int)> serve)
+  Server(const LoopbackListener& listener, std::function<void(int)> serve)
       : thread_([this, fd = listener.fd, serve = std::move(serve)] {
           sigset_t alarm;
           sigemptyset(&alarm);
@@ -188,7 +168,7 @@ void echo8(int fd) {
 }
 
 TEST(SignalStorm, ConnectSendAndReceiveSurviveASignalEvery100Microseconds) {
-  Listener listener;
+  LoopbackListener listener;
   Server server(listener, echo8);
   const long before = g_signals.load();
   SignalStorm storm;
@@ -225,7 +205,7 @@ TEST(SignalStorm, ConnectSendAndReceiveSurviveASignalEvery100Microseconds) {
 TEST(SignalStorm, AnInterruptedConnectIsWaitedForNotAbandoned) {
   // A listener whose accept queue is full drops new SYNs, so a connect blocks until the
   // client sends its SYN again (1 s later): long enough for the storm to interrupt it.
-  Listener listener(0);
+  LoopbackListener listener(0);
   std::vector<int> queued;  // connections the listener has not accepted
   bool full = false;
   for (int i = 0; i < 8 && !full; ++i) {
@@ -269,7 +249,7 @@ TEST(SignalStorm, ReceiveTimeoutsStillPass) {
   // A peer that accepts and never answers: a receive limit of 300 ms must end the wait,
   // although every signal interrupts the receive (retrying with the whole limit again would
   // wait forever).
-  Listener listener;
+  LoopbackListener listener;
   Server server(listener, [](int c) { (void)poll_until(c, POLLIN, Clock::now() + 10s); });
   auto conn = Connection::connect("127.0.0.1", listener.port(), 5s);
   conn->set_timeouts(300ms, 300ms);
