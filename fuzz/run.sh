@@ -11,7 +11,7 @@
 #   fuzz/run.sh kiln_fuzz_vm_asm      # one target
 #
 # Environment: KILN_FUZZ_SECONDS (per target, default 60), KILN_FUZZ_JOBS (build jobs, default
-# 2), KILN_FUZZ_CC / KILN_FUZZ_CXX (default clang / clang++), KILN_FUZZ_BUILD_DIR (default
+# 2), KILN_FUZZ_PARALLEL (targets run at once, default KILN_FUZZ_JOBS), KILN_FUZZ_CC / KILN_FUZZ_CXX (default clang / clang++), KILN_FUZZ_BUILD_DIR (default
 # <repo>/build-fuzz). Needs clang and its libFuzzer runtime (Debian: clang and
 # libclang-rt-14-dev, or clang-15 and libclang-common-15-dev). Reports are symbolized with
 # ASAN_SYMBOLIZER_PATH (default: the first of llvm-symbolizer, -14, -15 on PATH).
@@ -59,28 +59,55 @@ fi
 # intercept_tls_get_addr=0: see tools/dev.sh (LeakSanitizer's tracer crash on dynamic TLS).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1:intercept_tls_get_addr=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-status=0
-for t in "${targets[@]}"; do
-  read -r name seeds max_len dict <<<"$t"
-  if [ ${#selected[@]} -gt 0 ] && [[ ! " ${selected[*]} " == *" $name "* ]]; then continue; fi
-  corpus="$build/fuzz-corpus/$name"  # new inputs go here; the seeds stay untouched
-  artifacts="$build/fuzz-artifacts"
-  mkdir -p "$corpus" "$artifacts"
-  args=(-max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048
-        -print_final_stats=1 -artifact_prefix="$artifacts/$name-")
+# Each target in its own process, KILN_FUZZ_PARALLEL at a time (default: the build jobs; each
+# fuzzer uses one core); each writes to its own log, shown when it ends.
+parallel="${KILN_FUZZ_PARALLEL:-$jobs}"
+logs="$build/fuzz-logs"
+artifacts="$build/fuzz-artifacts"
+mkdir -p "$logs" "$artifacts"
+
+fuzz_one() {  # fuzz_one <name> <seeds> <max_len> <dict>: runs one target; exit status as libFuzzer's
+  local name=$1 seeds=$2 max_len=$3 dict=$4
+  local corpus="$build/fuzz-corpus/$name"  # new inputs go here; the seeds stay untouched
+  mkdir -p "$corpus"
+  local args=(-max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048
+              -print_final_stats=1 -artifact_prefix="$artifacts/$name-")
   if [ "$dict" != "-" ]; then args+=(-dict="$dict"); fi
-  echo "== $name: ${seconds}s, -max_len=$max_len, seeds $seeds"
-  rc=0
-  "$build/bin/$name" "${args[@]}" "$corpus" "$seeds" || rc=$?
+  "$build/bin/$name" "${args[@]}" "$corpus" "$seeds" >"$logs/$name.log" 2>&1
+}
+
+report() {  # report <name> <exit status>: prints the end of its log and the verdict
+  local name=$1 rc=$2
   if [ "$rc" -eq 0 ]; then
-    echo "== $name: no crash"
+    tail -n 12 "$logs/$name.log"
+    echo "== $name: no crash (log: $logs/$name.log)"
   elif [ "$rc" -eq 75 ]; then
+    tail -n 20 "$logs/$name.log"
     echo "== $name: NOT RUN: the harness could not set itself up (not a finding; the" \
          "'kiln fuzz:' line above names the cause)" >&2
     status=1
   else
+    tail -n 80 "$logs/$name.log"
     echo "== $name: FAILED (reproducer in $artifacts/; rerun with $build/bin/$name <file>)" >&2
     status=1
   fi
+}
+
+status=0
+declare -A running=()  # pid -> target name
+wait_for_one() {
+  local pid rc=0
+  wait -n -p pid "${!running[@]}" || rc=$?
+  report "${running[$pid]}" "$rc"
+  unset "running[$pid]"
+}
+for t in "${targets[@]}"; do
+  read -r name seeds max_len dict <<<"$t"
+  if [ ${#selected[@]} -gt 0 ] && [[ ! " ${selected[*]} " == *" $name "* ]]; then continue; fi
+  while [ ${#running[@]} -ge "$parallel" ]; do wait_for_one; done
+  echo "== $name: ${seconds}s, -max_len=$max_len, seeds $seeds"
+  fuzz_one "$name" "$seeds" "$max_len" "$dict" &
+  running[$!]=$name
 done
+while [ ${#running[@]} -gt 0 ]; do wait_for_one; done
 exit "$status"

@@ -92,11 +92,11 @@ case "${1:-}" in
     # shellcheck disable=SC2046
     build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_WERROR=ON $(python_options "$python")
     (cd build && ctest --output-on-failure -j "$jobs")
-    # The wheel (libkiln, plugins, the tool and the extension inside the package), repaired
-    # with auditwheel and checked in a minimal Debian 12 root (tools/wheel-check.sh), then
-    # installed here and tested from outside the source tree so that the installed package is
-    # the one imported.
-    bash tools/wheel-check.sh "$python" build/dist
+    # The wheel (libkiln, plugins, the tool and the extension inside the package), packaged
+    # from build/ (what was just tested, stripped; no second compile), repaired with auditwheel
+    # and checked in a minimal Debian 12 root (tools/wheel-check.sh), then installed here and
+    # tested from outside the source tree so that the installed package is the one imported.
+    KILN_WHEEL_FROM_BUILD=build bash tools/wheel-check.sh "$python" build/dist
     "$python" -m pip install -q --force-reinstall --no-deps build/dist/kiln_runtime-*manylinux*.whl
     (cd build && KILN_TEST_INSTALLED=1 KILN_BUILD_DIR=$PWD "$python" -m pytest -q -p no:cacheprovider \
       -rs ../tests/python)
