@@ -47,7 +47,8 @@ build() {  # build <dir> <cmake args...>
 # the interop fixtures are compiled with (unless KILN_SKIP_TVM=1); prints its python.
 python_venv() {
   local venv=$PWD/build/.venv-tvm
-  local packages=(nanobind scikit-build-core pytest numpy scipy)  # scipy: compare.py's test
+  # scipy: compare.py's test; mypy: tests/python/test_types.py (stubs, documented snippets)
+  local packages=(nanobind scikit-build-core pytest numpy scipy "mypy>=2.4")
   if [ "${KILN_SKIP_TVM:-0}" = "1" ]; then
     venv=$PWD/build/.venv-py
   else
@@ -55,7 +56,7 @@ python_venv() {
     # MetaSchedule's builder and search (docs/tuning.md).
     packages+=(apache-tvm==0.27.0.post1 apache-tvm-ffi==0.1.14.post0 cloudpickle psutil)
   fi
-  if ! "$venv/bin/python" -c "import nanobind, pytest, numpy, scipy" >/dev/null 2>&1 ||
+  if ! "$venv/bin/python" -c "import nanobind, pytest, numpy, scipy, mypy" >/dev/null 2>&1 ||
     { [ "${KILN_SKIP_TVM:-0}" != "1" ] &&
       ! "$venv/bin/python" -c "import tvm, cloudpickle, psutil" >/dev/null 2>&1; }; then
     python3 -m venv "$venv" >&2

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Kiln: run compiled kernel modules on any device, time them honestly, profile them.
 
-The APIs follow TVM's (SPEC.md), on Kiln's core and plugins::
+The APIs follow TVM's Python APIs (tvm.runtime, tvm.testing, tvm.rpc, the Relax VM,
+tvm.runtime.profiling), on Kiln's core and plugins::
 
     import numpy as np, kiln
     mod = kiln.load_module("vadd.so")          # a TVM export_library output, or Kiln's own
@@ -11,10 +12,13 @@ The APIs follow TVM's (SPEC.md), on Kiln's core and plugins::
     print(mod.time_evaluator("vadd", kiln.cpu(0), number=100)(a, b, c))
 
 Submodules: kiln.testing (local_run, rpc_run), kiln.vm (VirtualMachine), kiln.profiling
-(Report, profile_function), kiln.rpc (connect, connect_tracker). docs/python.md has the guide.
+(Report, profile_function), kiln.rpc (connect, connect_tracker). docs/python.md has the guide;
+the package is typed (kiln/_kiln.pyi, py.typed) and inspect.signature works on its functions
+and classes.
 """
 
 import atexit
+from typing import Any, Optional, Union
 
 from ._kiln import (
     AbiError,
@@ -34,19 +38,24 @@ from ._kiln import (
     TimeEvaluator,
     UnavailableError,
     UnimplementedError,
-    backends,
-    device,
-    devices,
-    empty,
-    from_dlpack,
-    get_global_func,
-    list_global_func_names,
-    load_module,
-    plugins,
-    register_func,
-    time_evaluator,
 )
 from . import _kiln
+from ._signatures import add_constructor_signatures, python_function
+
+# The extension's functions as Python functions with the same parameters, which
+# inspect.signature reads (kiln/_signatures.py).
+backends = python_function(_kiln.backends, __name__)
+device = python_function(_kiln.device, __name__)
+devices = python_function(_kiln.devices, __name__)
+empty = python_function(_kiln.empty, __name__)
+from_dlpack = python_function(_kiln.from_dlpack, __name__)
+get_global_func = python_function(_kiln.get_global_func, __name__)
+list_global_func_names = python_function(_kiln.list_global_func_names, __name__)
+load_module = python_function(_kiln.load_module, __name__)
+plugins = python_function(_kiln.plugins, __name__)
+register_func = python_function(_kiln.register_func, __name__)
+time_evaluator = python_function(_kiln.time_evaluator, __name__)
+add_constructor_signatures(_kiln)
 
 __version__ = _kiln.__version__  # as `kiln --version` and the package metadata say
 
@@ -59,32 +68,32 @@ class ShapeTuple(tuple):
 
 
 _kiln._set_shape_tuple_type(ShapeTuple)
-# Python callables registered as global functions hold their modules; drop them before the
-# interpreter goes.
+# Python callables registered as global functions or held by Functions hold their modules;
+# drop them before the interpreter goes.
 atexit.register(_kiln._unregister_python_functions)
 
 
-def cpu(index=0):
+def cpu(index: int = 0) -> Device:
     """The host CPU device `index`."""
-    return device("cpu", index)
+    return _kiln.device("cpu", index)
 
 
-def cuda(index=0):
+def cuda(index: int = 0) -> Device:
     """CUDA device `index`."""
-    return device("cuda", index)
+    return _kiln.device("cuda", index)
 
 
-def opencl(index=0):
+def opencl(index: int = 0) -> Device:
     """OpenCL device `index`."""
-    return device("opencl", index)
+    return _kiln.device("opencl", index)
 
 
-def rocm(index=0):
+def rocm(index: int = 0) -> Device:
     """ROCm (HIP) device `index`."""
-    return device("rocm", index)
+    return _kiln.device("rocm", index)
 
 
-def tensor(array, device=None):
+def tensor(array: Any, device: Optional[Union[Device, str]] = None) -> Tensor:
     """A new kiln.Tensor on `device` (a kiln.Device or a name such as "cuda:1"; default cpu:0)
     holding a copy of `array` (a kiln.Tensor, numpy, PyTorch, TVM, or anything numpy.asarray
     takes). kiln.from_dlpack shares memory instead of copying."""
@@ -97,8 +106,8 @@ def tensor(array, device=None):
             array = numpy.asarray(array)
         if isinstance(array, numpy.ndarray) and not array.flags.c_contiguous:
             array = numpy.array(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
-        source = from_dlpack(array)
-    out = empty(source.shape, source.dtype, device)
+        source = _kiln.from_dlpack(array)
+    out = _kiln.empty(source.shape, source.dtype, device)
     out.copyfrom(source)
     return out
 

@@ -27,7 +27,7 @@ __all__ = ["KilnRunner", "KilnRunnerFuture"]
 
 # Runners alive now: their workers end before the interpreter does, because TVM's objects can
 # keep a runner alive past the extension's teardown.
-_runners = weakref.WeakSet()
+_runners: "weakref.WeakSet[KilnRunner]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -156,7 +156,8 @@ class KilnRunner(PyRunner):
 
     def run(self, runner_inputs):
         """One finished KilnRunnerFuture per input, in their order."""
-        inputs = []  # (artifact path, device type, arguments) or an error message
+        # (artifact path, device type, arguments) or an error message
+        inputs: "list[tuple[str, str, list] | str]" = []
         for runner_input in runner_inputs:
             try:
                 args = _random_inputs(runner_input.args_info, self._rng)
@@ -221,7 +222,7 @@ class KilnRunner(PyRunner):
                 continue
             outcome = next(outcomes)
             self.measured_on.append(outcome.server)
-            if outcome.ok:
+            if outcome.ok and outcome.profile is not None:  # measured (ok: it has a profile)
                 results.append(outcome.profile.results)
                 continue
             message = f"KilnRunner: {type(outcome.error).__name__}: {outcome.error} ({item[0]})"

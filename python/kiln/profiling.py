@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""kiln.profiling: TVM's ``tvm.runtime.profiling`` (SPEC.md §3) on Kiln's core.
+"""kiln.profiling: TVM's ``tvm.runtime.profiling`` API on Kiln's core.
 
 Reports come from ``kiln.vm.VirtualMachine(..., profile=True).profile(...)`` or from
 ``Report.from_json``::
@@ -26,14 +26,20 @@ Hardware counters come from metric collectors: the plugins' (``collector("perf")
     metrics = prof(a, b, c)                        # {"perf::task-clock": Duration(...), ...}
 """
 
+from __future__ import annotations
+
 import itertools
 import json as _json
 import math
 import weakref
+from typing import Any, Iterable, Optional, Union
 
 from . import _kiln
 
-from ._kiln import Count, Duration, Percent, Ratio, Report, device_report_name
+from ._kiln import Count, Duration, Percent, Ratio, Report
+from ._signatures import python_function
+
+device_report_name = python_function(_kiln.device_report_name, __name__)
 
 __all__ = [
     "Count",
@@ -52,8 +58,8 @@ __all__ = [
 
 
 class MetricCollector:
-    """A source of per-call metrics (SPEC §3.6). Kiln's plugins provide some (see collector());
-    write one in Python by subclassing this class and overriding:
+    """A source of per-call metrics, as TVM's MetricCollector. Kiln's plugins provide some
+    (see collector()); write one in Python by subclassing this class and overriding:
 
     * ``init(devices)``: called once per profiled run (profile_function: once per call) with the
       tuple of devices to be profiled; do expensive setup here.
@@ -116,7 +122,7 @@ class PluginCollector(MetricCollector):
     """A metric collector a Kiln plugin provides (``collector(name)``): its init/start/stop run
     inside Kiln's profiler, not from Python."""
 
-    def __init__(self, name, options=None):
+    def __init__(self, name: str, options: Optional[dict] = None) -> None:
         """The collector `name` of a loaded plugin ("perf", "papi", or a plugin's own);
         kiln.NotFoundError lists the available ones. `options` (a dict, e.g.
         ``{"events": ["task-clock"]}``) loads the plugin afresh with those options, as the
@@ -139,7 +145,7 @@ class PluginCollector(MetricCollector):
         return f"<kiln.profiling.PluginCollector '{self.name}'>"
 
 
-def collector(name, options=None):
+def collector(name: str, options: Optional[dict] = None) -> PluginCollector:
     """The metric collector `name` of a loaded Kiln plugin: "perf" (Linux perf_event counters;
     metrics "perf::<event>"), "papi" (PAPI events, named as PAPI names them), or any plugin's
     collector. See PluginCollector for `options`. A collector whose counters this machine
@@ -148,7 +154,7 @@ def collector(name, options=None):
 
 
 class PAPIMetricCollector(PluginCollector):
-    """The reference's PAPI collector (SPEC §3.7) through Kiln's "papi" plugin.
+    """TVM's PAPIMetricCollector, through Kiln's "papi" plugin.
 
     metric_names: None for the plugin's defaults (the reference's CPU events), or a dict Device
     -> list of PAPI event names; Kiln's PAPI plugin counts CPU events, so the names given for
@@ -184,7 +190,7 @@ def _native_collector(c):
 
 
 def _metric_json(value, where):
-    """One metric value in the Report JSON encoding (SPEC §3.3)."""
+    """One metric value as Report.json encodes it (TVM's encoding)."""
     if isinstance(value, Count):
         return {"count": int(value.value)}
     if isinstance(value, Duration):
@@ -233,7 +239,7 @@ class ProfileFunction:
         # The Python collectors, kept alive here (their callbacks hold them weakly).
         self._collectors = list(collectors)
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> dict[str, Any]:
         """Runs the warm-up calls, then one call between the collectors' start and stop."""
         return self._native(*args)
 
@@ -241,12 +247,14 @@ class ProfileFunction:
         return repr(self._native)
 
 
-def profile_function(mod, dev, collectors, func_name=None, warmup_iters=10):
-    """SPEC §3.9: a callable ``prof(*args)`` that, per call, runs ``mod[func_name]`` (default:
-    the module's entry function) `warmup_iters` times, initialises every collector for `dev`,
-    starts them, calls the function once, stops them and returns their metrics merged into one
-    dict (later collectors win on equal names). No timing is added. The function's own result
-    is discarded.
+def profile_function(mod: _kiln.Module, dev: _kiln.Device,
+                     collectors: Iterable[Union[str, MetricCollector]],
+                     func_name: Optional[str] = None, warmup_iters: int = 10) -> ProfileFunction:
+    """As TVM's profile_function: a callable ``prof(*args)`` that, per call, runs
+    ``mod[func_name]`` (default: the module's entry function) `warmup_iters` times, initialises
+    every collector for `dev`, starts them, calls the function once, stops them and returns
+    their metrics merged into one dict (later collectors win on equal names). No timing is
+    added. The function's own result is discarded.
 
     collectors: a list of names ("perf", "papi", ...), PluginCollector objects (collector()) or
     Python MetricCollector subclasses. kiln.NotFoundError for a function the module lacks;

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """kiln.rpc: run on a device of another machine through a ``kiln rpc-server``, directly or
-through a ``kiln tracker`` — TVM's ``tvm.rpc`` (SPEC.md §4, docs/rpc.md) on Kiln's core.
+through a ``kiln tracker`` — TVM's ``tvm.rpc`` API (docs/rpc.md) on Kiln's core.
 
 A TVM user's script changes one import::
 
@@ -20,6 +20,10 @@ remote functions are ordinary kiln.Functions. Failures on the server raise kiln.
 carrying the server's message; a session that outlives its timeout raises
 kiln.RPCSessionTimeoutError. Every network call releases the GIL.
 """
+
+from __future__ import annotations
+
+from typing import Collection, Optional, Union
 
 from . import _kiln
 from ._kiln import (
@@ -46,7 +50,8 @@ __all__ = [
 ]
 
 
-def connect(host, port, key="", session_timeout=0, token="", connect_timeout=10):
+def connect(host: str, port: Union[int, str], key: str = "", session_timeout: float = 0,
+            token: str = "", connect_timeout: float = 10) -> RPCSession:
     """Opens a session with the RPC server at `host`:`port` (TVM's ``tvm.rpc.connect``).
 
     key: the server's key ('' matches a server started without one).
@@ -70,7 +75,8 @@ def connect(host, port, key="", session_timeout=0, token="", connect_timeout=10)
     )
 
 
-def connect_tracker(host, port, connect_timeout=10):
+def connect_tracker(host: str, port: Union[int, str],
+                    connect_timeout: float = 10) -> TrackerSession:
     """Connects to the RPC tracker at `host`:`port` (TVM's ``tvm.rpc.connect_tracker``).
 
     A refused connection is retried every 0.5 s until `connect_timeout` seconds have passed,
@@ -83,7 +89,7 @@ def connect_tracker(host, port, connect_timeout=10):
     return _kiln._rpc_connect_tracker(host, int(port), connect_timeout=connect_timeout)
 
 
-def LocalSession():  # noqa: N802  (TVM's name: rpc.LocalSession() makes a session)
+def LocalSession() -> RPCSession:  # noqa: N802  (TVM's name: rpc.LocalSession() makes a session)
     """An in-process session (TVM's ``rpc.LocalSession``): the RPCSession API over a server
     that runs inside this process on a loopback port, with its files in a fresh private
     temporary directory removed when the session closes. For tests, and for code that treats
@@ -93,13 +99,13 @@ def LocalSession():  # noqa: N802  (TVM's name: rpc.LocalSession() makes a sessi
     return _kiln._rpc_local_session()
 
 
-def random_key(prefix, cmap=None):
+def random_key(prefix: str, cmap: Optional[Collection[str]] = None) -> str:
     """A match key ``"<prefix>:<random fraction>"`` that is not a key of `cmap` (any container
-    of keys; TVM's ``rpc.base.random_key``, SPEC §4.5)."""
+    of keys), as TVM's ``rpc.base.random_key`` makes them."""
     return _kiln._random_key(prefix, set(cmap) if cmap else set())
 
 
-def split_random_key(key):
+def split_random_key(key: str) -> list[str]:
     """`key` split at its last ':' into ``[key, random]``, or ``[key]`` when it has none (TVM's
     ``split_random_key``: keys that contain ':' of their own, like ``127.0.0.1:5555:0.5``,
     keep them)."""

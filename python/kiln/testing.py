@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """kiln.testing: run a module on a device, locally or on a remote board, and get its outputs and
-its timing — TVM's ``tvm.testing.local_run`` / ``rpc_run`` (SPEC.md §1.6-§1.10) on Kiln's core.
+its timing — TVM's ``tvm.testing.local_run`` / ``rpc_run`` on Kiln's core: the same steps,
+messages and results, with Kiln's measurement loop.
 
 A TVM user's test changes one import::
 
@@ -14,13 +15,24 @@ run_many measures many modules or exported artifacts over a farm of RPC servers,
 once (docs/tuning.md); Worker measures in a worker process of its own (docs/isolation.md).
 """
 
+from __future__ import annotations
+
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _kiln
-from ._kiln import AbResult, Module, RPCConfig
+from ._kiln import AbResult, BenchmarkResult, Module, RPCConfig
+
+# What the runners take as the module to run: a kiln.Module or a TVM module (anything with
+# export_library); run_many and ab_run also take an exported artifact's path.
+ModuleLike = Any
+# How a runner exports a module: an exporter's name ("tar", "so", "ndk") or f(mod, path).
+ExportFunc = Union[str, Callable[[Any, str], Any]]
+# The outputs and timing a runner returns: the arguments after the final call (tensors as numpy
+# arrays, scalars unchanged) and the BenchmarkResult.
+RunResult = Tuple[list, BenchmarkResult]
 
 __all__ = [
     "EvaluatorConfig",
@@ -37,7 +49,8 @@ __all__ = [
 
 
 class EvaluatorConfig(NamedTuple):
-    """How the runners time the entry function (SPEC §1.6): ``number`` calls per repeat,
+    """How the runners time the entry function, as TVM's EvaluatorConfig: ``number`` calls per
+    repeat,
     ``repeat`` measurements, batches grown to at least ``min_repeat_ms``, and, with
     ``enable_cpu_cache_flush``, every argument but the first flushed from the CPU caches before
     each repeat. Immutable."""
@@ -132,10 +145,17 @@ def _remove_stale_directories():
         _kiln._remove_stale_temporary_directories()
 
 
-def local_run(mod, device_type, args, evaluator_config=None, export_func="tar", output_format=None):
+def local_run(
+    mod: ModuleLike,
+    device_type: str,
+    args: Sequence[Any],
+    evaluator_config: Optional[Any] = None,
+    export_func: ExportFunc = "tar",
+    output_format: Optional[str] = None,
+) -> RunResult:
     """Exports `mod` into a temporary directory, loads it back, copies `args` to
     ``device_type:0``, times the entry function with `evaluator_config`, calls it once more and
-    returns ``(args, BenchmarkResult)`` with tensors as numpy arrays (SPEC §1.9).
+    returns ``(args, BenchmarkResult)`` with tensors as numpy arrays, as TVM's local_run does.
 
     export_func: "tar" (default), "ndk" (a shared library), or a callable ``f(mod, path)``
     (then `output_format`, the artifact's extension, is required). Inputs are never modified:
@@ -151,15 +171,15 @@ def local_run(mod, device_type, args, evaluator_config=None, export_func="tar", 
 
 
 def rpc_run(
-    mod,
-    device_type,
-    args,
-    evaluator_config=None,
-    rpc_config=None,
-    export_func="tar",
-    output_format=None,
-):
-    """local_run on a device of a remote server found through a tracker (SPEC §1.10): the
+    mod: ModuleLike,
+    device_type: str,
+    args: Sequence[Any],
+    evaluator_config: Optional[Any] = None,
+    rpc_config: Optional[Any] = None,
+    export_func: ExportFunc = "tar",
+    output_format: Optional[str] = None,
+) -> RunResult:
+    """local_run on a device of a remote server found through a tracker, as TVM's rpc_run: the
     artifact is uploaded as ``kiln_tmp_mod.<format>``, the measurement runs on the server, and
     the remote files are removed afterwards whatever happens. `rpc_config` is a kiln.RPCConfig
     (or TVM's); missing tracker settings fall back to KILN_TRACKER_* then TVM_TRACKER_* and are
@@ -183,12 +203,12 @@ class RunTask(NamedTuple):
         tuner's build artifact; export_func and output_format are then unused).
     device_type, args, evaluator_config, export_func, output_format: as rpc_run."""
 
-    mod: object
+    mod: Any
     device_type: str
-    args: list
-    evaluator_config: object = None
-    export_func: object = "tar"
-    output_format: object = None
+    args: Sequence[Any]
+    evaluator_config: Optional[Any] = None
+    export_func: ExportFunc = "tar"
+    output_format: Optional[str] = None
 
 
 class RunOutcome(NamedTuple):
@@ -203,14 +223,14 @@ class RunOutcome(NamedTuple):
     lost: the messages of the attempts whose server was lost (each retried on another server);
         a lost attempt's timing is never part of `profile`."""
 
-    outputs: object
-    profile: object
-    server: object
-    error: object
-    lost: tuple = ()
+    outputs: Optional[list]
+    profile: Optional[BenchmarkResult]
+    server: Optional[str]
+    error: Optional[BaseException]
+    lost: Tuple[str, ...] = ()
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         """True when the task was measured."""
         return self.error is None
 
@@ -257,7 +277,7 @@ def _task_call(task):
 
 
 def _run_with_retries(call, rpc_config, max_retries):
-    lost = []
+    lost: "list[str]" = []
     while True:
         mod, device_type, args, config, export, output_format = call
         try:
@@ -278,7 +298,12 @@ def _run_with_retries(call, rpc_config, max_retries):
                 return RunOutcome(None, None, None, gave_up, tuple(lost))
 
 
-def run_many(tasks, rpc_config=None, jobs=None, max_retries=2):
+def run_many(
+    tasks: Iterable[Union[RunTask, tuple]],
+    rpc_config: Optional[Any] = None,
+    jobs: Optional[int] = None,
+    max_retries: int = 2,
+) -> list[RunOutcome]:
     """Measures every RunTask of `tasks` with rpc_run on servers found through a tracker, up to
     `jobs` at once, each on one server, and returns one RunOutcome per task, in their order.
 
@@ -330,11 +355,12 @@ class Worker:
 
     timeout: seconds one run may take (upload to download); None: no deadline."""
 
-    def __init__(self, timeout=None):
+    def __init__(self, timeout: Optional[float] = None) -> None:
         self._worker = _kiln._Worker(timeout)
 
-    def run(self, mod, device_type, args, evaluator_config=None, export_func="tar",
-            output_format=None):
+    def run(self, mod: ModuleLike, device_type: str, args: Sequence[Any],
+            evaluator_config: Optional[Any] = None, export_func: ExportFunc = "tar",
+            output_format: Optional[str] = None) -> RunResult:
         """local_run's arguments and result; the module is exported here and measured in the
         worker."""
         config, export_func, output_format = _prepare(
@@ -345,7 +371,9 @@ class Worker:
             mod, device_type, list(args), config, export_func, output_format)
         return _to_numpy(outputs), profile
 
-    def run_file(self, path, device_type, args, evaluator_config=None, function=None):
+    def run_file(self, path: Union[str, os.PathLike], device_type: str, args: Sequence[Any],
+                 evaluator_config: Optional[Any] = None,
+                 function: Optional[str] = None) -> RunResult:
         """Measures an already exported artifact (a .tar or .so, e.g. a tuner's build
         artifact): `function`, or the module's entry function when None."""
         _check_args(args)
@@ -355,23 +383,23 @@ class Worker:
         return _to_numpy(outputs), profile
 
     @property
-    def pid(self):
+    def pid(self) -> int:
         """The worker's process id, or -1 while none runs."""
         return self._worker.pid
 
     @property
-    def starts(self):
+    def starts(self) -> int:
         """How many worker processes this Worker has started."""
         return self._worker.starts
 
-    def close(self):
+    def close(self) -> None:
         """Ends the worker process (a later run starts a new one)."""
         self._worker.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Worker:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -392,8 +420,11 @@ def _loaded(mod, folder, name):
     )
 
 
-def ab_run(mod_a, mod_b, device_type, args, args_b=None, evaluator_config=None, rounds=20,
-           threshold=0.05, confidence=0.95, seed=None, function=None, function_b=None):
+def ab_run(mod_a: ModuleLike, mod_b: ModuleLike, device_type: str, args: Sequence[Any],
+           args_b: Optional[Sequence[Any]] = None, evaluator_config: Optional[Any] = None,
+           rounds: int = 20, threshold: float = 0.05, confidence: float = 0.95,
+           seed: Optional[int] = None, function: Optional[str] = None,
+           function_b: Optional[str] = None) -> AbResult:
     """Times A and B in one run, alternating them in a random order per round, and returns an
     ``AbResult``: per-round seconds per call, the ratio B/A with its interval, and the verdict
     "slower", "faster", "no change" or "within noise" (docs/evaluator.md "Interleaved A/B").

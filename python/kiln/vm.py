@@ -1,6 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""kiln.vm: the Relax VM — TVM's ``tvm.runtime.vm.VirtualMachine`` (SPEC.md §2.6-§2.14) on
-Kiln's core::
+"""kiln.vm: the Relax VM — TVM's ``tvm.runtime.vm.VirtualMachine`` API on Kiln's core::
 
     exe = kiln.load_module("mlp.kvm")           # or .kvmt, or a TVM Relax library (.so)
     vm = kiln.vm.VirtualMachine(exe, kiln.cpu())
@@ -19,18 +18,22 @@ ValueError (not an AssertionError), and keyword arguments that do not name a par
 TypeError (not a printed warning).
 """
 
+from __future__ import annotations
+
 import enum
 import numbers
 import weakref
+from typing import Any, Callable, Optional, Sequence, Union
 
 from . import _kiln
 from ._kiln import DataType, Device, Function, Module, Object, Tensor, from_dlpack
+from .profiling import Report
 
 __all__ = ["VMInstrumentReturnKind", "VirtualMachine"]
 
 
 class VMInstrumentReturnKind(enum.IntEnum):
-    """What an instrument returns from a before-call (SPEC §2.12): NO_OP (0) lets the call run,
+    """What an instrument returns from a before-call, as TVM's: NO_OP (0) lets the call run,
     SKIP_RUN (1) skips it (its destination register then holds None and no after-call is
     made)."""
 
@@ -64,8 +67,8 @@ def _scalar_tensor(value):
 
 
 def _convert(arg):
-    """SPEC §2.9's Python-side conversion for set_input, save_function and profile: kiln values
-    pass as they are; numpy arrays are copied into a new CPU tensor (so later changes to the
+    """The Python-side conversion of TVM's VM for set_input, save_function and profile: kiln
+    values pass as they are; numpy arrays are copied into a new CPU tensor (so later changes to the
     array do not reach the VM); tuples and lists convert item by item; numbers become 0-d
     tensors; other DLPack producers (PyTorch, TVM tensors) and callables are passed on (shared,
     not copied). Anything else: TypeError("Unsupported type: <type>")."""
@@ -114,7 +117,7 @@ def _device_list(device):
 class _RemoteCore:
     """What VirtualMachine needs of its core, for a VM on an RPC server: the VM is made there
     (the executable's vm_load_executable, then vm_initialization) and every call goes to the
-    VM module's functions (SPEC §2.6) on the server. Values a call returns stay there (remote
+    VM module's functions on the server. Values a call returns stay there (remote
     tensors); tuples are rebuilt here from get_output_arity and get_output."""
 
     def __init__(self, exec_module, devices, memory_cfg, profile):
@@ -123,7 +126,7 @@ class _RemoteCore:
         self.devices = self._remote.devices
 
     def convert(self, arg):
-        """SPEC §2.9's conversion, onto the VM's first device: numpy arrays and numbers are
+        """_convert's conversion, onto the VM's first device: numpy arrays and numbers are
         uploaded into new remote tensors; remote values pass as they are."""
         import numpy
 
@@ -137,10 +140,10 @@ class _RemoteCore:
             return tuple(self.convert(a) for a in arg)
         return _convert(arg)
 
-    def get_function(self, name):
+    def get_function(self, name: str) -> Function:
         return self.module.get_function(name)
 
-    def has_function(self, name):
+    def has_function(self, name: str) -> bool:
         try:
             self.module.get_function(name)
             return True
@@ -161,7 +164,7 @@ class _RemoteCore:
     def set_input(self, func_name, args):
         self.module["set_input"](func_name, *args)
 
-    def invoke_stateful(self, func_name):
+    def invoke_stateful(self, func_name: str) -> None:
         self.module["invoke_stateful"](func_name)
 
     def get_output_arity(self, func_name, indices):
@@ -209,8 +212,8 @@ def _instrument_trampoline(vm_ref):
 
 
 class VirtualMachine:
-    """Runs a VM executable (SPEC §2.8): ``VirtualMachine(rt_mod, device, memory_cfg=None,
-    profile=False)``.
+    """Runs a VM executable, as TVM's VirtualMachine: ``VirtualMachine(rt_mod, device,
+    memory_cfg=None, profile=False)``.
 
     rt_mod: an executable module (kiln.load_module of a .kvm / .kvmt file, a package, or a TVM
     Relax library), or a TVM executable (exported and loaded). Anything else: ValueError.
@@ -235,7 +238,8 @@ class VirtualMachine:
     NAIVE_ALLOCATOR = 1
     POOLED_ALLOCATOR = 2
 
-    def __init__(self, rt_mod, device, memory_cfg=None, profile=False):
+    def __init__(self, rt_mod: Any, device: Union[Device, Sequence[Device]],
+                 memory_cfg: Optional[Union[str, dict]] = None, profile: bool = False) -> None:
         module = _as_executable_module(rt_mod)
         devices = _device_list(device)
         if memory_cfg is not None and not isinstance(memory_cfg, (str, dict)):
@@ -243,6 +247,7 @@ class VirtualMachine:
                 "memory_cfg is expected be string or dictionary, but received "
                 f"{_type_name(memory_cfg)}"
             )
+        self._vm: "_RemoteCore | _kiln._VirtualMachine"
         if isinstance(module, _kiln.RemoteModule):
             self._vm = _RemoteCore(module, devices, memory_cfg, bool(profile))
             self._convert = self._vm.convert
@@ -250,57 +255,58 @@ class VirtualMachine:
             self._vm = _kiln._VirtualMachine(module, devices, memory_cfg, bool(profile))
             self._convert = _convert
         self._exec_module = module
-        self._instrument = None
+        self._instrument: Optional[Callable[..., Any]] = None
 
     # ---- functions --------------------------------------------------------------------------
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> Function:
         """The kiln.Function `name`: a fixed VM module function (set_input, invoke_stateful,
-        get_output, ... of SPEC §2.6), a function saved with save_function, or a VM function.
-        Calling it passes the arguments as they are (no device conversion). kiln.NotFoundError
-        "Unknown function: <name>" when there is none."""
+        get_output, ..., as TVM's VM module has), a function saved with save_function, or a VM
+        function. Calling it passes the arguments as they are (no device conversion).
+        kiln.NotFoundError "Unknown function: <name>" when there is none."""
         return self._vm.get_function(name)
 
-    def get_function(self, name):
+    def get_function(self, name: str) -> Function:
         """The same as ``vm[name]``."""
         return self._vm.get_function(name)
 
-    def __contains__(self, name):
+    def __contains__(self, name: str) -> bool:
         """Whether ``vm[name]`` finds a function."""
         return self._vm.has_function(name)
 
-    def has_function(self, name):
+    def has_function(self, name: str) -> bool:
         """Whether ``vm[name]`` finds a function."""
         return self._vm.has_function(name)
 
     @property
-    def module(self):
-        """The VM as a kiln.Module with SPEC §2.6's function table (set_input, invoke_stateful,
+    def module(self) -> Union[Module, _kiln.RemoteModule]:
+        """The VM as a kiln.Module with the function table of TVM's VM module (set_input,
+        invoke_stateful,
         get_output, save_function, invoke_closure, set_instrument, profile, get_function_arity,
         get_function_param_name and every VM function), for callers that speak packed
         functions."""
         return self._vm.module
 
     @property
-    def devices(self):
+    def devices(self) -> list[Device]:
         """The VM's devices, the host CPU last."""
         return self._vm.devices
 
     @property
-    def executable(self):
+    def executable(self) -> Union[Module, _kiln.RemoteModule]:
         """The executable module the VM runs (its ``as_text``/``stats`` functions describe
         it)."""
         return self._exec_module
 
-    def invoke_closure(self, closure, *args):
+    def invoke_closure(self, closure: Any, *args: Any) -> Any:
         """Calls a VM closure (for example one a VM function returned) or any function with
-        `args` (SPEC §2.4); no argument conversion is made."""
+        `args`; no argument conversion is made."""
         return self._vm.invoke_closure(closure, list(args))
 
     # ---- arguments --------------------------------------------------------------------------
 
     def _arguments(self, func_name, args, kwargs):
-        """Positional `args` and keyword `kwargs` as one converted list (SPEC §2.9): keywords
+        """Positional `args` and keyword `kwargs` as one converted list: keywords
         fill the parameters they name, positional arguments the remaining slots in order."""
         if not kwargs:
             return [self._convert(a) for a in args]
@@ -333,18 +339,19 @@ class VirtualMachine:
                 slots[i] = next(positional)
         return [self._convert(a) for a in slots]
 
-    def save_function(self, func_name, saved_name, *args, include_return=True, **kwargs):
+    def save_function(self, func_name: str, saved_name: str, *args: Any,
+                      include_return: bool = True, **kwargs: Any) -> None:
         """Saves `func_name` with `args` (and `kwargs` by parameter name) bound, converted to
-        the first device, as `saved_name` (SPEC §2.10): ``vm[saved_name]()`` then runs it with
+        the first device, as `saved_name`: ``vm[saved_name]()`` then runs it with
         no lookups or conversions, the way to time a call with time_evaluator. Without
         include_return the saved function returns None. A saved name shadows a VM function of
         the same name for vm[...]."""
         arguments = self._arguments(func_name, args, kwargs)
         self._vm.save_function(func_name, saved_name, arguments, bool(include_return))
 
-    # ---- the stateful API (SPEC §2.11) ------------------------------------------------------
+    # ---- the stateful API ------------------------------------------------------------------
 
-    def set_input(self, func_name, *args, **kwargs):
+    def set_input(self, func_name: str, *args: Any, **kwargs: Any) -> None:
         """Stores the inputs of `func_name` for invoke_stateful, converted to the first device
         (numpy arrays copied, numbers as 0-d tensors). Keyword arguments fill the parameters
         they name (TypeError when the executable records no names, or for a name that is not a
@@ -353,32 +360,32 @@ class VirtualMachine:
         arguments = self._arguments(func_name, args, kwargs)
         self._vm.set_input(func_name, arguments)
 
-    def invoke_stateful(self, func_name):
+    def invoke_stateful(self, func_name: str) -> None:
         """Runs `func_name` on the inputs set_input stored and keeps its output for
         get_outputs. ValueError when no inputs were set."""
         self._vm.invoke_stateful(func_name)
 
-    def get_outputs(self, func_name):
+    def get_outputs(self, func_name: str) -> Any:
         """The output of the last invoke_stateful(func_name): a value, or nested Python tuples
         for tuple outputs. ValueError before invoke_stateful."""
         return self._vm.get_outputs(func_name)
 
-    def get_output_arity(self, func_name, *indices):
+    def get_output_arity(self, func_name: str, *indices: int) -> int:
         """The size of the tuple at `indices` inside the saved output, or -1 when that value is
         not a tuple. ValueError before invoke_stateful, IndexError for an index out of
         range."""
         return self._vm.get_output_arity(func_name, list(indices))
 
-    def get_output(self, func_name, *indices):
+    def get_output(self, func_name: str, *indices: int) -> Any:
         """The value at `indices` inside the saved output; ValueError when it is a tuple (index
         further) or before invoke_stateful."""
         return self._vm.get_output(func_name, list(indices))
 
     # ---- instrumentation, timing, profiling -------------------------------------------------
 
-    def set_instrument(self, instrument):
+    def set_instrument(self, instrument: Union[Callable[..., Any], str, None]) -> None:
         """Calls ``instrument(func, func_symbol, before_run, ret_value, *args)`` around every
-        Call instruction the VM executes (SPEC §2.12). `func` is the callee (a kiln.Function,
+        Call instruction the VM executes, as TVM's VM does. `func` is the callee (a kiln.Function,
         or a kiln.Object for a VM closure), `func_symbol` its name in the executable,
         `before_run` True before the call (then `ret_value` is None) and False after it, `args`
         the call's arguments (data types as strings). A before-call returning
@@ -390,7 +397,7 @@ class VirtualMachine:
 
         The instrument is kept by this VirtualMachine object; functions taken from it earlier
         (vm["main"]) stop calling it once the object is gone."""
-        if isinstance(instrument, str):  # a global factory's name (SPEC §2.12)
+        if isinstance(instrument, str):  # a global factory's name (TVM's factory form)
             self._instrument = None
             self._vm.module["set_instrument"](instrument)
             return
@@ -405,21 +412,21 @@ class VirtualMachine:
 
     def time_evaluator(
         self,
-        func_name,
-        dev,
-        number=10,
-        repeat=1,
-        min_repeat_ms=0,
-        cooldown_interval_ms=0,
-        repeats_to_cooldown=1,
-        f_preproc="",
+        func_name: str,
+        dev: Device,
+        number: int = 10,
+        repeat: int = 1,
+        min_repeat_ms: int = 0,
+        cooldown_interval_ms: int = 0,
+        repeats_to_cooldown: int = 1,
+        f_preproc: str = "",
         *,
-        limit_zero_time_iterations=100,
-        cache_flush_bytes=0,
-    ):
-        """A kiln.TimeEvaluator for ``vm[func_name]`` on `dev` (SPEC §2.13): call it with the
-        function's arguments for a BenchmarkResult in seconds per call. Any name vm[...] finds
-        works: ``vm.time_evaluator("main", dev)(x, ...)``,
+        limit_zero_time_iterations: int = 100,
+        cache_flush_bytes: int = 0,
+    ) -> Union[_kiln.TimeEvaluator, _kiln.RemoteTimeEvaluator]:
+        """A kiln.TimeEvaluator for ``vm[func_name]`` on `dev` (TVM's parameter order): call it
+        with the function's arguments for a BenchmarkResult in seconds per call. Any name
+        vm[...] finds works: ``vm.time_evaluator("main", dev)(x, ...)``,
         ``vm.time_evaluator("invoke_stateful", dev)("main")`` after set_input, and
         ``vm.time_evaluator("saved", dev)()`` after save_function. Parameters as
         kiln.Module.time_evaluator."""
@@ -436,8 +443,8 @@ class VirtualMachine:
             f_preproc=f_preproc,
         )
 
-    def profile(self, func_name, *args):
-        """Profiles one call of `func_name` after one warm-up call (SPEC §2.14) and returns a
+    def profile(self, func_name: str, *args: Any) -> Report:
+        """Profiles one call of `func_name` after one warm-up call and returns a
         kiln.profiling.Report: one row per Call instruction with tensor arguments (name,
         duration, device, argument shapes), the device totals and the configuration
         (Executor: VM). `args` are converted as for set_input; with no args the inputs
@@ -445,6 +452,6 @@ class VirtualMachine:
         arguments = [self._convert(a) for a in args]
         return self._vm.profile(func_name, arguments)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         devices = ", ".join(str(d) for d in self.devices)
         return f"<kiln.vm.VirtualMachine on [{devices}]>"

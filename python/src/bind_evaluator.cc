@@ -8,21 +8,11 @@
 #include "bindings.h"
 
 namespace kiln::python {
-namespace {
 
-// A time evaluator held by Python. The evaluator keeps `number` as state across calls (SPEC
-// §1.3), so it is one object, not rebuilt per call.
-struct PyTimeEvaluator {
-  std::unique_ptr<TimeEvaluator> evaluator;
-  std::string function_name;
-
-  BenchmarkResult call(const nb::args& args) const {
-    std::vector<Any> values = to_anys(args);
-    return without_gil([&] { return (*evaluator)(values); });
-  }
-};
-
-}  // namespace
+BenchmarkResult PyTimeEvaluator::call(const nb::args& args) const {
+  std::vector<Any> values = to_anys(args);
+  return without_gil([&] { return (*evaluator)(values); });
+}
 
 TimeEvaluatorOptions evaluator_options(int32_t number, int32_t repeat, int32_t min_repeat_ms,
                                        int32_t limit_zero_time_iterations,
@@ -41,20 +31,21 @@ TimeEvaluatorOptions evaluator_options(int32_t number, int32_t repeat, int32_t m
   return options;
 }
 
-nb::object make_time_evaluator(Function f, Device device, TimeEvaluatorOptions options) {
+PyTimeEvaluator make_time_evaluator(Function f, Device device, TimeEvaluatorOptions options) {
   // Ctrl-C is noticed between repeats (the loop runs without the GIL).
   options.on_repeat = [](int32_t, int32_t) { check_interrupt(); };
-  auto py = std::make_unique<PyTimeEvaluator>();
-  py->function_name = f.name();
-  py->evaluator =
+  PyTimeEvaluator py;
+  py.function_name = f.name();
+  py.evaluator =
       std::make_unique<TimeEvaluator>(std::move(f), device, std::move(options), runtime());
-  return nb::cast(py.release(), nb::rv_policy::take_ownership);
+  return py;
 }
 
 void bind_evaluator(nb::module_& m) {
   nb::class_<BenchmarkResult>(m, "BenchmarkResult",
                               "Per-repeat times in seconds per call and their statistics "
-                              "(SPEC §1.1); str() and repr() print as TVM's do.")
+                              "(mean, median, min, max, std); str() and repr() print as TVM's "
+                              "BenchmarkResult does.")
       .def(nb::init<std::vector<double>>(), nb::arg("results"))
       .def_prop_ro(
           "results", [](const BenchmarkResult& r) { return nb::tuple(nb::cast(r.results())); },
@@ -102,7 +93,8 @@ void bind_evaluator(nb::module_& m) {
       nb::arg("cooldown_interval_ms") = 0, nb::arg("repeats_to_cooldown") = 1,
       nb::arg("cache_flush_bytes") = 0, nb::arg("f_preproc") = "",
       "Module.time_evaluator for one function: a kiln.Function, any Python callable, or the "
-      "name of a global function (SPEC §1.2's evaluator with no module).");
+      "name of a global function (a registered one, as TVM's time_evaluator takes with no "
+      "module). Returns a kiln.TimeEvaluator.");
 
   nb::class_<PyTimeEvaluator>(m, "TimeEvaluator",
                               "Times one function: call it with the function's arguments "

@@ -74,9 +74,10 @@ void bind_function(nb::module_& m) {
       [](const Module& mod, const std::string& name, Device dev, TimeEvaluatorOptions options) {
         return make_time_evaluator(mod.get_function(name), dev, std::move(options));
       },
-      "A callable that times `func_name` on `dev` (SPEC §1.2, §1.3): one warm-up call, then "
-      "`repeat` batches of `number` calls (growing while a batch is shorter than "
-      "`min_repeat_ms`); returns a BenchmarkResult in seconds per call.");
+      "A kiln.TimeEvaluator that times `func_name` on `dev` as TVM's time_evaluator does: "
+      "calling it with the function's arguments makes one warm-up call, then `repeat` batches "
+      "of `number` calls (`number` growing while a batch is shorter than `min_repeat_ms`), and "
+      "returns a BenchmarkResult in seconds per call.");
   module
       .def("get_function", &Module::get_function, nb::arg("name"),
            "The function `name` of this module or of its imports. kiln.NotFoundError names the "
@@ -88,6 +89,8 @@ void bind_function(nb::module_& m) {
           [](const Module& mod, const nb::args& args) {
             return call_from_python(mod.entry(), &PyTuple_GET_ITEM(args.ptr(), 0), args.size());
           },
+          // Any, as kiln.Function's calls: what comes back depends on the function.
+          nb::sig("def __call__(self, *args: typing.Any) -> typing.Any"),
           "Calls the entry function.")
       .def_prop_ro("entry_name", &Module::entry_name)
       .def_prop_ro("kind", &Module::kind)
@@ -127,6 +130,8 @@ void bind_function(nb::module_& m) {
         return do_register(f);
       },
       nb::arg("name"), nb::arg("f") = nb::none(), nb::arg("override") = false,
+      nb::sig("def register_func(name: str, f: collections.abc.Callable[..., typing.Any] | None "
+              "= None, override: bool = False) -> collections.abc.Callable[..., typing.Any]"),
       "Registers a Python callable as the global function `name` (for f_preproc, VM "
       "PackedFunc calls, ...). Also a decorator: @kiln.register_func('my.fn').");
 
@@ -146,9 +151,10 @@ void bind_function(nb::module_& m) {
       [] {
         for (const std::string& name : python_registered_names()) registry::remove(name);
         python_registered_names().clear();
+        release_held_objects();
       },
-      "Internal (atexit): drops the global functions registered from Python, whose callables "
-      "would otherwise outlive the interpreter.");
+      "Internal (atexit): drops the global functions registered from Python and releases every "
+      "Python callable a Function holds, which would otherwise outlive the interpreter.");
 
   m.def(
       "_floor_noop", [] {},

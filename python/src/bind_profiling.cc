@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// kiln.profiling's core (SPEC §3): the metric value classes Count, Duration, Percent and Ratio,
-// Report with its table/CSV/JSON/Chrome-trace forms, metric collectors (a plugin's, or one
-// written in Python) and profile_function. The Python layer (kiln/profiling.py) names
-// collectors and normalises arguments.
+// kiln.profiling's core (TVM's tvm.runtime.profiling): the metric value classes Count, Duration,
+// Percent and Ratio, Report with its table/CSV/JSON/Chrome-trace forms, metric collectors (a
+// plugin's, or one written in Python) and profile_function. The Python layer (kiln/profiling.py)
+// names collectors and normalises arguments.
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -99,6 +99,13 @@ struct PyProfileFunction {
   }
 };
 
+// A metric value's __eq__: equal to a value of the same class with the same number, unequal to
+// anything else (object's signature, so a type checker accepts `count == 3`).
+template <typename Metric>
+bool metric_equals(const Metric& self, nb::handle other) {
+  return nb::isinstance<Metric>(other) && self == nb::cast<const Metric&>(other);
+}
+
 std::string report_repr(const prof::Report& r) {
   std::string devices;
   for (const auto& [name, metrics] : r.device_metrics)
@@ -110,60 +117,61 @@ std::string report_repr(const prof::Report& r) {
 }  // namespace
 
 void bind_profiling(nb::module_& m) {
-  nb::class_<prof::Count>(m, "Count", "A metric that counts (SPEC §3.1): `value` is an int.")
-      .def(nb::init<>())
+  nb::class_<prof::Count>(m, "Count",
+                          "A metric that counts, as TVM's profiling.Count: `value` is an int.")
       .def(
           "__init__", [](prof::Count* self, int64_t value) { new (self) prof::Count{value}; },
-          nb::arg("value"))
+          nb::arg("value") = 0)
       .def_rw("value", &prof::Count::value, "The count (int).")
       .def("__int__", [](const prof::Count& c) { return c.value; })
-      .def("__eq__", [](const prof::Count& a, const prof::Count& b) { return a == b; })
+      .def("__eq__", &metric_equals<prof::Count>, nb::arg("other"))
       .def("__repr__",
            [](const prof::Count& c) { return "Count(" + std::to_string(c.value) + ")"; });
 
   nb::class_<prof::Duration>(
-      m, "Duration", "A time metric (SPEC §3.1): `microseconds` is a float in microseconds.")
-      .def(nb::init<>())
+      m, "Duration",
+      "A time metric, as TVM's profiling.Duration: `microseconds` is a float in microseconds.")
       .def(
           "__init__",
           [](prof::Duration* self, double microseconds) {
             new (self) prof::Duration{microseconds};
           },
-          nb::arg("microseconds"))
+          nb::arg("microseconds") = 0.0)
       .def_rw("microseconds", &prof::Duration::microseconds,
               "The duration in microseconds (float).")
       .def("__float__", [](const prof::Duration& d) { return d.microseconds; })
-      .def("__eq__", [](const prof::Duration& a, const prof::Duration& b) { return a == b; })
+      .def("__eq__", &metric_equals<prof::Duration>, nb::arg("other"))
       .def("__repr__",
            [](const prof::Duration& d) { return "Duration(" + py_number(d.microseconds) + ")"; });
 
   nb::class_<prof::Percent>(
-      m, "Percent", "A share (SPEC §3.1): `percent` is a float on the 0-100 scale (10 = 10 %).")
-      .def(nb::init<>())
+      m, "Percent",
+      "A share, as TVM's profiling.Percent: `percent` is a float on the 0-100 scale (10 = 10 %).")
       .def(
           "__init__",
           [](prof::Percent* self, double percent) { new (self) prof::Percent{percent}; },
-          nb::arg("percent"))
+          nb::arg("percent") = 0.0)
       .def_rw("percent", &prof::Percent::percent, "The share on the 0-100 scale (float).")
       .def("__float__", [](const prof::Percent& p) { return p.percent; })
-      .def("__eq__", [](const prof::Percent& a, const prof::Percent& b) { return a == b; })
+      .def("__eq__", &metric_equals<prof::Percent>, nb::arg("other"))
       .def("__repr__",
            [](const prof::Percent& p) { return "Percent(" + py_number(p.percent) + ")"; });
 
-  nb::class_<prof::Ratio>(m, "Ratio",
-                          "A ratio metric (SPEC §3.1): `ratio` is a float; table() averages it.")
-      .def(nb::init<>())
+  nb::class_<prof::Ratio>(
+      m, "Ratio",
+      "A ratio metric, as TVM's profiling.Ratio: `ratio` is a float; table() averages it.")
       .def(
           "__init__", [](prof::Ratio* self, double ratio) { new (self) prof::Ratio{ratio}; },
-          nb::arg("ratio"))
+          nb::arg("ratio") = 0.0)
       .def_rw("ratio", &prof::Ratio::ratio, "The ratio (float).")
       .def("__float__", [](const prof::Ratio& r) { return r.ratio; })
-      .def("__eq__", [](const prof::Ratio& a, const prof::Ratio& b) { return a == b; })
+      .def("__eq__", &metric_equals<prof::Ratio>, nb::arg("other"))
       .def("__repr__", [](const prof::Ratio& r) { return "Ratio(" + py_number(r.ratio) + ")"; });
 
   nb::class_<prof::Report>(
       m, "Report",
-      "The result of a profiled run (SPEC §3.1). Metric values are kiln.profiling.Count, "
+      "The result of a profiled run, as TVM's profiling.Report: one row of metrics per call, "
+      "each device's totals and the run's configuration. Metric values are kiln.profiling.Count, "
       "Duration, Percent, Ratio or str. `calls`, `device_metrics` and `configuration` read as "
       "new Python containers each time (assign a whole new value to change one). "
       "str(report) is report.table().")
@@ -187,13 +195,15 @@ void bind_profiling(nb::module_& m) {
               "Run-wide settings, e.g. 'Executor': 'VM', 'Number of threads': Count(n).")
       .def("table", &prof::Report::table, nb::arg("sort") = true, nb::arg("aggregate") = true,
            nb::arg("col_sums") = true,
-           "The human-readable table (SPEC §3.5): calls grouped when `aggregate`, sorted by "
-           "duration when `sort`, a Sum row when `col_sums`, the device totals and the "
-           "configuration. Numbers group thousands with ',' whatever the locale.")
+           "The human-readable table, laid out as TVM's Report.table: calls grouped when "
+           "`aggregate`, sorted by duration when `sort`, a Sum row when `col_sums`, the device "
+           "totals and the configuration. Numbers group thousands with ',' whatever the locale.")
       .def("csv", &prof::Report::csv,
-           "The calls as CSV (SPEC §3.4): a header of every metric name, then one line per call.")
+           "The calls as CSV, as TVM's Report.csv: a header of every metric name, then one line "
+           "per call.")
       .def("json", &prof::Report::json,
-           "The reference's JSON (SPEC §3.3); Report.from_json reads it back.")
+           "The report as JSON in TVM's layout (Report.json; its AsJSON); Report.from_json reads "
+           "it back.")
       .def("chrome_trace", &prof::Report::chrome_trace,
            "Chrome trace-event JSON for Perfetto or chrome://tracing: one track per device.")
       .def_static("from_json", &prof::Report::from_json, nb::arg("text"),
@@ -253,13 +263,13 @@ void bind_profiling(nb::module_& m) {
         return PyProfileFunction{std::move(run), func_name.empty() ? mod.entry_name() : func_name};
       },
       nb::arg("mod"), nb::arg("dev"), nb::arg("collectors"), nb::arg("func_name") = "",
-      nb::arg("warmup_iters") = 10,
-      "Internal: SPEC §3.9's ProfileFunction (kiln.profiling.profile_function).");
+      nb::arg("warmup_iters") = 10, "Internal: the core of kiln.profiling.profile_function.");
 
   m.def(
       "device_report_name",
       [](Device dev) { return prof::device_report_name(dev, runtime().device_types()); },
-      nb::arg("dev"), "The name of `dev` in reports (SPEC §3.8): 'cpu0', 'cuda1', ...");
+      nb::arg("dev"),
+      "The name of `dev` in reports, as TVM names devices there: 'cpu0', 'cuda1', ...");
 }
 
 }  // namespace kiln::python

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// kiln.rpc's core (SPEC §4, docs/rpc.md): RPCSession, RemoteModule, RemoteTimeEvaluator,
+// kiln.rpc's core (TVM's tvm.rpc, docs/rpc.md): RPCSession, RemoteModule, RemoteTimeEvaluator,
 // TrackerSession and the two ways to open a session. Every call that talks to a server or a
 // tracker runs with the GIL released. The Python layer (kiln/rpc.py) names them as TVM does.
 #include <nanobind/stl/optional.h>
@@ -224,12 +224,12 @@ void bind_remote_module(nb::module_& m) {
          TimeEvaluatorOptions options) {
         rpc::RemoteTimeEvaluator evaluator =
             without_gil([&] { return mod.time_evaluator(name, dev, std::move(options)); });
-        return nb::cast(PyRemoteTimeEvaluator{std::move(evaluator), name});
+        return PyRemoteTimeEvaluator{std::move(evaluator), name};
       },
-      "A callable that times `func_name` on `dev` (a device of this module's session) with "
-      "SPEC §1.2's parameters; the whole measurement loop runs on the server and each call "
-      "returns a kiln.BenchmarkResult in seconds per call. `f_preproc` names a global "
-      "function of the server.");
+      "A RemoteTimeEvaluator that times `func_name` on `dev` (a device of this module's "
+      "session), with kiln.Module.time_evaluator's parameters; the whole measurement loop runs "
+      "on the server and each call returns a kiln.BenchmarkResult in seconds per call. "
+      "`f_preproc` names a global function of the server.");
   auto get_function = [](const rpc::RemoteModule& mod, const std::string& name) {
     return without_gil([&] { return mod.get_function(name); });
   };
@@ -243,6 +243,7 @@ void bind_remote_module(nb::module_& m) {
             Function entry = without_gil([&] { return mod.get_function(mod.entry_name()); });
             return call_from_python(entry, &PyTuple_GET_ITEM(args.ptr(), 0), args.size());
           },
+          nb::sig("def __call__(self, *args: typing.Any) -> typing.Any"),
           "Calls the entry function (entry_name) on the server.")
       .def_prop_ro("entry_name", &rpc::RemoteModule::entry_name,
                    "The name of the module's entry function ('main' for TVM exports).")

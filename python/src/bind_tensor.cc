@@ -349,14 +349,17 @@ void bind_tensor(nb::module_& m) {
           [](const Tensor& t) {
             return numpy_view(without_gil([&] { return t.to_host(); }), WithoutMlDtypes::kRaise);
           },
-          nb::sig("def numpy(self) -> numpy.ndarray"),
+          // "numpy.ndarray[]" is how nanobind names a numpy array of any dtype and shape
+          // (nb::ndarray<nb::numpy>): the stubs say numpy.typing.NDArray, which a method named
+          // numpy cannot shadow.
+          nb::sig("def numpy(self) -> numpy.ndarray[]"),
           "A numpy array with a copy of this tensor's data (downloaded from any device). "
           "bfloat16 comes as ml_dtypes.bfloat16 (ImportError saying so without ml_dtypes); "
           "lanes ('float32x4') become a last dimension.")
       .def("__array__", &tensor_array, nb::arg("dtype").none() = nb::none(),
            nb::arg("copy").none() = nb::none(),
            nb::sig("def __array__(self, dtype: object | None = None, copy: bool | None = None) "
-                   "-> numpy.ndarray"),
+                   "-> numpy.ndarray[]"),
            "numpy.asarray(t): a host tensor's memory, shared unless `copy`; TypeError for a "
            "tensor on a device (call .numpy()).")
       .def(

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// kiln.testing's core: local_run and rpc_run (SPEC §1.8-§1.10) and RPCConfig (§1.7). The
+// kiln.testing's core: local_run and rpc_run (TVM's tvm.testing ones) and RPCConfig. The
 // Python layer (kiln/testing.py) normalises TVM modules and configs and converts outputs to
 // numpy; everything the reference specifies (order, messages, cleanup) happens in the core.
 #include <nanobind/stl/optional.h>
@@ -241,8 +241,9 @@ void bind_testing(nb::module_& m) {
       nb::arg("seed").none(), "Internal: kiln.testing.ab_run on two loaded kiln.Modules.");
 
   nb::class_<rpc::RPCConfig>(m, "RPCConfig",
-                             "Where rpc_run finds a remote device (SPEC §1.7): a tracker, a key, "
-                             "a priority and a session timeout. Unset fields fall back to "
+                             "Where rpc_run finds a remote device, as TVM's RPCConfig: a "
+                             "tracker, a key, a priority and a session timeout. Unset fields "
+                             "fall back to "
                              "KILN_TRACKER_HOST/_PORT/_KEY, then TVM_TRACKER_HOST/_PORT/_KEY.")
       .def(
           "__init__",

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// kiln._kiln._VirtualMachine: the Relax-style VM over an executable module (SPEC §2.6-§2.14).
+// kiln._kiln._VirtualMachine: the Relax-style VM over an executable module (TVM's Relax VM).
 // The Python class kiln.vm.VirtualMachine (kiln/vm.py) normalises devices, memory_cfg and
 // arguments as the reference's Python class does and calls these methods; every method that
 // runs VM code releases the GIL.
@@ -23,7 +23,8 @@ namespace {
 
 using vm::VirtualMachine;
 
-// The VM module's fixed function names (§2.6): they shadow VM functions of the same name.
+// The VM module's fixed function names (TVM's VM module has them too): they shadow VM functions
+// of the same name.
 constexpr std::array<std::string_view, 10> kFixedNames = {
     "set_input",          "invoke_stateful",        "get_output_arity", "get_output",
     "save_function",      "invoke_closure",         "set_instrument",   "profile",
@@ -36,7 +37,7 @@ bool is_fixed_name(const std::string& name) {
   return false;
 }
 
-// What vm[name] resolves to (§2.6): a fixed module function, else a saved or VM function
+// What vm[name] resolves to: a fixed module function, else a saved or VM function
 // (NotFoundError "Unknown function: <name>" otherwise).
 Function resolve(const VirtualMachine& vm, const std::string& name) {
   if (is_fixed_name(name)) return vm.module().get_function(name);
@@ -127,7 +128,7 @@ void bind_vm(nb::module_& m) {
          TimeEvaluatorOptions options) {
         return make_time_evaluator(resolve(vm, name), dev, std::move(options));
       },
-      "A kiln.TimeEvaluator over get_function(name) (§2.13).");
+      "A kiln.TimeEvaluator over get_function(name).");
   vm_class
       .def(
           "__init__",
@@ -159,7 +160,7 @@ void bind_vm(nb::module_& m) {
             return from_any(result);
           },
           nb::arg("closure"), nb::arg("args"),
-          "Calls a VM closure (or any function) with the values of `args` (§2.4).")
+          "Calls a VM closure (or any function) with the values of `args`.")
       .def(
           "save_function",
           [](VirtualMachine& vm, const std::string& func, const std::string& saved_name,
@@ -169,7 +170,7 @@ void bind_vm(nb::module_& m) {
           },
           nb::arg("func"), nb::arg("saved_name"), nb::arg("args"), nb::arg("include_return") = true,
           "Saves `func` with `args` bound after its own arguments (converted to devices[0]) as "
-          "`saved_name` (§2.10); without include_return it returns None.")
+          "`saved_name`; without include_return it returns None.")
       .def(
           "set_input",
           [](VirtualMachine& vm, const std::string& func, nb::handle args) {
@@ -177,7 +178,7 @@ void bind_vm(nb::module_& m) {
             without_gil([&] { vm.set_input(func, values); });
           },
           nb::arg("func"), nb::arg("args"),
-          "Stores the inputs of `func` for invoke_stateful, converted to devices[0] (§2.11). "
+          "Stores the inputs of `func` for invoke_stateful, converted to devices[0]. "
           "ValueError for an unknown function, TypeError for a wrong count.")
       .def(
           "invoke_stateful",
@@ -185,7 +186,7 @@ void bind_vm(nb::module_& m) {
             without_gil([&] { vm.invoke_stateful(func); });
           },
           nb::arg("func"),
-          "Runs `func` on the inputs set_input stored and keeps its output (§2.11). ValueError "
+          "Runs `func` on the inputs set_input stored and keeps its output. ValueError "
           "when no inputs were set.")
       .def(
           "get_outputs",
@@ -222,7 +223,7 @@ void bind_vm(nb::module_& m) {
           },
           nb::arg("f").none(),
           "Calls `f(func, func_symbol, before_run, ret_value, *args)` around every Call "
-          "instruction (§2.12); a before-call returning 1 (SKIP_RUN) skips the call. None "
+          "instruction; a before-call returning 1 (SKIP_RUN) skips the call. None "
           "removes the instrument.")
       .def(
           "profile",
@@ -231,13 +232,14 @@ void bind_vm(nb::module_& m) {
             return without_gil([&] { return vm.profile(func, values); });
           },
           nb::arg("func"), nb::arg("args"),
-          "Profiles one call of `func` after a warm-up (§2.14) into a kiln.profiling.Report; "
+          "Profiles one call of `func` after a warm-up into a kiln.profiling.Report; "
           "`args` as set_input, or empty to use the inputs set_input stored.")
       .def("param_names", &param_names, nb::arg("func"),
            "The parameter names the executable records for VM function `func` (may be empty); "
            "ValueError for an unknown function.")
       .def_prop_ro("module", &VirtualMachine::module,
-                   "The VM as a kiln.Module with the function table of §2.6.")
+                   "The VM as a kiln.Module with the VM module's function table (set_input, "
+                   "invoke_stateful, get_output, ..., and every VM function).")
       .def_prop_ro("devices", &VirtualMachine::devices, "The VM's devices, the host CPU last.")
       .def_prop_ro(
           "function_names",
@@ -251,10 +253,10 @@ void bind_vm(nb::module_& m) {
           "The VM functions of the executable, in table order.")
       .def(
           "as_text", [](const VirtualMachine& vm) { return vm.executable().as_text(); },
-          "The executable's text form (§2.15).")
+          "The executable's text form (TVM's as_text).")
       .def(
           "stats", [](const VirtualMachine& vm) { return vm.executable().stats(); },
-          "The executable's statistics (§2.15).");
+          "The executable's statistics (TVM's stats).");
 
   // The core of kiln.vm.VirtualMachine on a remote executable: the VM is made on the server
   // (vm_load_executable + vm_initialization); kiln/vm.py drives it through its module.
@@ -272,7 +274,7 @@ void bind_vm(nb::module_& m) {
           nb::arg("exec"), nb::arg("devices"), nb::arg("memory_cfg").none() = nb::none(),
           nb::arg("profile") = false)
       .def_prop_ro("module", &rpc::RemoteVirtualMachine::module,
-                   "The VM module on the server (SPEC §2.6's function table).")
+                   "The VM module on the server (the VM module's function table).")
       .def_prop_ro("devices", &rpc::RemoteVirtualMachine::devices,
                    "The VM's devices (of the session), the server's CPU last.");
 }

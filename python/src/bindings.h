@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -77,23 +78,69 @@ Tensor tensor_from_dlpack(nb::handle producer);
 // `versioned`, else "dltensor". Freed by the capsule unless a consumer takes it.
 nb::object dlpack_capsule(const Tensor& tensor, bool versioned);
 
+// ---- Python objects owned by C++ (held_objects.cc) -----------------------------------------
+
+// A strong reference to a Python object, owned by C++ code that may drop it on any thread.
+// Made with the GIL held. Its destructor never waits for the GIL (see drop_reference). At
+// interpreter exit release_held_objects lets go of every one's object early; get() is then null.
+class HeldObject {
+ public:
+  explicit HeldObject(nb::handle object);
+  ~HeldObject();
+  HeldObject(const HeldObject&) = delete;
+  HeldObject& operator=(const HeldObject&) = delete;
+
+  // The object, borrowed; nullptr once released at exit. With the GIL held.
+  PyObject* get() const { return object_; }
+
+ private:
+  friend void release_held_objects();
+  PyObject* object_;
+};
+
+// Drops a strong reference from any thread: at once when this thread holds the GIL, otherwise
+// soon, on the thread that next runs Python (Py_AddPendingCall), so that a thread another one
+// joins with the GIL held never waits for it. Nothing once the interpreter is gone.
+void drop_reference(PyObject* object);
+
+// Releases the references dropped by threads without the GIL that are still waiting. GIL held.
+void release_dropped_references();
+
+// At interpreter exit (kiln's atexit handler, GIL held): releases every HeldObject's object,
+// which breaks the cycles a callable's globals make through C++ (a module that registers a
+// function and keeps a Function of it) and lets the interpreter free them.
+void release_held_objects();
+
 // ---- Python callables as Functions ---------------------------------------------------------
 
 // Wraps a Python callable as a Function named `name`: each call takes the GIL, converts the
 // arguments with from_any, calls, and converts the result with to_any. A Python exception is
 // kept for the thread (see rethrow_pending_python_error) and crosses Kiln as a kiln error of
 // the matching kind, so a caller in C++ sees ValueError/TypeError/... and Python sees the
-// original exception again.
+// original exception again. The callable is a HeldObject: a call after interpreter exit
+// released it is a RuntimeError naming the function.
 Function function_from_callable(nb::handle callable, std::string name);
 
 // ---- Time evaluators ----------------------------------------------------------------------
 
-// A kiln.TimeEvaluator (bind_evaluator.cc) timing `f` on `device`: calling it with the
-// function's arguments runs the measurement loop with the GIL released and returns a
-// BenchmarkResult; Ctrl-C stops it after the current repeat.
-nb::object make_time_evaluator(Function f, Device device, TimeEvaluatorOptions options);
+// kiln.TimeEvaluator (bind_evaluator.cc): a time evaluator held by Python. The evaluator keeps
+// `number` as state across calls (grown to reach min_repeat_ms), so it is one object, not
+// rebuilt per call. Declared here so that the bindings returning one name its class.
+struct PyTimeEvaluator {
+  std::unique_ptr<TimeEvaluator> evaluator;
+  std::string function_name;
 
-// The evaluator options of SPEC §1.2's parameters, validated (ValueError naming the parameter).
+  // Converts `args` and runs the measurement loop with the GIL released.
+  BenchmarkResult call(const nb::args& args) const;
+};
+
+// A kiln.TimeEvaluator timing `f` on `device`: calling it with the function's arguments runs
+// the measurement loop with the GIL released and returns a BenchmarkResult; Ctrl-C stops it
+// after the current repeat.
+PyTimeEvaluator make_time_evaluator(Function f, Device device, TimeEvaluatorOptions options);
+
+// The time evaluator's options (TVM's time_evaluator parameters), validated (ValueError naming
+// the parameter).
 TimeEvaluatorOptions evaluator_options(int32_t number, int32_t repeat, int32_t min_repeat_ms,
                                        int32_t limit_zero_time_iterations,
                                        int32_t cooldown_interval_ms, int32_t repeats_to_cooldown,
@@ -101,9 +148,9 @@ TimeEvaluatorOptions evaluator_options(int32_t number, int32_t repeat, int32_t m
 
 // Adds the method time_evaluator(<name_arg>, dev, number=10, repeat=1, min_repeat_ms=0,
 // limit_zero_time_iterations=100, cooldown_interval_ms=0, repeats_to_cooldown=1,
-// cache_flush_bytes=0, f_preproc="") to `cls` with SPEC §1.2's defaults, once for every class
-// that has one. `make(self, name, dev, options)` returns the evaluator object for validated
-// options.
+// cache_flush_bytes=0, f_preproc="") to `cls` with TVM's defaults, once for every class that
+// has one. `make(self, name, dev, options)` returns the evaluator for validated options (a
+// bound class, by value, so the method's signature names what it returns).
 template <typename Class, typename Make>
 void def_time_evaluator(Class& cls, const char* name_arg, Make make, const char* doc) {
   using Self = typename Class::Type;
@@ -112,7 +159,7 @@ void def_time_evaluator(Class& cls, const char* name_arg, Make make, const char*
       [make](Self& self, const std::string& name, Device dev, int32_t number, int32_t repeat,
              int32_t min_repeat_ms, int32_t limit_zero_time_iterations,
              int32_t cooldown_interval_ms, int32_t repeats_to_cooldown, int64_t cache_flush_bytes,
-             const std::string& f_preproc) -> nb::object {
+             const std::string& f_preproc) {
         return make(self, name, dev,
                     evaluator_options(number, repeat, min_repeat_ms, limit_zero_time_iterations,
                                       cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes,

@@ -34,10 +34,20 @@ struct ErrorClasses {
 };
 ErrorClasses classes;
 
-// A new exception class kiln.<name> with the given bases, added to `m`.
+// The module kiln's exception classes name as theirs: the package (kiln, which re-exports
+// them: users catch kiln.NotFoundError and tracebacks print that) when `m` is kiln._kiln, else
+// `m` itself, as when nanobind's stubgen imports the extension alone as _kiln: the classes are
+// then its own, so its type stubs declare them.
+std::string error_module_name(nb::module_& m) {
+  const std::string name = nb::str(m.attr("__name__")).c_str();
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+// A new exception class <module>.<name> with the given bases, added to `m`.
 PyObject* new_error_class(nb::module_& m, const char* name, const nb::tuple& bases,
                           const char* doc) {
-  const std::string qualified = std::string("kiln.") + name;
+  const std::string qualified = error_module_name(m) + "." + name;
   PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
   if (cls == nullptr) throw nb::python_error();
   m.attr(name) = nb::steal(cls);  // the module owns the class; the pointer kept is borrowed
@@ -53,6 +63,7 @@ auto* const orphans = new std::vector<nb::python_error>();
 
 // Releases the orphaned exceptions. With the GIL held.
 void release_orphans() {
+  release_dropped_references();
   std::vector<nb::python_error> released;
   {
     std::lock_guard lock(orphans_mu);
@@ -269,29 +280,21 @@ void check_interrupt() {
 }
 
 Function function_from_callable(nb::handle callable, std::string name) {
-  // The callable is held through a shared reference whose last owner takes the GIL to drop it,
-  // because a Function may die on a thread that does not hold the GIL.
-  struct Held {
-    PyObject* object;
-    explicit Held(nb::handle h) : object(h.inc_ref().ptr()) {}
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
-    ~Held() {
-      if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing to release
-      nb::gil_scoped_acquire gil;
-      Py_DECREF(object);
-    }
-  };
-  auto held = std::make_shared<Held>(callable);
-  return Function::from_packed(std::move(name), [held](const Any* args, int32_t num_args) -> Any {
+  // Shared by the Function's copies; the last one may die on any thread (HeldObject).
+  auto held = std::make_shared<HeldObject>(callable);
+  return Function::from_packed(name, [held, name](const Any* args, int32_t num_args) -> Any {
     nb::gil_scoped_acquire gil;
+    if (held->get() == nullptr) {
+      throw RuntimeError("the Python function '" + name +
+                         "' was released at interpreter exit and can no longer be called");
+    }
     try {
       nb::tuple py_args = nb::steal<nb::tuple>(PyTuple_New(num_args));
       for (int32_t i = 0; i < num_args; ++i) {
         nb::object item = from_any(args[i]);
         PyTuple_SET_ITEM(py_args.ptr(), i, item.release().ptr());
       }
-      nb::object result = nb::handle(held->object)(*py_args);
+      nb::object result = nb::handle(held->get())(*py_args);
       return to_any(result, "the callback's result");
     } catch (nb::python_error& e) {
       keep_and_throw(e);
