@@ -49,7 +49,13 @@ if [ -n "$from_build" ]; then
   cached() { sed -n "s/^$1:[A-Z]*=//p" "$cache"; }
   [ "$(cached KILN_BUILD_PYTHON)" = "ON" ] ||
     { say "FAILED: $from_build is not configured with KILN_BUILD_PYTHON=ON"; exit 1; }
-  prefix_before=$(cached CMAKE_INSTALL_PREFIX)
+  # The cache entries scikit-build-core sets, as they were (name=value, or name alone if unset).
+  entries_before=()
+  for entry in CMAKE_INSTALL_PREFIX CMAKE_MODULE_PATH CMAKE_PREFIX_PATH \
+    CMAKE_FIND_ROOT_PATH_MODE_PACKAGE; do
+    if grep -q "^$entry:" "$cache"; then entry="$entry=$(cached "$entry")"; fi
+    entries_before+=("$entry")
+  done
   # Its own build type and options, so that scikit-build-core's configure changes nothing that
   # is compiled; stripped as a Release wheel is.
   build_settings=(-C "build-dir=$from_build" -C "cmake.build-type=$(cached CMAKE_BUILD_TYPE)"
@@ -61,10 +67,14 @@ if [ -n "$from_build" ]; then
   # What scikit-build-core leaves in the cache (its variables, its FindPython, an install prefix
   # in a temporary folder) goes again, whatever happens next.
   restore_build() {
-    local prefix=(-U CMAKE_INSTALL_PREFIX)
-    if [ -n "$prefix_before" ]; then prefix=("-DCMAKE_INSTALL_PREFIX=$prefix_before"); fi
-    cmake -U 'SKBUILD*' -U CMAKE_MODULE_PATH -U CMAKE_PREFIX_PATH \
-      -U CMAKE_FIND_ROOT_PATH_MODE_PACKAGE "${prefix[@]}" "$from_build" >/dev/null
+    local args=(-U 'SKBUILD*') entry
+    for entry in "${entries_before[@]}"; do
+      case "$entry" in
+        *=*) args+=("-D$entry") ;;
+        *) args+=(-U "$entry") ;;
+      esac
+    done
+    cmake "${args[@]}" "$from_build" >/dev/null
   }
   trap restore_build EXIT
 fi
