@@ -19,6 +19,8 @@ packages=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libamdhip64-dev hipcc rocm-device-libs
   clang libclang-rt-14-dev
+  # tools/wheel-check.sh: the minimal Debian 12 root the repaired wheel is tested in.
+  debootstrap
 )
 
 missing=()

@@ -112,7 +112,8 @@ skip() {
 # 3. A minimal Debian 12 root: no -dev packages, none of the libraries the build linked.
 if [ ! -x "$root/usr/bin/python3" ]; then
   if ! command -v debootstrap >/dev/null; then
-    apt-get install -y -qq debootstrap >/dev/null 2>&1 || skip "no debootstrap and apt cannot install it"
+    { apt-get update -qq && apt-get install -y -qq debootstrap; } >/dev/null 2>&1 ||
+      skip "no debootstrap and apt cannot install it"
   fi
   rm -rf --one-file-system "$root"
   if ! debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.log" 2>&1; then
