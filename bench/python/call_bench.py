@@ -17,6 +17,7 @@ Cases, each timed as ns per call over a loop of `--calls` calls:
   tvm_touch3     the same body through tvm-ffi (libkiln_bench_tvm_ffi_calls.so) with three
                  tvm_ffi.Tensors
   kiln_touch3_np Kiln's touch3 with three numpy arrays (float32[16])
+  kiln_touch3_tvmt Kiln's touch3 with three tvm_ffi.Tensors (another DLPack producer's memory)
   tvm_touch3_np  tvm-ffi's touch3 with three numpy arrays
 
   PYTHONPATH=build/python build/.venv-tvm/bin/python bench/python/call_bench.py \
@@ -68,6 +69,9 @@ def make_cases(build):
         print("# apache-tvm-ffi is not installed: the tvm-ffi cases are left out")
         return cases
     cases["tvm_nop"] = (tvm_ffi.get_global_func("testing.nop"), ())
+    cases["kiln_touch3_tvmt"] = (calls["touch3"],
+                                 tuple(tvm_ffi.from_dlpack(np.zeros(16, np.float32))
+                                       for _ in range(3)))
     if noop_so.exists():
         one = np.zeros(1, np.float32)
         kiln_noop1 = kiln.load_module(str(noop_so))["noop"]

@@ -78,6 +78,25 @@ Tensor tensor_from_dlpack(nb::handle producer);
 // `versioned`, else "dltensor". Freed by the capsule unless a consumer takes it.
 nb::object dlpack_capsule(const Tensor& tensor, bool versioned);
 
+// A DLPack producer's host memory lent to one call: the managed tensor taken from its capsule
+// (which is then consumed), and a DLTensor of it for the call. No Kiln Tensor is made.
+// Trivially constructible: calls keep a few on the stack, uninitialised until used.
+struct LentDLPack {
+  void* managed;  // DLManagedTensorVersioned* when `versioned`, else DLManagedTensor*
+  bool versioned;
+  DLTensor dl;
+};
+
+// Takes the memory of `producer` (an object with __dlpack__) for one call when Kiln can use it
+// as it is: host memory, writable, compact row-major (as tensor_from_dlpack requires).
+// Returns false, with no Python error set and the capsule left to its producer, for anything
+// else; the caller then takes tensor_from_dlpack's path, which converts or explains. On true,
+// `lent` must be given to release_lent_dlpack after the call, with the GIL held.
+bool lend_dlpack(nb::handle producer, LentDLPack& lent);
+
+// Gives lent memory back to its producer (its deleter). With the GIL held.
+void release_lent_dlpack(LentDLPack& lent);
+
 // ---- Python objects owned by C++ (held_objects.cc) -----------------------------------------
 
 // A strong reference to a Python object, owned by C++ code that may drop it on any thread.

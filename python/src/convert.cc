@@ -3,9 +3,11 @@
 #include <bit>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
@@ -187,7 +189,8 @@ bool borrow_array(PyObject* p, BorrowedArray& slot) {
 }
 
 // The arrays lent to one call, released (with the GIL held) when the call is over, also when
-// it failed. Storage for up to 8 on the stack; a call with more arguments allocates it.
+// it failed: numpy arrays' buffers (storage for up to 8 on the stack; a call with more
+// arguments allocates it) and other DLPack producers' memory (allocated at the first).
 class BorrowedArrays {
  public:
   explicit BorrowedArrays(size_t n) : capacity_(n) {}
@@ -196,8 +199,9 @@ class BorrowedArrays {
   ~BorrowedArrays() {
     BorrowedArray* slots = data();
     for (size_t i = 0; i < count_; ++i) PyBuffer_Release(&slots[i].view);
+    for (LentDLPack& lent : lent_) release_lent_dlpack(lent);
   }
-  // Lends `p` to the call as a DLTensor; null when borrow_array refuses it.
+  // Lends the exact numpy array `p` to the call as a DLTensor; null when borrow_array refuses it.
   DLTensor* borrow(PyObject* p) {
     if (capacity_ > kOnStack && !large_) large_ = std::make_unique<BorrowedArray[]>(capacity_);
     BorrowedArray& slot = data()[count_];
@@ -205,19 +209,29 @@ class BorrowedArrays {
     ++count_;
     return &slot.dl;
   }
+  // Lends the memory of the DLPack producer `p` to the call; null when lend_dlpack refuses it.
+  DLTensor* borrow_dlpack(PyObject* p) {
+    // Reserved for every argument at once: the DLTensors handed out must not move.
+    if (lent_.capacity() == 0) lent_.reserve(capacity_);
+    LentDLPack lent{};
+    if (!lend_dlpack(nb::handle(p), lent)) return nullptr;
+    return &lent_.emplace_back(lent).dl;
+  }
 
  private:
   static constexpr size_t kOnStack = 8;
   BorrowedArray* data() { return large_ ? large_.get() : small_; }
   BorrowedArray small_[kOnStack];  // left uninitialised: only the first count_ are used
   std::unique_ptr<BorrowedArray[]> large_;
+  std::vector<LentDLPack> lent_;
   size_t capacity_;
   size_t count_ = 0;
 };
 
-}  // namespace
-
-Any to_any(nb::handle value, const char* what, int index) {
+// `value` as Kiln takes it when that is decided before asking for __dlpack__: Kiln's and
+// Python's own values, numpy arrays, shapes, tuples and lists, scalar subclasses. Nothing for
+// anything else (DLPack producers, numpy scalars, callables, ...): see other_value.
+std::optional<Any> plain_value(nb::handle value, const char* what, int index) {
   PyObject* p = value.ptr();
   PyTypeObject* type = Py_TYPE(p);
   const BoundTypes& bound = bound_types();
@@ -258,8 +272,18 @@ Any to_any(nb::handle value, const char* what, int index) {
   if (PyBool_Check(p)) return Any(p == Py_True);
   if (PyLong_Check(p)) return Any(int64_of(p, what, index));
   if (PyFloat_Check(p)) return Any(PyFloat_AsDouble(p));
-  if (PyObject_HasAttrString(p, "__dlpack__") != 0) return Any(tensor_from_dlpack(value));
-  // numpy scalars and other numbers.
+  return std::nullopt;
+}
+
+bool is_dlpack_producer(nb::handle value) {
+  return PyObject_HasAttrString(value.ptr(), "__dlpack__") != 0;
+}
+
+// `value` as Kiln takes it when it is neither a plain_value nor a DLPack producer: numpy
+// scalars and other numbers, callables; a TypeError naming what Kiln takes for anything else.
+Any other_value(nb::handle value, const char* what, int index) {
+  PyObject* p = value.ptr();
+  PyTypeObject* type = Py_TYPE(p);
   if (PyObject_HasAttrString(p, "__index__") != 0) return Any(nb::cast<int64_t>(value));
   if (PyObject_HasAttrString(p, "__float__") != 0) {
     const double v = PyFloat_AsDouble(p);
@@ -278,6 +302,14 @@ Any to_any(nb::handle value, const char* what, int index) {
                            .c_str());
 }
 
+}  // namespace
+
+Any to_any(nb::handle value, const char* what, int index) {
+  if (std::optional<Any> plain = plain_value(value, what, index)) return std::move(*plain);
+  if (is_dlpack_producer(value)) return Any(tensor_from_dlpack(value));  // shares the memory
+  return other_value(value, what, index);
+}
+
 nb::object call_from_python(const Function& f, PyObject* const* args, size_t n) {
   constexpr size_t kOnStack = 8;
   KilnAny small[kOnStack];
@@ -285,10 +317,13 @@ nb::object call_from_python(const Function& f, PyObject* const* args, size_t n) 
   KilnAny* packed = n > kOnStack ? large.data() : small;
   std::vector<Any> owned;    // values made for this call; allocated only when one is needed
   BorrowedArrays arrays(n);  // numpy arrays lent to the call; released after it, with the GIL
-  int borrows = -1;          // whether f borrows its arguments; asked at the first numpy array
-  auto lend = [&](PyObject* array) -> DLTensor* {
+  int borrows = -1;          // whether f borrows its arguments; asked at the first array
+  auto borrows_now = [&] {
     if (borrows < 0) borrows = borrows_arguments(f) ? 1 : 0;
-    return borrows != 0 ? arrays.borrow(array) : nullptr;
+    return borrows != 0;
+  };
+  auto lend = [&](PyObject* array) -> DLTensor* {
+    return borrows_now() ? arrays.borrow(array) : nullptr;
   };
   const BoundTypes& bound = bound_types();
   for (size_t i = 0; i < n; ++i) {
@@ -312,8 +347,21 @@ nb::object call_from_python(const Function& f, PyObject* const* args, size_t n) 
       a.type_code = KILN_TYPE_TENSOR;
       a.value.v_tensor = dl;
     } else {
+      const nb::handle value(p);
+      const int index = static_cast<int>(i);
+      std::optional<Any> plain = plain_value(value, "argument", index);
+      if (!plain && is_dlpack_producer(value)) {
+        // Another producer's host memory (a TVM or PyTorch tensor, ...), lent for the call as
+        // a numpy array is; device memory and what cannot be lent become a shared Tensor.
+        if (DLTensor* dl = borrows_now() ? arrays.borrow_dlpack(p) : nullptr) {
+          a.type_code = KILN_TYPE_TENSOR;
+          a.value.v_tensor = dl;
+          continue;
+        }
+        plain = Any(tensor_from_dlpack(value));
+      }
       if (owned.empty()) owned.reserve(n);  // to_abi views stay valid: no reallocation
-      owned.push_back(to_any(nb::handle(p), "argument", static_cast<int>(i)));
+      owned.push_back(plain ? std::move(*plain) : other_value(value, "argument", index));
       a = owned.back().to_abi();
     }
   }

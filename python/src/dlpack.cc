@@ -104,21 +104,27 @@ nb::object bfloat16_bits(nb::handle producer) {
 nb::object capsule_of(nb::handle producer, bool& bfloat16) {
   bfloat16 = false;
   if (PyCapsule_CheckExact(producer.ptr())) return nb::borrow(producer);
-  nb::object dlpack = producer.attr("__dlpack__");
-  try {
-    return dlpack(nb::arg("max_version") = nb::make_tuple(1, 0));
-  } catch (nb::python_error& e) {
-    if (e.matches(PyExc_BufferError)) {
-      // Looked for only after numpy refused: the hot path of arguments pays nothing for it.
-      nb::object bits = bfloat16_bits(producer);
-      if (!bits) throw;
-      bfloat16 = true;
-      bool unused = false;
-      return capsule_of(bits, unused);
-    }
-    if (!e.matches(PyExc_TypeError)) throw;  // a producer from before max_version
+  // producer.__dlpack__(max_version=(1, 0)) by vectorcall: no bound method, no keyword dict
+  // (this is on the path of every call that takes an array). Interned once, never freed.
+  static PyObject* const method = PyUnicode_InternFromString("__dlpack__");
+  static PyObject* const keywords = Py_BuildValue("(s)", "max_version");
+  static PyObject* const version = Py_BuildValue("(ii)", 1, 0);
+  if (method == nullptr || keywords == nullptr || version == nullptr) throw nb::python_error();
+  PyObject* call_args[] = {producer.ptr(), version};
+  PyObject* capsule =
+      PyObject_VectorcallMethod(method, call_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, keywords);
+  if (capsule != nullptr) return nb::steal(capsule);
+  nb::python_error error;  // takes the error: none is set from here on
+  if (error.matches(PyExc_BufferError)) {
+    // Looked for only after numpy refused: the hot path of arguments pays nothing for it.
+    nb::object bits = bfloat16_bits(producer);
+    if (!bits) throw error;
+    bfloat16 = true;
+    bool unused = false;
+    return capsule_of(bits, unused);
   }
-  return dlpack();
+  if (!error.matches(PyExc_TypeError)) throw error;
+  return producer.attr("__dlpack__")();  // a producer from before max_version
 }
 
 // `t` as Kiln keeps it: a zero-size tensor loses its strides (producers give any, which would
@@ -171,6 +177,58 @@ Tensor tensor_from_dlpack(nb::handle producer) {
                          std::string(name != nullptr ? name : "") +
                          "' (a capsule can be consumed only once)")
                             .c_str());
+}
+
+bool lend_dlpack(nb::handle producer, LentDLPack& lent) {
+  bool bfloat16 = false;
+  nb::object capsule;
+  try {
+    capsule = capsule_of(producer, bfloat16);
+  } catch (nb::python_error&) {
+    return false;  // fetched and dropped: the fallback asks again and raises it
+  }
+  PyObject* c = capsule.ptr();
+  const DLTensor* dl = nullptr;
+  bool read_only = false;
+  if (PyCapsule_IsValid(c, kVersionedName) != 0) {
+    auto* versioned =
+        static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kVersionedName));
+    if (versioned->version.major != 1) return false;
+    dl = &versioned->dl_tensor;
+    read_only = (versioned->flags & kFlagReadOnly) != 0;
+    lent.managed = versioned;
+    lent.versioned = true;
+  } else if (PyCapsule_IsValid(c, kLegacyName) != 0) {
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kLegacyName));
+    dl = &managed->dl_tensor;
+    lent.managed = managed;
+    lent.versioned = false;
+  } else {
+    return false;
+  }
+  // Device memory keeps the Tensor path: it finds the device's backend and its producer's
+  // stream rules; this path is for what a kernel on the host reads in place.
+  if (read_only || dl->device.device_type != kDLCPU || !is_compact(*dl)) {
+    lent.managed = nullptr;
+    return false;  // not consumed: the capsule still frees it
+  }
+  PyCapsule_SetName(c, lent.versioned ? kUsedVersionedName : kUsedLegacyName);
+  lent.dl = *dl;              // shape (and strides) stay in the managed tensor until it is freed
+  lent.dl.strides = nullptr;  // compact: checked above
+  if (bfloat16) lent.dl.dtype = DataType::BFloat16();
+  return true;
+}
+
+void release_lent_dlpack(LentDLPack& lent) {
+  if (lent.managed == nullptr) return;
+  if (lent.versioned) {
+    auto* versioned = static_cast<DLManagedTensorVersioned*>(lent.managed);
+    if (versioned->deleter != nullptr) versioned->deleter(versioned);
+  } else {
+    auto* managed = static_cast<DLManagedTensor*>(lent.managed);
+    if (managed->deleter != nullptr) managed->deleter(managed);
+  }
+  lent.managed = nullptr;
 }
 
 nb::object dlpack_capsule(const Tensor& tensor, bool versioned) {

@@ -8,6 +8,10 @@ result or error, that buffers are released after every call, also failed ones, a
 function that may keep its argument (a Python callable, a host function) still gets a tensor
 that keeps the array alive.
 
+Other DLPack producers' host memory (a TVM tensor, an ndarray subclass, any object with
+__dlpack__) is lent to a kernel the same way, from its capsule, with no Tensor; what cannot be
+lent keeps the Tensor path and its errors.
+
 The example kernels are the observers: relu writes into its output and names the dtype and
 shape it was given in its errors; touch3 reads only the ndim of three tensors."""
 
@@ -235,6 +239,74 @@ def test_many_array_arguments(touch3, count):
     assert kiln.get_global_func("test.numpy_args.count")(*arrays) == count
     assert [t.shape for t in seen[0]] == [x.shape for x in arrays]
     assert all(t.data_ptr == x.ctypes.data for t, x in zip(seen[0], arrays))
+
+
+# ---- other DLPack producers ----------------------------------------------------------------
+
+
+class Producer:
+    """A DLPack producer that is not a numpy array (as a TVM or PyTorch tensor is): hands out
+    `array`'s memory and records how it was asked."""
+
+    def __init__(self, array, old_style=False):
+        self.array = array
+        self.asked = []
+        self.old_style = old_style  # a producer from before DLPack 1.0: no max_version
+
+    def __dlpack__(self, **kwargs):
+        if self.old_style and kwargs:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+        self.asked.append(kwargs)
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+@pytest.mark.parametrize("old_style", [False, True])
+def test_a_producers_host_memory_is_lent_to_kernels(relu, old_style):
+    """Host memory of another producer goes to the kernel in place, asked for once per call
+    (DLPack 1.0 first), and is given back after the call: the capsule's reference to the array
+    is gone, also after a call the kernel refused."""
+    x = np.array([-1.0, 2.0, -3.0], np.float32)
+    out = np.zeros(3, np.float32)
+    px, pout = Producer(x, old_style), Producer(out, old_style)
+    before = [sys.getrefcount(x), sys.getrefcount(out)]
+    for _ in range(100):
+        relu(px, pout)
+    assert out.tolist() == [0.0, 2.0, 0.0]
+    assert len(px.asked) == 100 and len(pout.asked) == 100
+    assert px.asked[0] == ({} if old_style else {"max_version": (1, 0)})
+    with pytest.raises(ValueError, match="out has"):
+        relu(px, Producer(np.zeros(4, np.float32)))  # lent, then refused by the kernel
+    assert [sys.getrefcount(x), sys.getrefcount(out)] == before
+
+
+def test_a_producers_memory_that_cannot_be_lent_gets_from_dlpacks_error(relu):
+    out = np.zeros(2, np.float32)
+    with pytest.raises(ValueError, match="read-only"):
+        relu(Producer(np.frombuffer(b"\0" * 8, np.float32)), out)
+    with pytest.raises(ValueError, match="non-contiguous"):
+        relu(Producer(np.zeros(4, np.float32)[::2]), out)
+    with pytest.raises(ValueError, match="non-contiguous"):
+        relu(np.zeros(2, np.float32), Producer(np.zeros(4, np.float32)[::2]))
+
+
+def test_tvm_ffi_tensors_are_lent_to_kernels(relu):
+    tvm_ffi = pytest.importorskip("tvm_ffi", reason="apache-tvm-ffi is not installed here")
+    x = tvm_ffi.from_dlpack(np.array([-1.0, 2.0], np.float32))
+    out_array = np.zeros(2, np.float32)
+    out = tvm_ffi.from_dlpack(out_array)  # shares out_array's memory
+    relu(x, out)
+    assert out_array.tolist() == [0.0, 2.0]
+
+
+def test_a_python_callable_gets_a_producers_memory_as_an_owning_tensor():
+    kept = []
+    kiln.register_func("test.numpy_args.keep_producer", kept.append, override=True)
+    a = np.arange(3, dtype=np.float32)
+    kiln.get_global_func("test.numpy_args.keep_producer")(Producer(a))
+    assert kept[0].data_ptr == a.ctypes.data and kept[0].numpy().tolist() == [0.0, 1.0, 2.0]
 
 
 # ---- functions that may keep their arguments ----------------------------------------------
