@@ -284,7 +284,9 @@ Function function_from_callable(nb::handle callable, std::string name) {
   auto held = std::make_shared<HeldObject>(callable);
   return Function::from_packed(name, [held, name](const Any* args, int32_t num_args) -> Any {
     nb::gil_scoped_acquire gil;
-    if (held->get() == nullptr) {
+    // A reference of the call's own: the exit's release may run while the call does.
+    const nb::object callable = nb::borrow(held->get());
+    if (!callable.is_valid()) {
       throw RuntimeError("the Python function '" + name +
                          "' was released at interpreter exit and can no longer be called");
     }
@@ -294,7 +296,7 @@ Function function_from_callable(nb::handle callable, std::string name) {
         nb::object item = from_any(args[i]);
         PyTuple_SET_ITEM(py_args.ptr(), i, item.release().ptr());
       }
-      nb::object result = nb::handle(held->get())(*py_args);
+      nb::object result = callable(*py_args);
       return to_any(result, "the callback's result");
     } catch (nb::python_error& e) {
       keep_and_throw(e);
