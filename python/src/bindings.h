@@ -90,8 +90,9 @@ struct LentDLPack {
 // Takes the memory of `producer` (an object with __dlpack__) for one call when Kiln can use it
 // as it is: host memory, writable, compact row-major (as tensor_from_dlpack requires).
 // Returns false, with no Python error set and the capsule left to its producer, for anything
-// else; the caller then takes tensor_from_dlpack's path, which converts or explains. On true,
-// `lent` must be given to release_lent_dlpack after the call, with the GIL held.
+// else; the caller then takes tensor_from_dlpack's path, which converts or explains. Raises
+// what the producer's __dlpack__ raises. On true, `lent` must be given to release_lent_dlpack
+// after the call, with the GIL held.
 bool lend_dlpack(nb::handle producer, LentDLPack& lent);
 
 // Gives lent memory back to its producer (its deleter). With the GIL held.

@@ -181,12 +181,9 @@ Tensor tensor_from_dlpack(nb::handle producer) {
 
 bool lend_dlpack(nb::handle producer, LentDLPack& lent) {
   bool bfloat16 = false;
-  nb::object capsule;
-  try {
-    capsule = capsule_of(producer, bfloat16);
-  } catch (nb::python_error&) {
-    return false;  // fetched and dropped: the fallback asks again and raises it
-  }
+  // What __dlpack__ raises goes to the caller as it would from tensor_from_dlpack (a Ctrl-C
+  // there included).
+  const nb::object capsule = capsule_of(producer, bfloat16);
   PyObject* c = capsule.ptr();
   const DLTensor* dl = nullptr;
   bool read_only = false;

@@ -292,6 +292,19 @@ def test_a_producers_memory_that_cannot_be_lent_gets_from_dlpacks_error(relu):
         relu(np.zeros(2, np.float32), Producer(np.zeros(4, np.float32)[::2]))
 
 
+@pytest.mark.parametrize("error", [RuntimeError("the producer refuses"), KeyboardInterrupt()])
+def test_what_a_producers_dlpack_raises_reaches_the_caller(relu, error):
+    class Refusing(Producer):
+        def __dlpack__(self, **kwargs):
+            raise error
+
+    x = np.zeros(2, np.float32)
+    before = sys.getrefcount(x)
+    with pytest.raises(type(error)):
+        relu(Producer(x), Refusing(np.zeros(2, np.float32)))  # after x was lent
+    assert sys.getrefcount(x) == before
+
+
 def test_tvm_ffi_tensors_are_lent_to_kernels(relu):
     tvm_ffi = pytest.importorskip("tvm_ffi", reason="apache-tvm-ffi is not installed here")
     x = tvm_ffi.from_dlpack(np.array([-1.0, 2.0], np.float32))
