@@ -7,7 +7,8 @@
 #   bash tools/clang-tidy-changed.sh [BASE]
 #
 # BASE defaults to the merge-base of HEAD with origin/main, or HEAD~1 when there is no
-# origin/main (working-tree changes are included either way). A changed header is checked
+# origin/main or HEAD is origin/main itself (a fresh clone, as CI's: the last commit is then
+# the change; working-tree changes are included either way). A changed header is checked
 # through the source file of the same name beside it (foo.h -> foo.cc), when there is one.
 # Environment: KILN_TIDY_BUILD_DIR (default build; needs compile_commands.json, which every
 # configure writes), KILN_TIDY_JOBS (parallel clang-tidy processes, default 2), CLANG_TIDY
@@ -21,7 +22,8 @@ tidy="${CLANG_TIDY:-clang-tidy}"
 
 if [ $# -ge 1 ]; then
   base=$1
-elif git rev-parse -q --verify origin/main >/dev/null; then
+elif git rev-parse -q --verify origin/main >/dev/null &&
+  [ "$(git merge-base HEAD origin/main)" != "$(git rev-parse HEAD)" ]; then
   base=$(git merge-base HEAD origin/main)
 elif git rev-parse -q --verify HEAD~1 >/dev/null; then
   base=HEAD~1
