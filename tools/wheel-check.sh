@@ -150,7 +150,7 @@ cp "$wheel" "$work/wheels/"
 "$python" -m pip download -q --only-binary=:all: --python-version "${root_tag#cp}" \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$work/wheels" "numpy>=1.22"
 cp "$repo/tools/wheel_check_run.py" "$work/run.py"
-cp "$repo/build/examples/kernels/libvector_add.so" "$work/"
+cp "${from_build:-$repo/build}/examples/kernels/libvector_add.so" "$work/"
 # /proc, as on any real system: the dynamic loader reads /proc/self/exe for the $ORIGIN of an
 # executable's RPATH (kiln/bin/kiln finds kiln/lib/libkiln.so.0 through it).
 mkdir -p "$root/proc"

@@ -316,14 +316,11 @@ nb::object call_from_python(const Function& f, PyObject* const* args, size_t n) 
   std::vector<KilnAny> large(n > kOnStack ? n : 0);
   KilnAny* packed = n > kOnStack ? large.data() : small;
   std::vector<Any> owned;    // values made for this call; allocated only when one is needed
-  BorrowedArrays arrays(n);  // numpy arrays lent to the call; released after it, with the GIL
+  BorrowedArrays arrays(n);  // arrays lent to the call; released after it, with the GIL
   int borrows = -1;          // whether f borrows its arguments; asked at the first array
   auto borrows_now = [&] {
     if (borrows < 0) borrows = borrows_arguments(f) ? 1 : 0;
     return borrows != 0;
-  };
-  auto lend = [&](PyObject* array) -> DLTensor* {
-    return borrows_now() ? arrays.borrow(array) : nullptr;
   };
   const BoundTypes& bound = bound_types();
   for (size_t i = 0; i < n; ++i) {
@@ -341,9 +338,9 @@ nb::object call_from_python(const Function& f, PyObject* const* args, size_t n) 
     } else if (type == &PyLong_Type) {
       a.type_code = KILN_TYPE_INT;
       a.value.v_int64 = int64_of(p, "argument", static_cast<int>(i));
-    } else if (DLTensor* dl = is_ndarray(type) ? lend(p) : nullptr) {
+    } else if (DLTensor* dl = is_ndarray(type) && borrows_now() ? arrays.borrow(p) : nullptr) {
       // A numpy array lent for the call, as a kernel's caller lends a DLTensor (no host
-      // object behind it: flags 0). Anything borrow_array refuses goes on to to_any below.
+      // object behind it: flags 0). Anything borrow_array refuses is converted below.
       a.type_code = KILN_TYPE_TENSOR;
       a.value.v_tensor = dl;
     } else {

@@ -23,6 +23,7 @@ namespace {
 std::mutex mu;
 auto* const live = new std::unordered_set<HeldObject*>();
 auto* const dropped = new std::vector<PyObject*>();  // to release on a thread with the GIL
+bool release_scheduled = false;                      // a pending call will release `dropped`
 
 // Releases the dropped references. With the GIL held; also Py_AddPendingCall's callback.
 int release_dropped(void* /*unused*/) {
@@ -30,6 +31,7 @@ int release_dropped(void* /*unused*/) {
   {
     std::lock_guard lock(mu);
     released.swap(*dropped);
+    release_scheduled = false;
   }
   for (PyObject* object : released) Py_DECREF(object);
   return 0;
@@ -43,15 +45,11 @@ void drop_reference(PyObject* object) {
     Py_DECREF(object);
     return;
   }
-  bool first = false;
-  {
-    std::lock_guard lock(mu);
-    first = dropped->empty();
-    dropped->push_back(object);
-  }
-  // The main thread runs it at its next bytecode boundary. When the queue is full the
-  // reference waits for the next drop, or for release_dropped_references.
-  if (first) Py_AddPendingCall(&release_dropped, nullptr);
+  std::lock_guard lock(mu);
+  dropped->push_back(object);
+  // The main thread runs it at its next bytecode boundary. When Python's queue is full the
+  // next drop asks again (release_dropped_references also releases them).
+  if (!release_scheduled) release_scheduled = Py_AddPendingCall(&release_dropped, nullptr) == 0;
 }
 
 void release_dropped_references() { release_dropped(nullptr); }

@@ -296,12 +296,15 @@ def test_a_producers_memory_that_cannot_be_lent_gets_from_dlpacks_error(relu):
 def test_what_a_producers_dlpack_raises_reaches_the_caller(relu, error):
     class Refusing(Producer):
         def __dlpack__(self, **kwargs):
+            self.asked.append(kwargs)
             raise error
 
     x = np.zeros(2, np.float32)
     before = sys.getrefcount(x)
+    refusing = Refusing(np.zeros(2, np.float32))
     with pytest.raises(type(error)):
-        relu(Producer(x), Refusing(np.zeros(2, np.float32)))  # after x was lent
+        relu(Producer(x), refusing)  # after x was lent
+    assert len(refusing.asked) == 1  # raised at once, not asked again by a fallback
     assert sys.getrefcount(x) == before
 
 
