@@ -13,10 +13,10 @@
 #                            changed since the base (tools/clang-tidy-changed.sh), then build and
 #                            test again in a Debug + ASan + UBSan build (build-asan/), then run
 #                            each fuzz target for KILN_FUZZ_SECONDS (default 60; build-fuzz/, clang)
-# Python: a virtual environment (build/.venv-tvm; build/.venv-py with KILN_SKIP_TVM=1) holds
-# nanobind, scikit-build-core, pytest and numpy, and apache-tvm from PyPI, which compiles the TVM
-# interop fixtures and is the peer of the interop tests (KILN_SKIP_TVM=1: not installed; those
-# tests skip and say why).
+# Python: a virtual environment (build/.venv-tvm; build/.venv-py with KILN_SKIP_TVM=1), made
+# from Debian's /usr/bin/python3, holds nanobind, scikit-build-core, pytest and numpy, and
+# apache-tvm from PyPI, which compiles the TVM interop fixtures and is the peer of the interop
+# tests (KILN_SKIP_TVM=1: not installed; those tests skip and say why).
 # Environment: KILN_JOBS (parallel build jobs, default: nproc), KILN_SKIP_ASAN=1 (test: skip
 # the sanitizer configuration), KILN_SKIP_FUZZ=1 (test: skip the fuzz targets),
 # KILN_SKIP_TIDY=1 (test: skip clang-tidy). See docs/building.md.
@@ -43,8 +43,20 @@ build() {  # build <dir> <cmake args...>
   cmake --build "$dir" -j "$jobs"
 }
 
+# Debian's interpreter, named by path, not whatever `python3` comes first on PATH: on a machine
+# with pyenv, conda or a /usr/local build first on PATH the virtual environments would be made
+# from that Python instead, with its headers and its own (often newer) pip, and a run there
+# would prove nothing about a fresh Debian 12, whose only python3 is this one (its venvs get
+# ensurepip's pip 23.0.1). So the venvs, the extension's headers (python3-dev) and the tests'
+# own Python (find_package(Python3), with python3-numpy) are Debian's on every machine.
+# tools/install-deps.sh installs python3, python3-venv and python3-dev.
+debian_python=/usr/bin/python3
+
 # The virtual environment of the Python package (its build and tests) and of the TVM release
-# the interop fixtures are compiled with (unless KILN_SKIP_TVM=1); prints its python.
+# the interop fixtures are compiled with (unless KILN_SKIP_TVM=1); prints its python. One made
+# from another interpreter (an older build/ made with pyenv's python3, say) is made again.
+# Nothing here or in the scripts it runs needs a pip newer than the venv's own (pip options
+# from pip 22.1 or older only: --config-settings, not -C, which came in 23.1).
 python_venv() {
   local venv=$PWD/build/.venv-tvm
   # scipy: compare.py's test; mypy: tests/python/test_types.py (stubs, documented snippets)
@@ -56,22 +68,40 @@ python_venv() {
     # MetaSchedule's builder and search (docs/tuning.md).
     packages+=(apache-tvm==0.27.0.post1 apache-tvm-ffi==0.1.14.post0 cloudpickle psutil)
   fi
-  if ! "$venv/bin/python" -c "import nanobind, pytest, numpy, scipy, mypy" >/dev/null 2>&1 ||
+  if [ ! -x "$debian_python" ]; then
+    echo "dev.sh: $debian_python (Debian's python3) is missing; the" \
+      "virtual environments are made from it: run tools/install-deps.sh (as root)" >&2
+    return 1
+  fi
+  # The installation a venv was made from is its sys.base_prefix (/usr for Debian's).
+  local base="import sys; print(sys.base_prefix)"
+  local want have
+  want=$("$debian_python" -c "$base")
+  have=$("$venv/bin/python" -c "$base" 2>/dev/null || true)
+  if [ -e "$venv" ] && [ "$have" != "$want" ]; then
+    echo "dev.sh: $venv was made from ${have:-an interpreter that no longer runs}, not" \
+      "$debian_python: making it again" >&2
+    "$debian_python" -m venv --clear "$venv" >&2
+    "$venv/bin/python" -m pip install -q "${packages[@]}" >&2
+  elif ! "$venv/bin/python" -c "import nanobind, pytest, numpy, scipy, mypy" >/dev/null 2>&1 ||
     { [ "${KILN_SKIP_TVM:-0}" != "1" ] &&
       ! "$venv/bin/python" -c "import tvm, cloudpickle, psutil" >/dev/null 2>&1; }; then
-    python3 -m venv "$venv" >&2
-    "$venv/bin/pip" install -q "${packages[@]}" >&2
+    "$debian_python" -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install -q "${packages[@]}" >&2
   fi
   echo "$venv/bin/python"
 }
 
 # The CMake options that build the Python package with `python` and point the TVM interop
-# fixtures at it (or at nothing with KILN_SKIP_TVM=1).
+# fixtures at it (or at nothing with KILN_SKIP_TVM=1). FindPython's cached results (`_Python_*`)
+# go each time: they are kept by the interpreter's path, so a venv made again at the same path
+# from another Python would keep the old one's include directory.
 python_options() {
   local python=$1
   local tvm=$python
   if [ "${KILN_SKIP_TVM:-0}" = "1" ]; then tvm=""; fi
-  echo "-DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE=$python -DKILN_TVM_PYTHON=$tvm"
+  echo "-U _Python_* -DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE=$python -DKILN_TVM_PYTHON=$tvm" \
+    "-DPython3_EXECUTABLE=$debian_python"
 }
 
 case "${1:-}" in
@@ -107,7 +137,8 @@ case "${1:-}" in
     if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
       # No Python package here: the interpreter is not built with the sanitizers.
       build build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF \
-        -DKILN_WERROR=ON "-DKILN_TVM_PYTHON=$([ "${KILN_SKIP_TVM:-0}" = "1" ] || echo "$python")"
+        -DKILN_WERROR=ON "-DKILN_TVM_PYTHON=$([ "${KILN_SKIP_TVM:-0}" = "1" ] || echo "$python")" \
+        "-DPython3_EXECUTABLE=$debian_python"
       # intercept_tls_get_addr=0: GCC 12's sanitizer runtime (as LLVM's before 17) takes a
       # dynamic TLS block of a dlopened library (plugins, PoCL) whose address is 16 mod 4096 for
       # a glibc-2.19 block with a header, reads a bogus range from before it, and LeakSanitizer's

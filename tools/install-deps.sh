@@ -15,7 +15,9 @@ packages=(
   libbenchmark-tools
   libboost1.81-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libtbb-dev
   nlohmann-json3-dev libcli11-dev libarchive-dev libdlpack-dev libssl-dev
-  python3-numpy python3-venv python3-dev libpapi-dev
+  # Debian's python3 (/usr/bin/python3), which tools/dev.sh makes the virtual environments
+  # from, with venv (python3-venv) and the headers the extension is built against (python3-dev).
+  python3 python3-venv python3-dev python3-numpy libpapi-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libamdhip64-dev hipcc rocm-device-libs
   clang libclang-rt-14-dev

@@ -57,12 +57,14 @@ if [ -n "$from_build" ]; then
     entries_before+=("$entry")
   done
   # Its own build type and options, so that scikit-build-core's configure changes nothing that
-  # is compiled; stripped as a Release wheel is.
-  build_settings=(-C "build-dir=$from_build" -C "cmake.build-type=$(cached CMAKE_BUILD_TYPE)"
-    -C install.strip=true)
+  # is compiled; stripped as a Release wheel is. `--config-settings`, not its short form `-C`:
+  # that came in pip 23.1, and Debian 12's venvs have pip 23.0.1 (`no such option: -C`).
+  build_settings=(--config-settings "build-dir=$from_build"
+    --config-settings "cmake.build-type=$(cached CMAKE_BUILD_TYPE)"
+    --config-settings install.strip=true)
   for option in KILN_BUILD_TESTS KILN_BUILD_BENCH KILN_WERROR; do
     value=$(cached "$option")
-    if [ -n "$value" ]; then build_settings+=(-C "cmake.define.$option=$value"); fi
+    if [ -n "$value" ]; then build_settings+=(--config-settings "cmake.define.$option=$value"); fi
   done
   # What scikit-build-core leaves in the cache (its variables, its FindPython, an install prefix
   # in a temporary folder) goes again, whatever happens next.
