@@ -78,17 +78,23 @@ python_venv() {
   local want have
   want=$("$debian_python" -c "$base")
   have=$("$venv/bin/python" -c "$base" 2>/dev/null || true)
+  local clear=()
   if [ -e "$venv" ] && [ "$have" != "$want" ]; then
     echo "dev.sh: $venv was made from ${have:-an interpreter that no longer runs}, not" \
       "$debian_python: making it again" >&2
-    "$debian_python" -m venv --clear "$venv" >&2
-    "$venv/bin/python" -m pip install -q "${packages[@]}" >&2
-  elif ! "$venv/bin/python" -c "import nanobind, pytest, numpy, scipy, mypy" >/dev/null 2>&1 ||
-    { [ "${KILN_SKIP_TVM:-0}" != "1" ] &&
-      ! "$venv/bin/python" -c "import tvm, cloudpickle, psutil" >/dev/null 2>&1; }; then
-    "$debian_python" -m venv "$venv" >&2
-    "$venv/bin/python" -m pip install -q "${packages[@]}" >&2
+    clear=(--clear)
+  elif "$venv/bin/python" -c "import nanobind, pytest, numpy, scipy, mypy" >/dev/null 2>&1 &&
+    { [ "${KILN_SKIP_TVM:-0}" = "1" ] ||
+      "$venv/bin/python" -c "import tvm, cloudpickle, psutil" >/dev/null 2>&1; }; then
+    echo "$venv/bin/python"
+    return 0
   fi
+  # Checked here: `set -e` does not reach into the $(python_venv) of the callers.
+  "$debian_python" -m venv "${clear[@]}" "$venv" >&2 ||
+    { echo "dev.sh: $debian_python -m venv $venv failed" >&2; return 1; }
+  "$venv/bin/python" -m pip install -q "${packages[@]}" >&2 ||
+    { echo "dev.sh: pip could not install ${packages[*]} into $venv (its errors are above)" >&2
+      return 1; }
   echo "$venv/bin/python"
 }
 
