@@ -13,8 +13,8 @@ tvm.runtime.profiling), on Kiln's core and plugins::
 
 Submodules: kiln.testing (local_run, rpc_run), kiln.vm (VirtualMachine), kiln.profiling
 (Report, profile_function), kiln.rpc (connect, connect_tracker). docs/python.md has the guide;
-the package is typed (kiln/_kiln.pyi, py.typed) and inspect.signature works on its functions
-and classes.
+the package is typed (kiln/_kiln.pyi, py.typed) and inspect.signature works on its functions,
+classes and methods.
 """
 
 import atexit
@@ -40,7 +40,7 @@ from ._kiln import (
     UnimplementedError,
 )
 from . import _kiln
-from ._signatures import add_constructor_signatures, python_function
+from ._signatures import add_constructor_signatures, add_method_signatures, python_function
 
 # The extension's functions as Python functions with the same parameters, which
 # inspect.signature reads (kiln/_signatures.py).
@@ -56,6 +56,9 @@ plugins = python_function(_kiln.plugins, __name__)
 register_func = python_function(_kiln.register_func, __name__)
 time_evaluator = python_function(_kiln.time_evaluator, __name__)
 add_constructor_signatures(_kiln)
+# Methods (Tensor.copyfrom, Module.time_evaluator, ...) stay nanobind's objects; their types get
+# a __signature__ property: a function, a method and a bound method name the three types.
+add_method_signatures(_kiln, _kiln.empty, vars(DataType)["__repr__"], DataType("float32").__repr__)
 
 __version__ = _kiln.__version__  # as `kiln --version` and the package metadata say
 
@@ -96,7 +99,8 @@ def rocm(index: int = 0) -> Device:
 def tensor(array: Any, device: Optional[Union[Device, str]] = None) -> Tensor:
     """A new kiln.Tensor on `device` (a kiln.Device or a name such as "cuda:1"; default cpu:0)
     holding a copy of `array` (a kiln.Tensor, numpy, PyTorch, TVM, or anything numpy.asarray
-    takes). kiln.from_dlpack shares memory instead of copying."""
+    takes; a read-only or non-contiguous numpy array too). kiln.from_dlpack shares memory
+    instead of copying."""
     import numpy
 
     if isinstance(array, Tensor):
@@ -104,8 +108,12 @@ def tensor(array: Any, device: Optional[Union[Device, str]] = None) -> Tensor:
     else:
         if not hasattr(array, "__dlpack__"):
             array = numpy.asarray(array)
-        if isinstance(array, numpy.ndarray) and not array.flags.c_contiguous:
-            array = numpy.array(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
+        if isinstance(array, numpy.ndarray) and not (array.flags.c_contiguous
+                                                     and array.flags.writeable):
+            # A compact, writable copy, which from_dlpack shares: it refuses read-only memory
+            # (kernels may write to what it shares; numpy before 2 cannot even export it) and
+            # non-contiguous memory. ascontiguousarray would make 0-d arrays 1-d.
+            array = numpy.array(array, order="C")
         source = _kiln.from_dlpack(array)
     out = _kiln.empty(source.shape, source.dtype, device)
     out.copyfrom(source)

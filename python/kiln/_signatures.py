@@ -8,10 +8,11 @@ stubs are generated from), which inspect does not read, and they take no attribu
   Python functions with the extension function's parameters and defaults that call it
   (python_function: one Python call more, about 50 ns);
 * its classes get a ``__signature__`` read from their constructor's ``__nb_signature__``
-  (add_constructor_signatures).
-
-kiln.Function calls, Tensor methods and the other methods stay nanobind's own: nothing is
-added to the calls that are timed.
+  (add_constructor_signatures);
+* the methods of its classes (``kiln.Tensor.copyfrom``, ``mod.time_evaluator``, ...) stay
+  nanobind's own objects: nothing is added to the calls that are timed. nanobind's method and
+  bound-method types get a ``__signature__`` property instead (add_method_signatures), which
+  only a lookup of that name runs.
 """
 
 import ast
@@ -178,3 +179,41 @@ def add_constructor_signatures(module: Any) -> None:
             value.__signature__ = _ExceptionSignature(value)  # type: ignore[attr-defined]
         elif hasattr(vars(value).get("__init__"), "__nb_signature__"):
             value.__signature__ = _ConstructorSignature()  # type: ignore[attr-defined]
+
+
+def _is_kiln_function(function: Any) -> bool:
+    """Whether the nanobind function `function` is the extension's (its module is kiln._kiln,
+    or kiln for the classes it names so) and not another nanobind extension's in this
+    process."""
+    module = getattr(function, "__module__", None)
+    return isinstance(module, str) and (module == "kiln" or module.startswith("kiln."))
+
+
+def _function_signature(function: Any) -> inspect.Signature:
+    """The ``__signature__`` of a nanobind function, method or bound method of Kiln's (the
+    property that add_method_signatures gives their types): its ``__nb_signature__``'s, without
+    self when bound, as inspect shows a Python method. AttributeError, so that inspect goes its
+    usual way, for another extension's functions and for one with no single signature
+    (overloads)."""
+    bound = type(function).__name__ == "nb_bound_method"
+    target = function.__func__ if bound else function
+    if not _is_kiln_function(target):
+        raise AttributeError("__signature__")
+    try:
+        signature = nb_signature(target)
+    except ValueError:
+        raise AttributeError("__signature__") from None
+    if bound:
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return signature
+
+
+def add_method_signatures(module: Any, *examples: Any) -> None:
+    """Gives the methods of the extension module `module`'s classes (and its static methods and
+    functions) an inspect.signature: `examples` are one object of each of nanobind's function
+    types (a function, a method as found on its class, a method bound to an object), and each of
+    these types gets the ``__signature__`` property _function_signature. The extension sets it
+    (_set_signature_property): Python cannot change nanobind's types."""
+    signature = property(_function_signature)
+    for example in examples:
+        module._set_signature_property(example, signature)

@@ -289,14 +289,15 @@ auto without_gil(F&& body) -> decltype(body()) {
 
 // ---- The bindings, one concept each --------------------------------------------------------
 
-void bind_device(nb::module_& m);     // Device, DataType, devices(), plugins()
-void bind_tensor(nb::module_& m);     // Tensor, empty, from_dlpack
-void bind_function(nb::module_& m);   // Function, Module, Object, load_module, registry
-void bind_evaluator(nb::module_& m);  // BenchmarkResult, TimeEvaluator
-void bind_testing(nb::module_& m);    // local_run, rpc_run, RPCConfig
-void bind_vm(nb::module_& m);         // VirtualMachine
-void bind_profiling(nb::module_& m);  // Report, profile_function, collectors
-void bind_rpc(nb::module_& m);        // RPCSession, RemoteModule, TrackerSession
+void bind_device(nb::module_& m);      // Device, DataType, devices(), plugins()
+void bind_tensor(nb::module_& m);      // Tensor, empty, from_dlpack
+void bind_function(nb::module_& m);    // Function, Module, Object, load_module, registry
+void bind_evaluator(nb::module_& m);   // BenchmarkResult, TimeEvaluator
+void bind_testing(nb::module_& m);     // local_run, rpc_run, RPCConfig
+void bind_vm(nb::module_& m);          // VirtualMachine
+void bind_profiling(nb::module_& m);   // Report, profile_function, collectors
+void bind_rpc(nb::module_& m);         // RPCSession, RemoteModule, TrackerSession
+void bind_signatures(nb::module_& m);  // _set_signature_property (inspect.signature of methods)
 
 }  // namespace kiln::python
 

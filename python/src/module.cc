@@ -18,4 +18,5 @@ NB_MODULE(_kiln, m) {
   bind_vm(m);
   bind_profiling(m);
   bind_rpc(m);
+  bind_signatures(m);
 }
