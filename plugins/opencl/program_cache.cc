@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -219,7 +220,36 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Whether `options` hold a flag that makes the compiler read a file the source does not name
+// (-include, -imacros).
+bool options_read_files(const std::string& options) {
+  for (size_t at = options.find("-i"); at != std::string::npos; at = options.find("-i", at + 1)) {
+    if (at > 0 && options[at - 1] != ' ' && options[at - 1] != '\t') continue;
+    if (options.compare(at, 8, "-include") == 0 || options.compare(at, 8, "-imacros") == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+bool source_reads_other_files(const void* data, size_t size, const std::string& options) {
+  if (options_read_files(options)) return true;
+  const std::string_view text(static_cast<const char*>(data), size);
+  size_t line = 0;
+  while (line < text.size()) {
+    size_t end = text.find('\n', line);
+    if (end == std::string_view::npos) end = text.size();
+    size_t at = text.find_first_not_of(" \t", line);
+    if (at < end && text[at] == '#') {
+      at = text.find_first_not_of(" \t", at + 1);
+      if (at < end && text.compare(at, 7, "include") == 0) return true;
+    }
+    line = end + 1;
+  }
+  return false;
+}
 
 Program::~Program() {
   if (program_ != nullptr) clReleaseProgram(program_);
@@ -268,6 +298,19 @@ std::shared_ptr<Program> ProgramCache::get(DeviceRecord& device, const std::stri
   const std::string description = std::string(format_title(format)) + " (sha256 " +
                                   short_hash(hash) + "..., " + std::to_string(size) + " bytes)";
   const std::string key = std::to_string(device.id) + "\n" + format + "\n" + options + "\n" + hash;
+  if (format == kFormatSource && source_reads_other_files(data, size, options)) {
+    // The key holds the source's bytes, not those of the headers it includes, which may change
+    // under the same names: such a program is built every time (the driver's own cache, which
+    // preprocesses first, may still skip the compiler).
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<Program> program = build(device, format, data, size, options, description);
+    sdk::log(KILN_LOG_DEBUG,
+             "program cache: built %s on %s in %.1f ms, not cached: it includes other files "
+             "(#include, -include), whose contents the cache key cannot see",
+             description.c_str(), device.label().c_str(), ms_since(t0));
+    if (outcome != nullptr) *outcome = CacheOutcome::kNotCached;
+    return program;
+  }
   if (capacity_ > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = index_.find(key); it != index_.end()) {

@@ -2,7 +2,8 @@
 // Building OpenCL programs from the three module formats, and the program cache: built
 // programs are kept in memory per (device, format, source hash, build options), and, when a
 // cache folder is configured, their binaries are stored on disk so that a later plugin
-// instance or process skips the compiler.
+// instance or process skips the compiler. The key is the code's content, never a name; OpenCL C
+// that includes other files (whose bytes the key cannot see) is built every time.
 #ifndef KILN_PLUGINS_OPENCL_PROGRAM_CACHE_H_
 #define KILN_PLUGINS_OPENCL_PROGRAM_CACHE_H_
 
@@ -45,8 +46,9 @@ class Program {
   std::string description_;
 };
 
-// What the cache did for one request, for logs and tests.
-enum class CacheOutcome { kMemoryHit, kDiskHit, kBuilt };
+// What the cache did for one request, for logs and tests: found it in memory, found it on
+// disk, built and cached it, or built it without caching (a source that includes other files).
+enum class CacheOutcome { kMemoryHit, kDiskHit, kBuilt, kNotCached };
 
 // Owns the programs built for every device and the caches. Thread-safe: mu_ guards the
 // memory cache; builds run outside it (two threads may build the same program, the first one
@@ -96,6 +98,12 @@ class ProgramCache {
   std::map<std::string, decltype(lru_)::iterator> index_;
   std::atomic<bool> write_warned_{false};
 };
+
+// Whether OpenCL C source `data` (`size` bytes, borrowed) built with `options` reads files
+// besides itself: a line that is an #include directive, or an -include / -imacros option. The
+// cache's key holds only the source's bytes, so such a program is never cached: a header
+// rewritten under its name would otherwise keep giving the old program.
+bool source_reads_other_files(const void* data, size_t size, const std::string& options);
 
 // The build options of a module: the metadata's, then the plugin's, joined by a space.
 std::string join_build_options(const std::string& from_metadata, const std::string& from_plugin);

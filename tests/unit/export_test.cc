@@ -21,6 +21,8 @@
 
 #include "ffi/error_object.h"
 #include "kiln/kiln.h"
+#include "kiln/module_loader.h"
+#include "runtime/package_loader.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -298,6 +300,64 @@ TEST_F(ExportTest, TarRefusesDuplicateAndUnsafeArtifactNames) {
       raw_export_error("tar", {{"kiln-package.json", "metadata", "{}"}}, out, KILN_ERROR_VALUE),
       HasSubstr("is reserved for the package manifest"));
   EXPECT_TRUE(listing(dir_.path()).empty());
+}
+
+// A module whose artifacts share a name (a VM executable importing two libraries of one file
+// name from two folders) cannot be a package, which keys its files by name: with different
+// bytes it is a ValueError naming the file before the exporter runs; the same artifact twice (a
+// library two imports name) is written once and loads back.
+TEST_F(ExportTest, ArtifactsOfOneNameAreOneContentOrTheExportIsRefused) {
+  const Module vector_add = load_module(kernel("vector_add"));
+  const Artifact& library = vector_add.artifacts().at(0);
+  auto module_of = [&](std::vector<Artifact> artifacts) {
+    auto obj = make_object<ModuleObj>("kernel_library", "vector_add");
+    obj->artifacts = std::move(artifacts);
+    return Module(std::move(obj));
+  };
+  Artifact other = library;
+  other.data.push_back(0);  // one byte more: another content under the same name
+  const Module clash = module_of({library, other});
+  for (const std::string exporter : {"tar", "so"}) {
+    const fs::path out = path("clash." + std::string(exporter == "tar" ? "tar" : "so"));
+    const std::string message =
+        message_of<ValueError>([&] { clash.export_library(out, exporter); });
+    EXPECT_THAT(message, HasSubstr("two of its artifacts are named '" + library.name + "'"));
+    EXPECT_THAT(message, HasSubstr("different bytes"));
+    EXPECT_FALSE(fs::exists(out)) << exporter;
+  }
+  const Module twice = module_of({library, library});
+  twice.export_library(path("twice.tar"), "tar");
+  const Module back = load_module(path("twice.tar"));
+  expect_same_artifacts(back.artifacts(), {library});
+  expect_vector_add_works(back);
+}
+
+// The host turns a loader's artifacts into a module by their names (a blob's "<name>.json"
+// metadata, a VM executable's imports), so a package with two artifacts of one name is refused
+// whatever loader read it; the tar loader refuses it itself, this checks the host does too.
+TEST_F(ExportTest, APackageWithTwoArtifactsOfOneNameIsRefusedByTheHost) {
+  const std::string blob = "__kernel void k(__global float* x) { x[0] = 1.0f; }";
+  auto bytes = [](const std::string& text) {
+    return std::vector<uint8_t>(text.begin(), text.end());
+  };
+  auto package = make_object<ModuleObj>(kPackageKind, "");
+  package->artifacts = {
+      Artifact{"k.cl", "device_blob", bytes(blob)},
+      Artifact{
+          "k.cl.json", "metadata",
+          bytes(
+              R"({"format": "opencl_c", "target": "opencl", "kernels": {"k": {"args": ["tensor"]}}})")},
+      Artifact{
+          "k.cl.json", "metadata",
+          bytes(
+              R"({"format": "opencl_c", "target": "opencl", "kernels": {"j": {"args": ["tensor"]}}})")}};
+  ModuleLoaderRegistry registry;
+  const ModuleLoadOptions options;
+  ModuleLoadContext context(registry, Runtime::global(), options);
+  const std::string message =
+      message_of<ValueError>([&] { load_package(package, path("two.tar"), context); });
+  EXPECT_THAT(message, HasSubstr("two artifacts are named 'k.cl.json'"));
+  EXPECT_THAT(message, HasSubstr(path("two.tar").string()));
 }
 
 TEST_F(ExportTest, SoNeedsExactlyOneHostLibrary) {

@@ -108,7 +108,9 @@ class Module {
   const std::vector<Artifact>& artifacts() const { return obj_->artifacts; }
   // Writes this module to `path` with the exporter named `exporter` ("tar", "so", "ndk", ...)
   // of `runtime`. Throws NotFoundError for an unknown exporter, ValueError for a module with
-  // nothing to export, and the exporter's error (no partial file is left behind).
+  // nothing to export or with two artifacts of one name and different bytes (a package keys
+  // its files by name; identical ones are written once), and the exporter's error (no partial
+  // file is left behind).
   void export_library(const std::filesystem::path& path, const std::string& exporter,
                       const Runtime& runtime) const;
   // API-edge default: export_library(path, exporter, Runtime::global()).

@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 #include <algorithm>
+#include <atomic>
 
 #include <cerrno>
 #include <cstring>
@@ -979,8 +980,13 @@ bool call_cancelled() { return detail::cancellation_requested(); }
 
 fs::path make_session_directory(const fs::path& parent) {
   // mkdtemp: a fresh directory nobody else has (another server sharing --work-dir, files a
-  // crashed server left, a planted link), 0700.
-  std::string pattern = (parent / "session-XXXXXX").string();
+  // crashed server left, a planted link), 0700. The number makes the name one this process has
+  // never used, also after an earlier session's directory is gone: a library a thread-isolated
+  // session loaded is known to the dynamic loader by its path, and a later session's file must
+  // never come under that path (mkdtemp alone may repeat a name once it is free).
+  static std::atomic<uint64_t> sessions{0};
+  std::string pattern =
+      (parent / fmt::format("session-{}-XXXXXX", sessions.fetch_add(1) + 1)).string();
   if (::mkdtemp(pattern.data()) == nullptr) {
     throw RuntimeError(fmt::format("cannot create a session directory in {}: {}", parent.string(),
                                    std::strerror(errno)));

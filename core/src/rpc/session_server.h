@@ -63,8 +63,9 @@ void serve_session(SessionState& state, const std::filesystem::path& parent, Run
 // its server removes the directory once the worker is gone, crashed or not).
 void serve_session_in(SessionState& state, const std::filesystem::path& work_dir, Runtime& runtime);
 
-// A new session directory in `parent`: unique (mkdtemp, never an existing one), mode 0700,
-// canonical. Throws RuntimeError naming `parent`.
+// A new session directory in `parent`, "session-<n>-XXXXXX": unique (mkdtemp, never an
+// existing one) and never a name this process made before (<n> counts the process's session
+// directories), mode 0700, canonical. Throws RuntimeError naming `parent`.
 std::filesystem::path make_session_directory(const std::filesystem::path& parent);
 // Removes it with everything inside (never following links); logs a failure.
 void remove_session_directory(const std::filesystem::path& work_dir) noexcept;

@@ -2,6 +2,8 @@
 // Module::load and Module::export_library through a Runtime's loaders and exporters.
 #include <fmt/format.h>
 
+#include <map>
+
 #include "ffi/error_object.h"
 #include "kiln/error.h"
 #include "kiln/module.h"
@@ -48,8 +50,23 @@ void Module::export_library(const std::filesystem::path& path, const std::string
     }
     return;
   }
+  // A package keys its members by file name, and loading resolves a VM executable's imports by
+  // it: one name may stand for one content only. The same artifact reached twice (a library two
+  // imports name) is written once.
   std::vector<KilnArtifact> artifacts;
+  std::map<std::string, const Artifact*> by_name;
   for (const Artifact& a : obj_->artifacts) {
+    const auto [seen, added] = by_name.emplace(a.name, &a);
+    if (!added) {
+      if (seen->second->role == a.role && seen->second->data == a.data) continue;
+      throw ValueError(fmt::format(
+          "cannot export module '{}' ({}) to {}: two of its artifacts are named '{}' but hold "
+          "different bytes ({} '{}', {} and {} bytes), and a package keys its files by name (a "
+          "VM executable importing two libraries of one file name from different folders): "
+          "give them different file names",
+          obj_->source(), obj_->kind(), path.string(), a.name, seen->second->role, a.role,
+          seen->second->data.size(), a.data.size()));
+    }
     artifacts.push_back(KilnArtifact{sizeof(KilnArtifact), a.name.c_str(), a.role.c_str(),
                                      a.data.data(), a.data.size()});
   }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "kiln/device_code.h"
 #include "kiln/error.h"
@@ -69,10 +70,18 @@ Module load_package(Ref<ModuleObj> package, const fs::path& path, ModuleLoadCont
   std::vector<const Artifact*> hosts;
   std::map<std::string, const Artifact*> metadata;
   std::vector<const Artifact*> device_blobs;
+  // Names key everything below (a blob's metadata, a VM executable's imports, the files written
+  // for the host libraries): one name is one artifact, whatever loader read the package.
+  std::set<std::string> names;
   for (const Artifact& a : package->artifacts) {
     if (a.name.empty() || a.name.find('/') != std::string::npos || a.name == "." ||
         a.name == "..") {
       throw ValueError(fmt::format("package {}: bad artifact name '{}'", path.string(), a.name));
+    }
+    if (!names.insert(a.name).second) {
+      throw ValueError(
+          fmt::format("package {}: two artifacts are named '{}'; a package's names must be unique",
+                      path.string(), a.name));
     }
     if (a.role == "host_library") {
       hosts.push_back(&a);

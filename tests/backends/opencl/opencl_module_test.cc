@@ -204,6 +204,70 @@ TEST_F(OpenclModule, DiskCacheSurvivesANewProcess) {
   EXPECT_THAT(log, Not(HasSubstr("program cache: built")));
 }
 
+// A program whose source includes a header: the same source text and build options under the
+// same header name, but a header rewritten between loads (in one plugin instance, and across
+// instances sharing a disk cache). The cache key holds the source's bytes only, so such a
+// program is never cached: each load gives the header's current value, never an old program.
+const char* const kIncludingSource =
+    "#include \"value.h\"\n"
+    "__kernel void fill_value(__global float* out) { out[get_global_id(0)] = VALUE; }\n";
+
+// Loads `source` on `backend` with `options` and returns what its fill_value writes.
+float included_value(DeviceBackend& backend, Runtime& runtime, const std::string& options,
+                     const std::string& source = kIncludingSource) {
+  const std::string metadata = R"({"build_options": ")" + options +
+                               R"(", "kernels": {"fill_value": {"args": ["tensor"], )"
+                               R"("launch": ["blockIdx.x", "threadIdx.x"]}}})";
+  void* mod = backend.module_load(0, source.data(), source.size(), "opencl_c", metadata);
+  void* k = backend.module_get_kernel(mod, "fill_value");
+  Tensor out = Tensor::empty({4}, DataType::Float(32), Device{kDLOpenCL, 0}, runtime);
+  const Any tout(out);
+  const KilnAny args[1] = {tout.to_abi()};
+  const uint32_t one[3] = {1, 1, 1}, block[3] = {4, 1, 1};
+  backend.launch(k, args, 1, one, block, 0);
+  backend.synchronize(0);
+  std::vector<float> got(4);
+  out.copy_to(got.data(), 16);
+  backend.module_unload(mod);
+  return got[0];
+}
+
+TEST_F(OpenclModule, ASourceThatIncludesAHeaderRunsTheHeaderItIsLoadedWith) {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  ScopedEnv env("KILN_OPENCL_CACHE_DIR", cache.string());
+  const std::string options = "-I " + dir.path().string();
+  // One plugin instance (the global runtime's): its memory cache.
+  write_text(dir.path() / "value.h", "#define VALUE 1.0f\n");
+  EXPECT_EQ(included_value(*backend_, Runtime::global(), options), 1.0f);
+  write_text(dir.path() / "value.h", "#define VALUE 2.0f\n");
+  LogCapture log;
+  EXPECT_EQ(included_value(*backend_, Runtime::global(), options), 2.0f)
+      << "the rewritten header, not the program built with the first one";
+  EXPECT_THAT(log.finish(), HasSubstr("not cached: it includes other files"));
+  // New plugin instances with a disk cache folder: nothing is stored for such a program.
+  for (const float value : {3.0f, 4.0f}) {
+    write_text(dir.path() / "value.h", "#define VALUE " + std::to_string(value) + "f\n");
+    Runtime rt;
+    std::string why;
+    Ref<DeviceBackend> b = opencl_backend(rt, &why);
+    ASSERT_TRUE(b) << why;
+    EXPECT_EQ(included_value(*b, rt, options), value);
+  }
+  EXPECT_EQ(cache_files(cache), 0u);
+  // A directive written with blanks counts as well. (-include and -imacros, which read a file
+  // the source does not name, are not cached either; PoCL 3.1 crashes on -include, so they are
+  // not run here.)
+  const std::string spaced =
+      "  #  include \"value.h\"\n"
+      "__kernel void fill_value(__global float* out) "
+      "{ out[get_global_id(0)] = VALUE; }\n";
+  for (const float value : {5.0f, 6.0f}) {
+    write_text(dir.path() / "value.h", "#define VALUE " + std::to_string(value) + "f\n");
+    EXPECT_EQ(included_value(*backend_, Runtime::global(), options, spaced), value);
+  }
+}
+
 TEST_F(OpenclModule, CompileErrorsCarryTheBuildLog) {
   const std::string bad =
       "__kernel void broken(__global float* x) { x[0] = undefined_function_xyz(1.0f); }";
