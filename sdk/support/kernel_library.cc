@@ -10,11 +10,15 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <thread>
+#include <vector>
 
 #include "kiln/sdk/abi.hpp"
 #include "kiln/sdk/error.hpp"
 #include "kiln/sdk/plugin.hpp"
+#include "kiln/sdk/support/library_claims.hpp"
 #include "kiln/sdk/support/memfd_library.hpp"
 
 namespace kiln::sdk {
@@ -36,7 +40,7 @@ KernelLibrary::KernelLibrary(void* dl, std::string label) : dl_(dl), label_(std:
 KernelLibrary::~KernelLibrary() {
   // Unload first: the library may use its environment until it is gone (e.g. in static
   // destructors that log), and env_owner_ is released only after this body.
-  ::dlclose(dl_);
+  close_claimed_library(dl_);
 }
 
 std::unique_ptr<KernelLibrary> KernelLibrary::open_file(const std::string& path,
@@ -50,6 +54,13 @@ std::unique_ptr<KernelLibrary> KernelLibrary::open_file(const std::string& path,
   // A bare file name would make dlopen() search the library path instead of opening the
   // file the caller named.
   const std::string dl_path = path.find('/') == std::string::npos ? "./" + path : path;
+  // The dynamic loader returns the object it has for a name (or a file) it knows: a library
+  // loaded from this path before, perhaps rewritten since, or one another loader holds. Each
+  // KernelLibrary is an object of its own, so the file is then loaded from its bytes instead.
+  if (void* loaded = ::dlopen(dl_path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
+    ::dlclose(loaded);
+    return open_copy_of_file(path, options);
+  }
   dlerror();
   void* dl = ::dlopen(dl_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (dl == nullptr) {
@@ -57,6 +68,23 @@ std::unique_ptr<KernelLibrary> KernelLibrary::open_file(const std::string& path,
     throw_error(KILN_ERROR_VALUE,
                 "cannot load " + path + ": " + (why != nullptr ? why : "dlopen failed"));
   }
+  if (!claim_library(dl)) {  // the same file under another name (a link) is loaded already
+    ::dlclose(dl);
+    return open_copy_of_file(path, options);
+  }
+  std::unique_ptr<KernelLibrary> library(new KernelLibrary(dl, path));
+  library->initialise(options);
+  return library;
+}
+
+std::unique_ptr<KernelLibrary> KernelLibrary::open_copy_of_file(
+    const std::string& path, const KernelLibraryOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw_error(KILN_ERROR_VALUE, "cannot read " + path);
+  void* dl = dlopen_bytes(bytes.data(), bytes.size(), path);
+  claim_library_or_close(dl, path);
   std::unique_ptr<KernelLibrary> library(new KernelLibrary(dl, path));
   library->initialise(options);
   return library;
@@ -66,6 +94,7 @@ std::unique_ptr<KernelLibrary> KernelLibrary::open_bytes(const void* data, size_
                                                          const KernelLibraryOptions& options) {
   std::string label = "in-memory kernel library (" + std::to_string(size) + " bytes)";
   void* dl = dlopen_bytes(data, size, label);
+  claim_library_or_close(dl, label);
   std::unique_ptr<KernelLibrary> library(new KernelLibrary(dl, std::move(label)));
   library->initialise(options);
   return library;

@@ -18,6 +18,7 @@
 #include "kiln/device_code.h"
 #include "kiln/error.h"
 #include "kiln/function.h"
+#include "kiln/sdk/support/library_claims.hpp"
 #include "kiln/vm/virtual_machine.h"
 #include "tvm/elf_symbols.h"
 #include "tvm/ffi_provider.h"
@@ -57,7 +58,7 @@ class LoadedLibrary : public Object {
   ~LoadedLibrary() override {
     functions_.clear();
     context_.reset();
-    dlclose(handle_);
+    sdk::close_claimed_library(handle_);
   }
   void* handle() const { return handle_; }
   LibraryContext* context() const { return context_.get(); }

@@ -4,16 +4,17 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string_view>
 
 #include "kiln/error.h"
+#include "kiln/sdk/error.hpp"
+#include "kiln/sdk/support/library_claims.hpp"
+#include "kiln/sdk/support/memfd_load.h"
 #include "tvm/tvm_ffi_abi.h"
 
 namespace kiln::tvm_interop {
@@ -28,57 +29,57 @@ bool is_ffi_import(const ElfSymbol& s) {
   return false;
 }
 
-// Writes all of `bytes` to `fd`; false with errno set on failure.
-bool write_all(int fd, std::span<const uint8_t> bytes) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw RuntimeError(fmt::format("cannot load the TVM library {}: {}", where, what));
 }
 
-void* dlopen_path(const std::string& path, const std::string& where) {
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    fail(where, why != nullptr ? why : "unknown dlopen error");
+// Claims `handle` for this copy alone (kiln/sdk/support/library_claims.hpp), or fails naming
+// `where` after closing it.
+void* claimed(void* handle, const std::string& where) {
+  try {
+    sdk::claim_library_or_close(handle, where);
+  } catch (const sdk::Error& e) {
+    throw RuntimeError(e.what());
   }
   return handle;
 }
 
-// The copy as a temporary file, removed once loaded (a system without memfd_create, or one
-// whose policy refuses it).
+// How many names the temporary-file copy tries before giving up.
+constexpr int kMaxTemporaryNames = 16;
+
+// The copy as a temporary file, removed once loaded (a system without memfd_create or /proc,
+// or one whose policy refuses them). The dynamic loader knows a library by the name it was
+// opened under, and a removed file's name may come back from mkstemps while an earlier copy
+// is still loaded under it: a name some loaded object has is never used.
 void* load_from_temporary_file(std::span<const uint8_t> bytes, const std::string& where) {
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = (tmp != nullptr && *tmp != '\0' ? std::string(tmp) : "/tmp");
-  pattern += "/kiln_tvm_XXXXXX.so";
-  const int fd = mkstemps(pattern.data(), 3);
-  if (fd < 0) fail(where, fmt::format("cannot create {}: {}", pattern, std::strerror(errno)));
-  const bool written = write_all(fd, bytes);
-  const int write_errno = errno;
-  ::close(fd);
-  if (!written) {
-    ::unlink(pattern.c_str());
-    fail(where, fmt::format("cannot write {}: {}", pattern, std::strerror(write_errno)));
+  const std::string dir = tmp != nullptr && *tmp != '\0' ? std::string(tmp) : "/tmp";
+  for (int attempt = 0; attempt < kMaxTemporaryNames; ++attempt) {
+    std::string pattern = dir + "/kiln_tvm_XXXXXX.so";
+    const int fd = mkstemps(pattern.data(), 3);
+    if (fd < 0) fail(where, fmt::format("cannot create {}: {}", pattern, std::strerror(errno)));
+    if (void* existing = dlopen(pattern.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
+      dlclose(existing);  // an earlier copy still has this name: another one
+      ::close(fd);
+      ::unlink(pattern.c_str());
+      continue;
+    }
+    const bool written = kiln_memfd_write_all(fd, bytes.data(), bytes.size()) == 0;
+    const int write_errno = errno;
+    ::close(fd);
+    if (!written) {
+      ::unlink(pattern.c_str());
+      fail(where, fmt::format("cannot write {}: {}", pattern, std::strerror(write_errno)));
+    }
+    dlerror();
+    void* handle = dlopen(pattern.c_str(), RTLD_NOW | RTLD_LOCAL);
+    const char* why = handle == nullptr ? dlerror() : nullptr;
+    ::unlink(pattern.c_str());  // the mapping stays
+    if (handle == nullptr) fail(where, why != nullptr ? why : "unknown dlopen error");
+    return claimed(handle, where);
   }
-  void* handle = nullptr;
-  try {
-    handle = dlopen_path(pattern, where);
-  } catch (...) {
-    ::unlink(pattern.c_str());
-    throw;
-  }
-  ::unlink(pattern.c_str());  // the mapping stays
-  return handle;
+  fail(where,
+       fmt::format("no free temporary file name in {} after {} tries", dir, kMaxTemporaryNames));
 }
 
 }  // namespace
@@ -114,28 +115,21 @@ void rename_ffi_imports(std::vector<uint8_t>& file, const std::vector<ElfSymbol>
 
 void* load_private_copy(std::span<const uint8_t> bytes, const std::string& name,
                         const std::string& where) {
-  const int fd = memfd_create(("kiln:" + name).c_str(), MFD_CLOEXEC);
-  if (fd < 0) return load_from_temporary_file(bytes, where);
-  if (!write_all(fd, bytes)) {
-    const int write_errno = errno;
-    ::close(fd);
-    fail(where, fmt::format("cannot write its private copy ({} bytes): {}", bytes.size(),
-                            std::strerror(write_errno)));
-  }
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  if (::access(path.c_str(), F_OK) != 0) {  // no /proc (a bare chroot)
-    ::close(fd);
-    return load_from_temporary_file(bytes, where);
-  }
+  // The memory file is loaded under a /proc/self/fd name that no loaded object has (the one
+  // in-memory loader, kiln/sdk/support/memfd_load.h, probes for it); without /proc there is no
+  // such name.
+  if (::access("/proc/self/fd", F_OK) != 0) return load_from_temporary_file(bytes, where);
+  char why[512];
   void* handle = nullptr;
-  try {
-    handle = dlopen_path(path, where);
-  } catch (...) {
-    ::close(fd);
-    throw;
+  const std::string label = "kiln:" + name;
+  switch (kiln_memfd_dlopen(bytes.data(), bytes.size(), label.c_str(), &handle, why, sizeof(why))) {
+    case KILN_MEMFD_OK:
+      return claimed(handle, where);
+    case KILN_MEMFD_SYSTEM_ERROR:  // no memfd_create, or a policy that refuses it
+      return load_from_temporary_file(bytes, where);
+    default:
+      fail(where, why);
   }
-  ::close(fd);  // the mapping stays
-  return handle;
 }
 
 }  // namespace kiln::tvm_interop

@@ -32,8 +32,9 @@ struct KernelLibraryEnv {
 };
 
 // Makes (or reuses) the environment for the library dlopen()ed as `dl_handle`, named `label`
-// in messages. Reusing one per handle matters: dlopen of a library already loaded returns the
-// same handle, and the library may have kept the environment of its first initialisation.
+// in messages. KernelLibrary gives every library a handle of its own; a factory used by other
+// loaders as well should still keep one environment per handle, since dlopen of a library
+// already loaded returns the same handle and the library may keep the environment it was given.
 using KernelEnvFactory = std::function<KernelLibraryEnv(void* dl_handle, const std::string& label)>;
 
 // How KernelLibrary loads.
@@ -51,7 +52,10 @@ struct KernelLibraryOptions {
 // it is destroyed, which dlclose()s the library and then drops its environment. Not copyable.
 class KernelLibrary {
  public:
-  // dlopen()s the file at `path` and initialises it. Throws kiln::sdk::Error:
+  // dlopen()s the file at `path` and initialises it. The library is a dynamic-loader object of
+  // its own: when the path (or the same file under another name) is loaded already, by Kiln or
+  // anyone else in the process, a copy of the file's current bytes is loaded from memory
+  // instead. Throws kiln::sdk::Error:
   // KILN_ERROR_NOT_FOUND when the file does not exist, KILN_ERROR_VALUE when the dynamic
   // loader rejects it (with the dlerror() text) or it is not a Kiln kernel library, and the
   // errors of initialisation: KILN_ERROR_VALUE for a malformed function or blob table,
@@ -82,6 +86,9 @@ class KernelLibrary {
   // Takes ownership of `dl` (a dlopen handle) at once, so that a failing initialise() still
   // closes it.
   KernelLibrary(void* dl, std::string label);
+  // Loads the current bytes of the file at `path` from memory, as open_file() does.
+  static std::unique_ptr<KernelLibrary> open_copy_of_file(const std::string& path,
+                                                          const KernelLibraryOptions& options);
   void initialise(const KernelLibraryOptions& options);
   std::string available() const;
 
@@ -98,9 +105,9 @@ class KernelLibrary {
 // splits a loop over up to `num_threads` threads (the caller's among them), each chunk at least
 // `grain` elements, starting the threads per call, which costs tens of microseconds: a backend
 // that runs many small parallel kernels passes its own (the cpu plugin passes its oneTBB
-// arena's). One environment per dlopen handle, kept while a library uses it: dlopen of a loaded
-// file returns the same handle, and the library keeps the environment of its last
-// initialisation. Must outlive every KernelLibrary opened with its factory.
+// arena's). One environment per dlopen handle, kept while a library uses it (a
+// handle another loader shares keeps the environment of its last initialisation). Must outlive
+// every KernelLibrary opened with its factory.
 class DefaultKernelEnvs {
  public:
   // A parallel_for to offer instead of the default threads; the arguments and result are those
