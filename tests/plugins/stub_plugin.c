@@ -33,6 +33,7 @@
  *                          free_fails      free returns an error and releases nothing
  *                          zero_timer      every timer reads 0 ns
  *                          timer_in_us     timers read microseconds where nanoseconds are due
+ *                          timer_in_ps     timers read picoseconds where nanoseconds are due
  *                          no_limit        alloc ignores max_alloc_bytes
  *                          wrong_results   vector_add drops alpha from element 256 on
  *                          shared_staging  copies to the device pass through one unlocked
@@ -233,7 +234,7 @@ __attribute__((unused)) static void stub_timer_destroy(void* self, void* timer) 
 
 #ifdef STUB_FAULTS
 /* Timers on the host's monotonic clock (the stub device is the host; launches are
- * synchronous), read wrong on purpose by the zero_timer and timer_in_us faults. */
+ * synchronous), read wrong on purpose by the zero_timer, timer_in_us and timer_in_ps faults. */
 typedef struct StubTimer {
   int64_t start_ns;
   int64_t stop_ns;
@@ -261,6 +262,7 @@ static KilnError* stub_clock_timer_elapsed(void* self, void* timer, int64_t* ns)
   *ns = t->stop_ns - t->start_ns;
   if (fault_is("zero_timer")) *ns = 0;
   if (fault_is("timer_in_us")) *ns /= 1000;
+  if (fault_is("timer_in_ps")) *ns *= 1000;
   return NULL;
 }
 #endif

@@ -92,6 +92,11 @@ std::string unreturned_allocations(const AllocationLedger& ledger, const std::st
 void returns_freed_memory(ConformanceTest& t);
 // An allocation of max_alloc_bytes + 1 (a device attribute) is an error.
 void refuses_allocations_over_the_limit(ConformanceTest& t);
+// The device timer around device-to-device copies (64 MiB each, enough of them for 20 ms) is
+// above 0, within a factor of 20 of the host's steady clock around the same synchronized run
+// both ways, and no faster than memory can be: a timer stuck at 0 or in the wrong unit fails
+// without any vendor input.
+void timer_measures_device_copies(ConformanceTest& t);
 // The device timer around a kernel of known duration (--timing-kernel) is plausible against
 // the host's steady clock.
 void timer_matches_a_kernel_of_known_duration(ConformanceTest& t);

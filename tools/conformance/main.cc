@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // kiln-conformance: runs the device conformance suite (docs/conformance.md) against the device
 // plugins in any plugin folder, with the vendor's own module, and writes a report a vendor can
-// attach to a release. Exit codes: 0 pass, 1 a test failed or crashed, 2 bad usage or
-// configuration, 3 an unexpected error, 128+N stopped by signal N (SIGINT, SIGTERM).
+// attach to a release. Exit codes: 0 pass (or nothing ran), 1 a test failed or crashed, 2 bad
+// usage or configuration, 3 an unexpected error, 4 incomplete (no failure, but a test skipped
+// for lack of an input such as --module), 128+N stopped by signal N (SIGINT, SIGTERM).
 //
 // By default the tests run in worker processes (worker_supervisor.h): this executable started
 // again with the hidden option `--worker PID`, which runs the tests and streams their events
@@ -39,6 +40,8 @@ constexpr int kExitPass = 0;
 constexpr int kExitFail = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitError = 3;
+// Nothing failed, but a test skipped for lack of an input the command could have given.
+constexpr int kExitIncomplete = 4;
 // Stopped by SIGINT or SIGTERM: 128 + the signal, as a shell reports a process it killed.
 constexpr int kExitSignalBase = 128;
 
@@ -180,9 +183,10 @@ int run(int argc, char** argv) {
 
   CLI::App app{
       "kiln-conformance: run the device conformance suite against device plugins and write a "
-      "report to attach to a release (docs/conformance.md).\nExit codes: 0 pass, 1 a test "
-      "failed or crashed, 2 usage or configuration error, 3 unexpected error, 130/143 "
-      "interrupted (SIGINT/SIGTERM).",
+      "report to attach to a release (docs/conformance.md).\nExit codes: 0 pass (or nothing "
+      "ran), 1 a test failed or crashed, 2 usage or configuration error, 3 unexpected error, 4 "
+      "incomplete (a test skipped for lack of input, e.g. --module; the output says what to "
+      "add), 130/143 interrupted (SIGINT/SIGTERM).",
       "kiln-conformance"};
   app.set_version_flag("--version", std::string("kiln-conformance ") + kiln::version() +
                                         " (plugin ABI " + kiln::abi_version() + ")");
@@ -207,12 +211,12 @@ int run(int argc, char** argv) {
   app.add_option("--module", options.modules,
                  "TYPE:PATH:FORMAT:KERNEL: the module whose KERNEL computes out[i] = a[i] + "
                  "alpha*b[i] on TYPE, metadata from PATH.json if present (repeatable, one per "
-                 "type; default: none, the module tests skip)");
+                 "type; default: none, the module tests skip and the run is incomplete)");
   app.add_option("--timing-kernel", options.timing_kernels,
                  "TYPE:PATH:FORMAT:KERNEL: a kernel of known duration on TYPE for the timer test: "
                  "KERNEL(out, ns) busy-waits ns nanoseconds and writes ns to out[0] (int64), "
                  "metadata from PATH.json if present (repeatable, one per type; default: none, "
-                 "the test skips)");
+                 "the test skips; the timer is still judged around device copies)");
   app.add_option("--report", options.report,
                  "Write the Markdown report to this file (default: not written)");
   app.add_option("--report-json", options.report_json,
@@ -349,7 +353,8 @@ int run(int argc, char** argv) {
                                      kiln::conformance::json_report(context, targets, outcomes));
   }
 
-  const kiln::conformance::Summary summary = kiln::conformance::summarize_run(context, outcomes);
+  const kiln::conformance::Summary summary =
+      kiln::conformance::summarize_run(context, outcomes, targets);
   std::printf("\nkiln-conformance %s: %s (%d passed, %d failed, %d skipped, %d crashed)\n",
               kiln::version(), summary.verdict.c_str(), summary.passed, summary.failed,
               summary.skipped, summary.crashed);
@@ -366,6 +371,21 @@ int run(int argc, char** argv) {
         "nothing ran: no test passed or failed (use --require-device to fail a device "
         "type without devices)\n");
   }
+  const std::vector<kiln::conformance::MissingInputEntry> inputs =
+      kiln::conformance::missing_inputs(outcomes, targets);
+  bool optional_heading = false;
+  for (const auto& e : inputs) {
+    if (e.input.required && &e == &inputs.front()) {
+      std::printf("incomplete: %d test(s) skipped for lack of input; to run them, add:\n",
+                  summary.incomplete);
+    }
+    if (!e.input.required && !optional_heading) {
+      std::printf("optional (skipped; the run is complete without it):\n");
+      optional_heading = true;
+    }
+    std::printf("  %s  (%s: %s): %s\n", e.input.add.c_str(), e.target.c_str(),
+                fmt::format("{}", fmt::join(e.tests, ", ")).c_str(), e.input.what.c_str());
+  }
   if (!options.report.empty()) std::printf("report: %s\n", options.report.c_str());
   if (!options.report_json.empty()) std::printf("JSON report: %s\n", options.report_json.c_str());
   if (context.interrupted_by != 0) {
@@ -373,7 +393,8 @@ int run(int argc, char** argv) {
                 kiln::detail::signal_name(context.interrupted_by).c_str());
     return kExitSignalBase + context.interrupted_by;
   }
-  return summary.verdict == "fail" || gtest_status != 0 ? kExitFail : kExitPass;
+  if (summary.verdict == "fail" || gtest_status != 0) return kExitFail;
+  return summary.verdict == "incomplete" ? kExitIncomplete : kExitPass;
 }
 
 }  // namespace

@@ -5,9 +5,12 @@
 #include <fmt/ranges.h>
 #include <sys/utsname.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "kiln/detail/wait_status.h"
 #include "kiln/version.h"
@@ -63,7 +66,22 @@ Summary count(const std::vector<TestOutcome>& outcomes, const Target& target) {
   for (const auto& o : outcomes) {
     if (o.suite == target.suite()) of_target.push_back(o);
   }
-  return summarize(of_target);
+  return summarize(of_target, {target});
+}
+
+// The target whose suite ran `o`, or null.
+const Target* target_of(const TestOutcome& o, const std::vector<Target>& targets) {
+  for (const Target& t : targets) {
+    if (t.suite() == o.suite) return &t;
+  }
+  return nullptr;
+}
+
+// What `o` lacked, when it skipped for lack of an input.
+std::optional<MissingInput> lacked(const TestOutcome& o, const std::vector<Target>& targets) {
+  if (o.status != TestOutcome::Status::kSkipped) return std::nullopt;
+  const Target* t = target_of(o, targets);
+  return t != nullptr ? missing_input(*t, o.name) : std::nullopt;
 }
 
 // "Device type `cpu`" / "Collector `rusage`".
@@ -74,9 +92,11 @@ std::string title(const Target& t) {
 
 }  // namespace
 
-Summary summarize(const std::vector<TestOutcome>& outcomes) {
+Summary summarize(const std::vector<TestOutcome>& outcomes, const std::vector<Target>& targets) {
   Summary s;
   for (const auto& o : outcomes) {
+    const std::optional<MissingInput> input = lacked(o, targets);
+    if (input && input->required) ++s.incomplete;
     switch (o.status) {
       case TestOutcome::Status::kPassed:
         ++s.passed;
@@ -92,12 +112,39 @@ Summary summarize(const std::vector<TestOutcome>& outcomes) {
         break;
     }
   }
-  s.verdict = s.failed > 0 || s.crashed > 0 ? "fail" : s.passed > 0 ? "pass" : "nothing ran";
+  s.verdict = s.failed > 0 || s.crashed > 0 ? "fail"
+              : s.incomplete > 0            ? "incomplete"
+              : s.passed > 0                ? "pass"
+                                            : "nothing ran";
   return s;
 }
 
-Summary summarize_run(const ReportContext& context, const std::vector<TestOutcome>& outcomes) {
-  Summary s = summarize(outcomes);
+std::vector<MissingInputEntry> missing_inputs(const std::vector<TestOutcome>& outcomes,
+                                              const std::vector<Target>& targets) {
+  std::vector<MissingInputEntry> entries;
+  for (const TestOutcome& o : outcomes) {
+    std::optional<MissingInput> input = lacked(o, targets);
+    if (!input) continue;
+    auto same = [&](const MissingInputEntry& e) {
+      return e.target == o.target && e.input.flag == input->flag;
+    };
+    auto it = std::find_if(entries.begin(), entries.end(), same);
+    if (it == entries.end()) {
+      entries.push_back({o.target, std::move(*input), {}});
+      it = std::prev(entries.end());
+    }
+    if (std::find(it->tests.begin(), it->tests.end(), o.name) == it->tests.end()) {
+      it->tests.push_back(o.name);
+    }
+  }
+  std::stable_partition(entries.begin(), entries.end(),
+                        [](const MissingInputEntry& e) { return e.input.required; });
+  return entries;
+}
+
+Summary summarize_run(const ReportContext& context, const std::vector<TestOutcome>& outcomes,
+                      const std::vector<Target>& targets) {
+  Summary s = summarize(outcomes, targets);
   if (s.verdict == "fail") return s;
   if (context.interrupted_by != 0) {
     s.verdict = "interrupted";
@@ -109,7 +156,7 @@ Summary summarize_run(const ReportContext& context, const std::vector<TestOutcom
 
 std::string markdown_report(const ReportContext& context, const std::vector<Target>& targets,
                             const std::vector<TestOutcome>& outcomes) {
-  const Summary total = summarize_run(context, outcomes);
+  const Summary total = summarize_run(context, outcomes, targets);
   std::string md;
   auto line = [&md](const std::string& text = "") { md += text + "\n"; };
   line("# Kiln device conformance report");
@@ -117,6 +164,26 @@ std::string markdown_report(const ReportContext& context, const std::vector<Targ
   line(fmt::format("**Verdict: {}** — {} passed, {} failed, {} skipped, {} crashed", total.verdict,
                    total.passed, total.failed, total.skipped, total.crashed));
   line();
+  const std::vector<MissingInputEntry> inputs = missing_inputs(outcomes, targets);
+  bool optional_heading = false;
+  for (const MissingInputEntry& e : inputs) {
+    if (e.input.required && &e == &inputs.front()) {
+      line(fmt::format(
+          "**Incomplete**: {} test(s) skipped for lack of input, so this run proves less than "
+          "a pass. To run them, add to the command:",
+          total.incomplete));
+      line();
+    }
+    if (!e.input.required && !optional_heading) {
+      if (&e != &inputs.front()) line();
+      line("Optional inputs (their tests skipped; the run is complete without them):");
+      line();
+      optional_heading = true;
+    }
+    line(fmt::format("- `{}` ({}: {}): {}", e.input.add, e.target, fmt::join(e.tests, ", "),
+                     e.input.what));
+  }
+  if (!inputs.empty()) line();
   if (context.interrupted_by != 0) {
     line(fmt::format("**Interrupted by {}**: the tests that had not ended are not listed.",
                      kiln::detail::signal_name(context.interrupted_by)));
@@ -208,7 +275,7 @@ std::string markdown_report(const ReportContext& context, const std::vector<Targ
 std::string json_report(const ReportContext& context, const std::vector<Target>& targets,
                         const std::vector<TestOutcome>& outcomes) {
   using nlohmann::json;
-  const Summary total = summarize_run(context, outcomes);
+  const Summary total = summarize_run(context, outcomes, targets);
   json doc;
   doc["kiln"] = {{"version", kiln::version()}, {"abi", kiln::abi_version()}};
   doc["date"] = utc_now();
@@ -282,11 +349,18 @@ std::string json_report(const ReportContext& context, const std::vector<Target>&
     }
     doc["targets"].push_back(std::move(jt));
   }
-  doc["summary"] = {{"passed", total.passed},
-                    {"failed", total.failed},
-                    {"skipped", total.skipped},
-                    {"crashed", total.crashed},
-                    {"verdict", total.verdict}};
+  doc["missing_inputs"] = json::array();
+  for (const MissingInputEntry& e : missing_inputs(outcomes, targets)) {
+    doc["missing_inputs"].push_back({{"target", e.target},
+                                     {"flag", e.input.flag},
+                                     {"add", e.input.add},
+                                     {"what", e.input.what},
+                                     {"required", e.input.required},
+                                     {"tests", e.tests}});
+  }
+  doc["summary"] = {{"passed", total.passed},         {"failed", total.failed},
+                    {"skipped", total.skipped},       {"crashed", total.crashed},
+                    {"incomplete", total.incomplete}, {"verdict", total.verdict}};
   return doc.dump(2) + "\n";
 }
 

@@ -18,12 +18,26 @@ struct Summary {
   int failed = 0;
   int skipped = 0;
   int crashed = 0;
-  // "pass" (no failure or crash and at least one test passed), "fail" (any failure or crash),
-  // or "nothing ran" (no failure, no crash, no pass: every test skipped or filtered out).
-  // summarize_run adds "interrupted".
+  // Of the skipped tests, those that skipped for lack of a required input (missing_input()).
+  int incomplete = 0;
+  // "fail" (any failure or crash), else "incomplete" (a test skipped for lack of a required
+  // input), else "pass" (at least one test passed), else "nothing ran" (every test skipped or
+  // filtered out). summarize_run adds "interrupted".
   std::string verdict;
 };
-Summary summarize(const std::vector<TestOutcome>& outcomes);
+// The summary of `outcomes`, tests of `targets` (which say what each skipped test lacked).
+Summary summarize(const std::vector<TestOutcome>& outcomes, const std::vector<Target>& targets);
+
+// An input the run lacked (missing_input()), with the tests of one target that skipped for it.
+struct MissingInputEntry {
+  std::string target;  // the device type
+  MissingInput input;
+  std::vector<std::string> tests;  // "ComputesCorrectResults", in the order they ran
+};
+// Every input whose absence made a test of `outcomes` skip, required ones first, one entry per
+// target and flag.
+std::vector<MissingInputEntry> missing_inputs(const std::vector<TestOutcome>& outcomes,
+                                              const std::vector<Target>& targets);
 
 // Everything a report says besides the targets and the outcomes.
 struct ReportContext {
@@ -40,9 +54,10 @@ struct ReportContext {
   int interrupted_by = 0;
 };
 
-// summarize(outcomes) with the verdict of the whole run: also "fail" on a run error and
+// summarize(outcomes, targets) with the verdict of the whole run: also "fail" on a run error and
 // "interrupted" when the run was stopped (see ReportContext).
-Summary summarize_run(const ReportContext& context, const std::vector<TestOutcome>& outcomes);
+Summary summarize_run(const ReportContext& context, const std::vector<TestOutcome>& outcomes,
+                      const std::vector<Target>& targets);
 
 // The report as Markdown / as a JSON document (2-space indented). Pure functions of their
 // arguments plus the clock and uname(2).

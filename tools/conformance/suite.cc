@@ -340,13 +340,82 @@ constexpr TestCase kTests[] = {
     {"RejectsGarbageModules", rejects_garbage_modules},
     // The deeper tests (depth_tests.cc).
     {"ComputesCorrectResults", computes_correct_results},
+    {"TimerMeasuresDeviceCopies", timer_measures_device_copies},
     {"TimerMatchesAKernelOfKnownDuration", timer_matches_a_kernel_of_known_duration},
     {"RefusesAllocationsOverTheLimit", refuses_allocations_over_the_limit},
     {"ReturnsFreedMemory", returns_freed_memory},
     {"WorksFromFourThreads", works_from_four_threads},
 };
 
+// The tests that launch the conformance kernel and skip without --module. WorksFromFourThreads
+// also uses it, but runs without it (on device-to-device copies).
+constexpr const char* kModuleTests[] = {"LoadsModuleAndLaunchesKernel", "RejectsGarbageModules",
+                                        "ComputesCorrectResults"};
+
+// The module formats of Kiln's own device plugins and the example conformance kernel each
+// ships (installed under <prefix>/share/kiln/examples/kernels/, built under
+// <build>/examples/kernels/), for the hint of what to add.
+struct KilnExample {
+  const char* device_type;
+  const char* format;
+  const char* file;  // relative to the examples/kernels folder
+};
+constexpr KilnExample kKilnExamples[] = {
+    {"cpu", "so", "libvector_add.so"},
+    {"opencl", "opencl_c", "opencl/vector_add.cl"},
+    {"cuda", "ptx", "cuda/vector_add.ptx"},
+    {"rocm", "hsaco", "rocm/vector_add.hsaco"},
+};
+
+// Kiln's example for `t`, when Kiln's own plugin of that name serves it.
+const KilnExample* kiln_example(const Target& t) {
+  if (!t.plugin || t.plugin->name != t.name) return nullptr;
+  for (const KilnExample& e : kKilnExamples) {
+    if (t.name == e.device_type) return &e;
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+std::optional<MissingInput> missing_input(const Target& target, const std::string& test) {
+  if (target.kind != Target::Kind::kDevice || target.disposition != Target::Disposition::kRun ||
+      !target.backend) {
+    return std::nullopt;
+  }
+  const DeviceBackend& backend = *target.backend;
+  if (!backend.has_modules()) return std::nullopt;
+  const bool module_test =
+      std::find_if(std::begin(kModuleTests), std::end(kModuleTests),
+                   [&](const char* name) { return test == name; }) != std::end(kModuleTests);
+  if (module_test && !target.module) {
+    MissingInput in;
+    in.flag = "--module";
+    const KilnExample* example = kiln_example(target);
+    in.add = fmt::format("--module {}:PATH:{}:KERNEL", target.name,
+                         example != nullptr ? example->format : "FORMAT");
+    in.what = "a module whose KERNEL computes out[i] = a[i] + alpha * b[i] for float32 vectors";
+    if (example != nullptr) {
+      in.what += fmt::format(
+          "; Kiln's example is examples/kernels/{} (in the build folder, or under "
+          "<prefix>/share/kiln/ when installed), kernel vector_add",
+          example->file);
+    }
+    return in;
+  }
+  if (test == "TimerMatchesAKernelOfKnownDuration" && backend.has_timer() &&
+      !target.timing_kernel) {
+    MissingInput in;
+    in.flag = "--timing-kernel";
+    in.add = fmt::format("--timing-kernel {}:PATH:FORMAT:KERNEL", target.name);
+    in.what =
+        "a kernel KERNEL(out, ns) that busy-waits ns nanoseconds on the device's clock "
+        "(TimerMeasuresDeviceCopies judges the timer without it)";
+    in.required = false;
+    return in;
+  }
+  return std::nullopt;
+}
 
 std::string Target::suite() const {
   return (kind == Kind::kDevice ? "DeviceConformance/" : "CollectorConformance/") + name;

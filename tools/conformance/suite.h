@@ -103,6 +103,21 @@ std::vector<Target> resolve_collectors(const Runtime& runtime,
 // broken plugin never passes by leaving it out.
 std::vector<Target> resolve_broken_manifests(const Runtime& runtime);
 
+// An input the command line could have given a device type, without which one of its tests
+// skips. A run in which a test skipped for lack of a required one is `incomplete`, not `pass`
+// (docs/conformance.md, "Exit codes and verdicts"); the tool and the reports list what to add.
+struct MissingInput {
+  std::string flag;      // "--module" or "--timing-kernel"
+  std::string add;       // what to add: "--module cpu:PATH:so:KERNEL"
+  std::string what;      // what the input is and, for Kiln's own plugins, an example file
+  bool required = true;  // false: an optional deeper check; its skip leaves the run complete
+};
+
+// The input whose absence makes the test `test` ("ComputesCorrectResults") of `target` skip, or
+// nullopt when that test needs no command-line input there: it was given, the test needs none,
+// or the backend lacks the slots that would use it (no module slots, no timer slots).
+std::optional<MissingInput> missing_input(const Target& target, const std::string& test);
+
 // Registers the suite's tests with GoogleTest, one test suite per target (Target::suite()).
 // `runtime` and `targets` are borrowed and must outlive RUN_ALL_TESTS().
 void register_tests(const Runtime& runtime, const std::vector<Target>& targets);
