@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Profiler lifecycle (SPEC.md §3.2), collectors (§3.6) and profile_function (§3.9).
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -76,6 +77,9 @@ TEST(Profiler, LifecycleNestedCallsTotalsAndPercent) {
   EXPECT_EQ(std::get<std::string>(r.calls[0].at("Device")), "cpu0");
   EXPECT_EQ(std::get<Count>(r.calls[0].at("Count")).value, 1);
   EXPECT_EQ(std::get<std::string>(r.calls[0].at("Test Label")), "from the test collector");
+  // inner ran inside outer; outer inside the device total only, which encloses no row.
+  EXPECT_EQ(std::get<std::string>(r.calls[0].at("Nested in")), "outer");
+  EXPECT_EQ(r.calls[1].count("Nested in"), 0u);
   const double inner = std::get<Duration>(r.calls[0].at("Duration (us)")).microseconds;
   const double outer = std::get<Duration>(r.calls[1].at("Duration (us)")).microseconds;
   EXPECT_GE(inner, 9000);
@@ -90,6 +94,10 @@ TEST(Profiler, LifecycleNestedCallsTotalsAndPercent) {
             std::get<Duration>(r.calls[1].at("Start (us)")).microseconds);
   EXPECT_EQ(std::get<std::string>(r.configuration.at("Executor")), "VM");
   EXPECT_GE(std::get<Count>(r.configuration.at("Number of threads")).value, 1);
+  // The Sum row counts outer only (inner is part of it), so it never passes the total.
+  EXPECT_NE(r.table().find(fmt::format("Sum         {:>13}", format_metric(Duration{outer}))),
+            std::string::npos)
+      << r.table();
   // The formats read the same rows.
   EXPECT_NE(r.table().find("inner"), std::string::npos);
   EXPECT_NE(r.table().find("Total"), std::string::npos);

@@ -729,6 +729,53 @@ TEST(ReportTable, StartOffsetIsShownOnlyUnaggregatedAndNeverSummed) {
   ExpectSameReport(Report::from_json(r.json()), r);
 }
 
+// A VM function's profile as `kiln profile` makes it: two calls of "main" (top level), each with
+// its kernels nested in it. The Sum counts each microsecond once (the two mains), a nested row is
+// never aggregated with a top-level row of the same name, and every format keeps the marker.
+TEST(ReportTable, NestedRowsAreMarkedAndLeftOutOfTheSum) {
+  Report r;
+  r.device_metrics["cpu0"] = Total("cpu0", 100);
+  MetricMap matmul = Call("matmul", 30, "cpu0", "float32[4, 4]", 30);
+  matmul["Nested in"] = std::string("main");
+  MetricMap relu = Call("relu", 10, "cpu0", "float32[4, 4]", 10);
+  relu["Nested in"] = std::string("main");
+  // A top-level call named like a kernel: grouped apart from the nested ones.
+  MetricMap relu_alone = Call("relu", 4, "cpu0", "float32[4, 4]", 4);
+  r.calls = {matmul,    relu, Call("main", 45, "cpu0", "float32[4, 4]", 45),
+             matmul,    relu, Call("main", 43, "cpu0", "float32[4, 4]", 43),
+             relu_alone};
+  EXPECT_EQ(r.table(),
+            "Name        Duration (us)  Percent  Device  Count  Argument Shapes  Nested in  \n"
+            "main                88.00    88.00    cpu0      2    float32[4, 4]             \n"
+            "matmul              60.00    60.00    cpu0      2    float32[4, 4]       main  \n"
+            "relu                20.00    20.00    cpu0      2    float32[4, 4]       main  \n"
+            "relu                 4.00     4.00    cpu0      1    float32[4, 4]             \n"
+            "----------                                                                     \n"
+            "Sum                 92.00    92.00              3                              \n"
+            "Total              100.00             cpu0      1                              \n"
+            "Sum: the calls nested in no other; a row with \"Nested in\" ran inside the call it "
+            "names and is part of that call's time\n"
+            "\n"
+            "Configuration\n"
+            "-------------\n");
+  // Unaggregated, the same rule: 45 + 43 + 4.
+  EXPECT_TRUE(Contains(r.table(false, false, true), "Sum                 92.00    92.00"));
+  // Without sums there is no Sum row to explain.
+  EXPECT_EQ(r.table(true, true, false).find("Sum:"), std::string::npos);
+  // An ordinary string metric in CSV, JSON (round trip) and the trace.
+  EXPECT_TRUE(
+      Contains(r.csv(), "Argument Shapes,Count,Device,Duration (us),Name,Nested in,Percent\n"));
+  EXPECT_TRUE(Contains(r.csv(), "\"float32[4, 4]\",1,\"cpu0\",30,\"matmul\",\"main\",30\n"));
+  EXPECT_TRUE(Contains(r.json(), R"j("Nested in":{"string":"main"})j"));
+  ExpectSameReport(Report::from_json(r.json()), r);
+  EXPECT_TRUE(Contains(r.chrome_trace(), R"j("Nested in":"main")j"));
+  // A report without nesting (the reference's) is unchanged: every row is summed.
+  Report flat = r;
+  for (MetricMap& call : flat.calls) call.erase("Nested in");
+  EXPECT_TRUE(Contains(flat.table(), "Sum                172.00   172.00              7"));
+  EXPECT_EQ(flat.table().find("Nested in"), std::string::npos);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Chrome trace.
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// `kiln profile RUN.yaml` and the `profile:` section of `kiln run`: profile calls of the run's
-// function with metric collectors into a kiln::profiling::Report.
+// `kiln profile RUN.yaml` and the `profile:` section of `kiln run`: one warm-up call, then profile
+// calls of the run's function with metric collectors into a kiln::profiling::Report.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <iostream>
 #include <optional>
 
@@ -75,7 +76,18 @@ profiling::Report profile_run(const run::RunSpec& spec, const run::ProfileSpec& 
     collectors.push_back(c.options_json.empty() ? profiling::plugin_collector(c.name, runtime)
                                                 : collector_with_options(c, runtime));
   }
+  // One warm-up call, not profiled: a first call may build device code (an OpenCL program takes
+  // ~100 ms on PoCL), load a module onto the device or page in its memory, none of which the
+  // profiled calls should average in. Synchronized, so that none of its work runs into them.
+  const auto warmup_start = std::chrono::steady_clock::now();
+  f.call_packed(args);
+  runtime.backend(device.type)->synchronize(device.id);
+  const double warmup_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - warmup_start)
+          .count();
   profiling::MetricMap configuration{
+      {std::string(profiling::kWarmupCallsConfig), profiling::Count{1}},
+      {std::string(profiling::kWarmupDurationConfig), profiling::Duration{warmup_us}},
       {"Executor", std::string(machine ? "VM" : "kiln run")},
       {"Module", spec.module.string()},
       {"Device", profiling::device_report_name(device, runtime.device_types())},

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "eval/timer.h"
@@ -49,6 +50,9 @@ struct Profiler::Impl {
   struct Frame {
     Device device;
     std::string name;
+    // The open call this one runs inside ("main" for a VM's kernel), none for a top-level call
+    // (the device totals do not count as enclosing calls).
+    std::optional<std::string> parent;
     std::unique_ptr<eval::Timer> timer;
     double start_us = 0;
     MetricMap metrics;
@@ -57,6 +61,7 @@ struct Profiler::Impl {
   struct Done {
     Device device;
     std::string name;
+    std::optional<std::string> parent;
     int64_t elapsed_ns;
     double start_us;
     MetricMap metrics;
@@ -106,6 +111,9 @@ void Profiler::start_call(std::string name, Device device, MetricMap extra) {
   frame.device = device;
   frame.name = std::move(name);
   frame.metrics = std::move(extra);
+  // While running, the first frames are the device totals, which enclose every call.
+  const size_t totals = impl_->running ? impl_->devices.size() : 0;
+  if (impl_->stack.size() > totals) frame.parent = impl_->stack.back().name;
   for (const auto& c : impl_->collectors) {
     if (auto state = c->start(device)) frame.states.emplace_back(c.get(), std::move(state));
   }
@@ -125,8 +133,8 @@ void Profiler::stop_call(MetricMap extra) {
   for (auto& [collector, state] : frame.states) {
     for (auto& [key, value] : collector->stop(state)) frame.metrics[key] = std::move(value);
   }
-  impl_->done.push_back(
-      {frame.device, std::move(frame.name), ns, frame.start_us, std::move(frame.metrics)});
+  impl_->done.push_back({frame.device, std::move(frame.name), std::move(frame.parent), ns,
+                         frame.start_us, std::move(frame.metrics)});
 }
 
 void Profiler::stop() {
@@ -146,6 +154,7 @@ Report Profiler::report() const {
     row["Name"] = d.name;
     row["Device"] = device_report_name(d.device, impl_->context->device_types());
     row["Start (us)"] = Duration{d.start_us};
+    if (d.parent) row[std::string(kNestedInMetric)] = *d.parent;
     for (const auto& [key, value] : d.metrics) row[key] = value;  // on top, as the reference
     rows.push_back(std::move(row));
   }

@@ -183,7 +183,18 @@ std::string group_key(const MetricMap& call) {
   append(has(call, kHashMetric) ? kHashMetric : kNameMetric);
   append(kArgumentShapesMetric);
   append(kDeviceMetric);
+  // Kiln's addition: a nested call never joins a top-level one (nor one nested elsewhere), so
+  // that the Sum row can leave out exactly the nested rows.
+  if (auto it = call.find(std::string(kNestedInMetric)); it != call.end()) {
+    key += " (nested in " + detail::text_of(it->second) + ")";
+  }
   return key;
+}
+
+// Whether `row` ran inside another profiled call ("Nested in" present and not empty).
+bool nested(const MetricMap& row) {
+  auto it = row.find(std::string(kNestedInMetric));
+  return it != row.end() && !detail::text_of(it->second).empty();
 }
 
 // Aggregates the values one metric takes in one group of calls: sums Count, Duration and
@@ -273,11 +284,13 @@ std::optional<double> sort_duration(const MetricMap& row) {
   return d->microseconds;
 }
 
-// The "Sum" row: per metric, the sum of its Count, Duration or Percent values over `rows`
-// ("Start (us)", Ratio and string metrics are skipped), and Name = "Sum".
+// The "Sum" row: per metric, the sum of its Count, Duration or Percent values over the top-level
+// `rows` (nested rows are part of the time of the call they ran in; "Start (us)", Ratio and
+// string metrics are skipped), and Name = "Sum".
 MetricMap column_sums(const std::vector<MetricMap>& rows) {
   MetricMap sums;
   for (const MetricMap& row : rows) {
+    if (nested(row)) continue;
     for (const auto& [name, value] : row) {
       if (name == kStartMetric) continue;
       if (std::holds_alternative<Ratio>(value) || std::holds_alternative<std::string>(value)) {
@@ -403,6 +416,7 @@ std::string Report::table(bool sort, bool aggregate, bool col_sums) const {
     for (auto& [key, row] : keyed) rows.push_back(std::move(row));
   }
   // 3. Separator and Sum rows.
+  const bool any_nested = std::any_of(rows.begin(), rows.end(), nested);
   if (col_sums) {
     MetricMap sums = column_sums(rows);
     rows.push_back(MetricMap{{std::string(kNameMetric), std::string("----------")}});
@@ -414,10 +428,12 @@ std::string Report::table(bool sort, bool aggregate, bool col_sums) const {
     row[std::string(kNameMetric)] = std::string("Total");
     rows.push_back(std::move(row));
   }
-  // 5. Columns: the fixed six, then every other printed metric in byte order.
+  // 5. Columns: the fixed six, "Nested in" when a row is nested, then every other printed metric
+  // in byte order.
   std::vector<std::string> headers = {
       std::string(kNameMetric),   std::string(kDurationMetric), std::string(kPercentMetric),
       std::string(kDeviceMetric), std::string(kCountMetric),    std::string(kArgumentShapesMetric)};
+  if (any_nested) headers.emplace_back(kNestedInMetric);
   std::set<std::string> others;
   for (const MetricMap& row : rows) {
     for (const auto& [name, value] : row) others.insert(name);
@@ -461,6 +477,12 @@ std::string Report::table(bool sort, bool aggregate, bool col_sums) const {
       out += "  ";
     }
     out += '\n';
+  }
+  if (any_nested && col_sums) {
+    out += fmt::format(
+        "Sum: the calls nested in no other; a row with \"{}\" ran inside the call it names and "
+        "is part of that call's time\n",
+        kNestedInMetric);
   }
   if (marked) {
     out += fmt::format(

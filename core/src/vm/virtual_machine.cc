@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <new>
 
 #include "kiln/error.h"
@@ -872,9 +873,20 @@ profiling::Report VirtualMachine::profile(const std::string& func, const std::ve
   auto call = [&]() {
     impl_->invoke_closure(closure, inputs.data(), static_cast<int32_t>(inputs.size()));
   };
-  call();  // warm-up, not recorded
-  profiling::Profiler profiler(impl_->devices, {}, {{"Executor", std::string("VM")}},
-                               impl_->device_context);
+  // Warm-up, not recorded (and said so in the configuration), synchronized so that none of its
+  // work runs into the profiled call.
+  const auto warmup_start = std::chrono::steady_clock::now();
+  call();
+  for (const Device& d : impl_->devices) impl_->device_context.backend(d.type)->synchronize(d.id);
+  const double warmup_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - warmup_start)
+          .count();
+  profiling::Profiler profiler(
+      impl_->devices, {},
+      {{"Executor", std::string("VM")},
+       {std::string(profiling::kWarmupCallsConfig), profiling::Count{1}},
+       {std::string(profiling::kWarmupDurationConfig), profiling::Duration{warmup_us}}},
+      impl_->device_context);
   struct Attach {
     VirtualMachineImpl* vm;
     ~Attach() { vm->profiler = nullptr; }

@@ -41,7 +41,8 @@ class Profiler {
   // Opens one "Total" call per device (in order). RuntimeError if already running.
   void start();
   // Opens a call `name` on `device`: starts every collector that handles the device, then the
-  // device timer. `extra` metrics go into the call's row.
+  // device timer. `extra` metrics go into the call's row. A call opened while another is open
+  // (other than the device totals) is nested in it: its row gets "Nested in" = that call's name.
   void start_call(std::string name, Device device, MetricMap extra = {});
   // Closes the most recent open call (RuntimeError when none is open), merging `extra` and
   // the collectors' metrics into its row.
@@ -51,9 +52,9 @@ class Profiler {
   bool running() const;
 
   // Rows with "Duration (us)", "Count", "Name", "Device", "Start (us)" (offset from start(),
-  // beyond the reference: the Chrome trace's timeline), the extra and collector metrics on top,
-  // and "Percent" against the longest device total. The device totals go to device_metrics.
-  // RuntimeError while running.
+  // beyond the reference: the Chrome trace's timeline), "Nested in" for a nested call, the extra
+  // and collector metrics on top, and "Percent" against the longest device total. The device
+  // totals go to device_metrics. RuntimeError while running.
   Report report() const;
 
  private:

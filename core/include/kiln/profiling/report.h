@@ -28,6 +28,16 @@ inline constexpr std::string_view kArgumentShapesMetric = "Argument Shapes";
 // the profiled run. An ordinary metric in json() and csv(); table() shows it only for unaggregated
 // rows and never sums it; chrome_trace() uses it as the slice start.
 inline constexpr std::string_view kStartMetric = "Start (us)";
+// Kiln's addition: a string, the name of the profiled call this call ran inside (a VM
+// function's kernels are nested in it); absent for a top-level call. Its time is part of that
+// call's, so table() leaves nested rows out of the Sum row and never aggregates a nested call
+// with a top-level one; an ordinary metric in json(), csv() and chrome_trace().
+inline constexpr std::string_view kNestedInMetric = "Nested in";
+// Kiln's additions to the configuration of a profile that made warm-up calls before the
+// profiled ones (kiln profile, VirtualMachine::profile): how many (a Count), and how long they
+// took by the host clock, synchronized (a Duration). Their time is in no row and no total.
+inline constexpr std::string_view kWarmupCallsConfig = "Warm-up calls (excluded)";
+inline constexpr std::string_view kWarmupDurationConfig = "Warm-up duration (us)";
 
 // The result of a profiled run. A plain value type: copyable, no shared state, and every method
 // is const and thread-compatible.
@@ -44,10 +54,12 @@ struct Report {
   // did not do.
   std::string csv() const;
 
-  // The human-readable table (§3.5): calls (grouped by Hash-or-Name + Argument Shapes + Device
-  // when `aggregate`, groups in first-appearance order), stably sorted by "Duration (us)"
-  // descending when `sort`, a "----------" separator and a "Sum" row when `col_sums`, one "Total"
-  // row per device, then the Configuration section. Numbers use format_metric(). Throws
+  // The human-readable table (§3.5): calls (grouped by Hash-or-Name + Argument Shapes + Device,
+  // and "Nested in" when present, when `aggregate`; groups in first-appearance order), stably
+  // sorted by "Duration (us)" descending when `sort`, a "----------" separator and a "Sum" row
+  // of the top-level rows (those without "Nested in", so that each nanosecond counts once) when
+  // `col_sums`, one "Total" row per device, then the Configuration section. Numbers use
+  // format_metric(). Throws
   // ValueError when one metric name holds values of different types in rows that must be
   // aggregated or summed together.
   std::string table(bool sort = true, bool aggregate = true, bool col_sums = true) const;
