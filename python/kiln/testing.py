@@ -424,21 +424,26 @@ def ab_run(mod_a: ModuleLike, mod_b: ModuleLike, device_type: str, args: Sequenc
            args_b: Optional[Sequence[Any]] = None, evaluator_config: Optional[Any] = None,
            rounds: int = 20, threshold: float = 0.05, confidence: float = 0.95,
            seed: Optional[int] = None, function: Optional[str] = None,
-           function_b: Optional[str] = None) -> AbResult:
+           function_b: Optional[str] = None, max_rounds: int = 160) -> AbResult:
     """Times A and B in one run, alternating them in a random order per round, and returns an
-    ``AbResult``: per-round seconds per call, the ratio B/A with its interval, and the verdict
-    "slower", "faster", "no change" or "within noise" (docs/evaluator.md "Interleaved A/B").
-    A load or a neighbour's job that comes and goes hits both sides alike instead of reading as
-    a change, as it does between two runs made at different times.
+    ``AbResult``: per-round seconds per call, each side's module file and SHA-256
+    (``a_module``, ``b_module``), the ratio B/A with its interval, and the verdict "slower",
+    "faster", "no change" (the whole interval within the threshold), "could not tell" or "same
+    module" (A and B are the same module with the same function and inputs: the run timed A
+    against itself) (docs/evaluator.md "Comparing two timings"). A load or a neighbour's job
+    that comes and goes hits both sides alike instead of reading as a change, as it does between
+    two runs made at different times.
 
     mod_a, mod_b: kiln.Modules, module file paths or TVM modules. args: A's arguments (numpy
     arrays, tensors, scalars), copied to ``device_type`` once; ``args_b`` B's (default: the
     same). function / function_b: the functions timed (default: the entry; B: A's name).
     evaluator_config: how each round times a side (number, min_repeat_ms, cache flush; repeat
-    is ignored). rounds: at least 6. threshold: a change within it is "no change" (0.05: 5%).
-    seed: the order's seed (default: random; AbResult.seed says which). The results are not
-    checked: run each side through local_run first to check its outputs. Ctrl-C stops between
-    rounds with KeyboardInterrupt."""
+    is ignored). rounds: at least 6; while the verdict is "could not tell", more rounds are taken
+    (the count doubles) up to max_rounds, each look judged so that all together keep
+    ``confidence``. threshold: a change within it is "no change" (0.05: 5%). seed: the order's
+    seed (default: random; AbResult.seed says which). The results are not checked: run each
+    side through local_run first to check its outputs. Ctrl-C stops between rounds with
+    KeyboardInterrupt."""
     _check_args(args)
     if args_b is not None:
         _check_args(args_b)
@@ -450,5 +455,5 @@ def ab_run(mod_a: ModuleLike, mod_b: ModuleLike, device_type: str, args: Sequenc
         return _kiln._ab_run(
             a, b, device_type, list(args), list(args if args_b is None else args_b),
             EvaluatorConfig._normalized(evaluator_config), function, function_b, rounds,
-            threshold, confidence, seed,
+            max_rounds, threshold, confidence, seed,
         )

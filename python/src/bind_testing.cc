@@ -187,6 +187,17 @@ void bind_testing(nb::module_& m) {
       .def_prop_ro("pid", [](const testing::MeasurementWorker& self) { return self.pid(); })
       .def_prop_ro("starts", [](const testing::MeasurementWorker& self) { return self.starts(); });
 
+  nb::class_<testing::ModuleIdentity>(
+      m, "ModuleIdentity",
+      "A side's module in kiln.testing.ab_run: the file it was loaded from and the SHA-256 of its "
+      "content (kiln/ab_run.h).")
+      .def_ro("file", &testing::ModuleIdentity::file)
+      .def_ro("sha256", &testing::ModuleIdentity::sha256)
+      .def_ro("hashed", &testing::ModuleIdentity::hashed)
+      .def("__repr__", [](const testing::ModuleIdentity& id) {
+        return "ModuleIdentity(file='" + id.file + "', sha256='" + id.sha256 + "')";
+      });
+
   nb::class_<testing::AbResult>(
       m, "AbResult",
       "What kiln.testing.ab_run measured: per-round seconds per call of each side, the ratio "
@@ -194,7 +205,15 @@ void bind_testing(nb::module_& m) {
       .def_ro("a_seconds", &testing::AbResult::a_seconds)
       .def_ro("b_seconds", &testing::AbResult::b_seconds)
       .def_ro("b_first", &testing::AbResult::b_first)
+      .def_ro("a_pressure", &testing::AbResult::a_pressure)
+      .def_ro("b_pressure", &testing::AbResult::b_pressure)
       .def_ro("seed", &testing::AbResult::seed)
+      .def_ro("a_module", &testing::AbResult::a_module)
+      .def_ro("b_module", &testing::AbResult::b_module)
+      .def_ro("same_module", &testing::AbResult::same_module)
+      .def_ro("differences", &testing::AbResult::differences)
+      .def_ro("looks", &testing::AbResult::looks)
+      .def_ro("planned_looks", &testing::AbResult::planned_looks)
       .def_ro("ratio", &testing::AbResult::ratio)
       .def_ro("low", &testing::AbResult::low)
       .def_ro("high", &testing::AbResult::high)
@@ -203,6 +222,7 @@ void bind_testing(nb::module_& m) {
       .def_ro("significant", &testing::AbResult::significant)
       .def_ro("detectable", &testing::AbResult::detectable)
       .def_ro("reason", &testing::AbResult::reason)
+      .def_ro("rounds_to_decide", &testing::AbResult::rounds_to_decide)
       .def("__repr__", [](const testing::AbResult& r) {
         return "AbResult(verdict='" + r.verdict + "', ratio=" + std::to_string(r.ratio) +
                ", low=" + std::to_string(r.low) + ", high=" + std::to_string(r.high) +
@@ -214,7 +234,8 @@ void bind_testing(nb::module_& m) {
       [](const Module& mod_a, const Module& mod_b, const std::string& device_type,
          nb::handle args_a, nb::handle args_b, nb::handle config,
          const std::optional<std::string>& function_a, const std::optional<std::string>& function_b,
-         int32_t rounds, double threshold, double confidence, std::optional<uint64_t> seed) {
+         int32_t rounds, int32_t max_rounds, double threshold, double confidence,
+         std::optional<uint64_t> seed) {
         Runtime& rt = runtime();
         const Device device = rt.parse_device(device_type);
         testing::AbSide a, b;
@@ -229,6 +250,7 @@ void bind_testing(nb::module_& m) {
         a.context = b.context = &rt;
         testing::AbOptions options;
         options.rounds = rounds;
+        options.max_rounds = max_rounds;
         options.threshold = threshold;
         options.confidence = confidence;
         options.seed = seed;
@@ -237,8 +259,9 @@ void bind_testing(nb::module_& m) {
       },
       nb::arg("mod_a"), nb::arg("mod_b"), nb::arg("device_type"), nb::arg("args_a"),
       nb::arg("args_b"), nb::arg("evaluator_config").none(), nb::arg("function_a").none(),
-      nb::arg("function_b").none(), nb::arg("rounds"), nb::arg("threshold"), nb::arg("confidence"),
-      nb::arg("seed").none(), "Internal: kiln.testing.ab_run on two loaded kiln.Modules.");
+      nb::arg("function_b").none(), nb::arg("rounds"), nb::arg("max_rounds"), nb::arg("threshold"),
+      nb::arg("confidence"), nb::arg("seed").none(),
+      "Internal: kiln.testing.ab_run on two loaded kiln.Modules.");
 
   nb::class_<rpc::RPCConfig>(m, "RPCConfig",
                              "Where rpc_run finds a remote device, as TVM's RPCConfig: a "

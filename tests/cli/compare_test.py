@@ -11,6 +11,7 @@
 """
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,56 @@ def expect(kiln, code, needles, *args):
     return ok
 
 
+def busy_run(rng, n, scale=1.0, noise=0.6, drift_after=None, drift=1.0, pressure=0.9):
+    """n repeats of a kernel on a busy machine: a 10 ms floor, one-sided noise (the waits for a
+    CPU, up to +`noise`), `scale` times the work, and from repeat `drift_after` on a machine
+    `drift` times slower; every repeat under `pressure`."""
+    times = []
+    for i in range(n):
+        t = 10e6 * scale * (1 + rng.uniform(0, noise))
+        if drift_after is not None and i >= drift_after:
+            t *= drift
+        times.append(t)
+    doc = gbench({"k": times})
+    for entry in doc["benchmarks"]:
+        entry["kiln_cpu_pressure"] = pressure
+    return doc
+
+
+def verdicts_from_blocks(kiln, d):
+    """With 40 or more repeats on each side, a busy machine is judged by the blocks of 5
+    repeats of each run: a real slowdown fails even under heavy noise, an unchanged kernel
+    under steady noise passes, heavy noise leaves an unchanged kernel could not tell (saying how
+    many repeats would decide), and a run whose machine changed halfway could not tell."""
+    rng = random.Random(35)
+    ok = True
+    a = write(d, "busy_a.json", busy_run(rng, 40))
+    same = write(d, "busy_same.json", busy_run(rng, 40))
+    slower = write(d, "busy_slower.json", busy_run(rng, 40, scale=1.3))
+    drifted = write(d, "busy_drift.json", busy_run(rng, 40, noise=0.1, drift_after=20,
+                                                   drift=1.4))
+    steady_a = write(d, "steady_a.json", busy_run(rng, 40, noise=0.1))
+    steady_b = write(d, "steady_b.json", busy_run(rng, 40, noise=0.1))
+    ok &= expect(kiln, 1, ["slower, significant", "1 significant regression: k"], a, slower)
+    ok &= expect(kiln, 0, ["no change", "no significant regression"], steady_a, steady_b)
+    ok &= expect(kiln, 4, ["could not tell", "repeats on each side would decide it",
+                           "drift", "within the runs"], a, same)
+    ok &= expect(kiln, 4, ["could not tell", "inside the noise band", "drift"], steady_a,
+                 drifted)
+    got, text = compare(kiln, "--json", a, slower)
+    row = json.loads(text)["benchmarks"][0] if got == 1 else {}
+    if not (row.get("blocks") == [8, 8] and row.get("direction") == "slower"
+            and 0 < row.get("drift", -1) < 0.3 and row.get("could_not_tell") is False):
+        print(f"FAIL: --json of blocked runs: exit {got}:\n{text}")
+        ok = False
+    got, text = compare(kiln, "--json", steady_a, drifted)
+    doc = json.loads(text) if got == 4 else {}
+    if not (doc.get("could_not_tell") == ["k"] and doc["benchmarks"][0]["drift"] > 0.1):
+        print(f"FAIL: --json of a drifting run: exit {got}:\n{text}")
+        ok = False
+    return ok
+
+
 def verdicts(kiln):
     base = [100.0, 102, 99, 101, 100.5, 98.5, 101.5, 99.5]
     slower = [t * 1.2 for t in base]
@@ -82,34 +133,50 @@ def verdicts(kiln):
         # A 20% regression within a 25% threshold is no change.
         ok &= expect(kiln, 0, ["no change, significant"], a, slow, "--threshold", "25%")
         ok &= expect(kiln, 1, ["slower, significant"], a, slow, "--metric", "min")
-        ok &= expect(kiln, 0, ["undecided", "3 and 3 repeats cannot bound a 95% interval",
-                               "too few repeats to detect any change"], few_a, few_b)
+        # Too few repeats to bound the interval: could not tell (exit 4), saying what would.
+        ok &= expect(kiln, 4, ["could not tell", "3 and 3 repeats cannot bound a 95% interval",
+                               "time at least 4 repeats on each side",
+                               "could not tell for 1 benchmark: k"], few_a, few_b)
         # Noise: the same 20% slowdown, but B ran while threads waited for a CPU 30% of the
-        # time (kiln_cpu_pressure), or A's machine had a load of 3 on 2 CPUs: within noise,
-        # whatever the size of the change.
+        # time (kiln_cpu_pressure), or A's machine had a load of 3 on 2 CPUs: with 8 repeats a
+        # side, could not tell (exit 4, not 0), and the note says what would decide.
         pressed = gbench({"k/1024/float32/cpu:0": slower})
         for entry in pressed["benchmarks"]:
             entry["kiln_cpu_pressure"] = 0.3
         pressed_b = write(d, "pressed.json", pressed)
-        ok &= expect(kiln, 0, ["within noise, significant", "too busy to tell a change",
-                               "CPU pressure 30% in B", "no significant regression", "busy",
-                               "too noisy to tell any change in some benchmark"], a, pressed_b)
+        ok &= expect(kiln, 4, ["could not tell, significant", "too busy (CPU pressure 30% in B)",
+                               "for 8 and 8 repeats", "with 40 or more repeats on each side",
+                               "kiln ab", "busy"], a, pressed_b)
         # Pressure under the noise verdict's 10% is an allowance of its own size.
         mild = gbench({"k/1024/float32/cpu:0": [t * 1.07 for t in base]})
         for entry in mild["benchmarks"]:
             entry["kiln_cpu_pressure"] = 0.08
-        ok &= expect(kiln, 0, ["within noise, significant", "noise band of 8.0%",
-                               "CPU pressure 8.0% in B"], a, write(d, "mild.json", mild))
+        ok &= expect(kiln, 4, ["could not tell, significant", "noise band of 8.0%",
+                               "CPU pressure 8.0% in B", "more repeats would not decide it"], a,
+                     write(d, "mild.json", mild))
         loaded = gbench({"k/1024/float32/cpu:0": base, "gone": base})
         loaded["context"].update({"load_avg": [3.0, 2.0, 1.0], "num_cpus": 2})
         loaded_a = write(d, "loaded.json", loaded)
-        ok &= expect(kiln, 0, ["within noise", "load 1.5 per CPU in A"], loaded_a, slow)
+        ok &= expect(kiln, 4, ["could not tell", "load 1.5 per CPU in A"], loaded_a, slow)
         # A quiet machine (pressure 1%) leaves the threshold as the band: still a regression.
         quiet = gbench({"k/1024/float32/cpu:0": slower})
         for entry in quiet["benchmarks"]:
             entry["kiln_cpu_pressure"] = 0.01
         ok &= expect(kiln, 1, ["slower, significant"], a, write(d, "quiet.json", quiet))
-        ok &= expect(kiln, 0, ["slower, untested", "no per-repeat times"], a, aggregates_only)
+        # An untested slowdown (aggregates only) is could not tell, never a pass.
+        ok &= expect(kiln, 4, ["slower, untested", "no per-repeat times"], a, aggregates_only)
+        # Issue 35: a run's 5 repeats scaled by exactly 1.5x is never "no regression" (exit 0):
+        # a regression on a quiet machine, could not tell on a busy one.
+        five = [100.0, 103, 98, 101, 99]
+        five_a = write(d, "five_a.json", gbench({"k": five}))
+        ok &= expect(kiln, 1, ["+50.0%", "slower, significant"], five_a,
+                     write(d, "five_b.json", gbench({"k": [t * 1.5 for t in five]})))
+        busy_five = gbench({"k": [t * 1.5 for t in five]})
+        for entry in busy_five["benchmarks"]:
+            entry["kiln_cpu_pressure"] = 0.6
+        ok &= expect(kiln, 4, ["could not tell", "with 40 or more repeats on each side"], five_a,
+                     write(d, "five_busy.json", busy_five))
+        ok &= verdicts_from_blocks(kiln, d)
         got, text = compare(kiln, "--json", a, slow)
         doc = json.loads(text) if got == 1 else {}
         row = doc.get("benchmarks", [{}])[0]
@@ -188,7 +255,7 @@ def compare_py(kiln, examples, pythons):
                 return 1
         # And kiln compare reads the same files.
         code, text = compare(kiln, outs[0], outs[1])
-        if code not in (0, 1) or "relu/1048576/float32/cpu:0" not in text:
+        if code not in (0, 1, 4) or "relu/1048576/float32/cpu:0" not in text:
             print(f"FAIL: kiln compare: exit {code}:\n{text}")
             return 1
     return 0

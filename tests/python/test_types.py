@@ -228,8 +228,8 @@ DOCUMENTED_SIGNATURES = [
      'session_timeout_sec=10, token="", request_wait_sec=None)', kiln.testing.RPCConfig),
     ("count_num_servers(allow_missing=True)", kiln.testing.RPCConfig.count_num_servers),
     ("ab_run(mod_a, mod_b, device_type, args, args_b=None, evaluator_config=None, rounds=20, "
-     "threshold=0.05, confidence=0.95, seed=None, function=None, function_b=None)",
-     kiln.testing.ab_run),
+     "threshold=0.05, confidence=0.95, seed=None, function=None, function_b=None, "
+     "max_rounds=160)", kiln.testing.ab_run),
     ('mod.time_evaluator(func_name, dev, number=10, repeat=1, min_repeat_ms=0, '
      'limit_zero_time_iterations=100, cooldown_interval_ms=0, repeats_to_cooldown=1, '
      'cache_flush_bytes=0, f_preproc="")', kiln.Module.time_evaluator),

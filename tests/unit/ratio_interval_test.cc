@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -131,28 +132,110 @@ RatioInterval interval(double ratio, double low, double high) {
   return r;
 }
 
+RatioInterval interval(double ratio, double low, double high, size_t n) {
+  RatioInterval r = interval(ratio, low, high);
+  r.n_a = r.n_b = n;
+  return r;
+}
+
 TEST(RatioInterval, Verdicts) {
   // Significant and beyond the threshold: slower / faster.
   EXPECT_EQ(judge_change(interval(1.10, 1.06, 1.14), 0.05, 0).direction, "slower");
   EXPECT_EQ(judge_change(interval(0.90, 0.87, 0.93), 0.05, 0).direction, "faster");
-  // Within the threshold, significant or not: no change.
+  // The whole interval within the threshold, significant or not: no change.
   const ChangeVerdict small = judge_change(interval(1.02, 1.01, 1.03), 0.05, 0);
   EXPECT_EQ(small.direction, "no change");
   EXPECT_TRUE(small.significant);
-  // Beyond the threshold but the interval holds 1: within noise, and says why.
-  const ChangeVerdict wide = judge_change(interval(1.10, 0.95, 1.25), 0.05, 0);
-  EXPECT_EQ(wide.direction, "within noise");
-  EXPECT_NE(wide.reason.find("includes no change"), std::string::npos);
+  EXPECT_EQ(judge_change(interval(1.0, 1 / 1.05, 1.05), 0.05, 0).direction, "no change");
+  // An estimate within the threshold whose interval reaches past it is not "no change": a
+  // slowdown beyond the threshold fits the samples as well.
+  const ChangeVerdict loose = judge_change(interval(1.01, 0.90, 1.20, 20), 0.05, 0);
+  EXPECT_EQ(loose.direction, "could not tell");
+  EXPECT_NE(loose.reason.find("holds both no change and changes beyond 5%"), std::string::npos);
+  // ... and says how many samples would narrow the interval into the threshold: the interval
+  // narrows as 1 / sqrt(n), so n (w / (t - d))^2 on a log scale.
+  const double w = std::max(std::log(1.01 / 0.90), std::log(1.20 / 1.01));
+  const double t = std::log(1.05), d = std::log(1.01);
+  EXPECT_EQ(loose.samples_to_decide,
+            static_cast<size_t>(std::ceil(20 * (w / (t - d)) * (w / (t - d)))));
+  // Beyond the threshold but the interval holds 1: could not tell, and says why and how many
+  // samples would exclude 1 (n (w / d)^2, w the wider half of the interval).
+  const ChangeVerdict wide = judge_change(interval(1.10, 0.95, 1.25, 10), 0.05, 0);
+  EXPECT_EQ(wide.direction, "could not tell");
   EXPECT_NEAR(wide.detectable, 1.10 / 0.95 - 1, 1e-12);
-  // Significant, beyond the threshold, inside a noise band of 15%: within noise.
-  const ChangeVerdict band = judge_change(interval(1.10, 1.06, 1.14), 0.05, 0.15);
-  EXPECT_EQ(band.direction, "within noise");
+  const double ww = std::max(std::log(1.10 / 0.95), std::log(1.25 / 1.10)), dw = std::log(1.10);
+  EXPECT_EQ(wide.samples_to_decide, static_cast<size_t>(std::ceil(10 * (ww / dw) * (ww / dw))));
+  // Significant, beyond the threshold, inside a noise band of 15%: could not tell, and more
+  // samples would not decide it.
+  const ChangeVerdict band = judge_change(interval(1.10, 1.06, 1.14, 40), 0.05, 0.15);
+  EXPECT_EQ(band.direction, "could not tell");
   EXPECT_NEAR(band.allowance, 0.15, 1e-12);
   EXPECT_NE(band.reason.find("noise band of 15.0%"), std::string::npos);
-  // Unbounded: undecided, nothing detectable.
+  EXPECT_EQ(band.samples_to_decide, 0u);
+  // A machine too busy for any band: could not tell, saying so.
+  const ChangeVerdict busy = judge_change(interval(1.5, 1.4, 1.6, 8), 0.05, INFINITY);
+  EXPECT_EQ(busy.direction, "could not tell");
+  EXPECT_NE(busy.reason.find("too busy"), std::string::npos);
+  // Unbounded: could not tell, nothing detectable.
   const ChangeVerdict none = judge_change(interval(1.5, 0, INFINITY), 0.05, 0);
-  EXPECT_EQ(none.direction, "undecided");
+  EXPECT_EQ(none.direction, "could not tell");
+  EXPECT_NE(none.reason.find("too few samples"), std::string::npos);
   EXPECT_TRUE(std::isinf(none.detectable));
+}
+
+// Issue 35: a run's 5 repeats scaled by exactly 1.5x were "within noise", so a gate passed.
+// Unpaired, 5 against 5 with all of B above all of A, the interval excludes 1: slower on a
+// quiet machine; with the busy machine's band, could not tell; never no change.
+TEST(RatioInterval, FiveRepeatsScaledByOneAndAHalfAreNeverNoChange) {
+  const std::vector<double> a = {100, 103, 98, 101, 99};
+  std::vector<double> b;
+  for (double v : a) b.push_back(v * 1.5);
+  const RatioInterval r = unpaired_ratio(a, b, 0.95);
+  ASSERT_TRUE(r.bounded());
+  EXPECT_NEAR(r.ratio, 1.5, 0.03);
+  EXPECT_EQ(judge_change(r, 0.05, 0).direction, "slower");
+  EXPECT_EQ(judge_change(r, 0.05, 0.08).direction, "slower");  // beyond a quiet run's band
+  EXPECT_EQ(judge_change(r, 0.05, INFINITY).direction, "could not tell");
+  // Paired: five rounds cannot bound a 95% interval (could not tell), six can (slower).
+  EXPECT_EQ(judge_change(paired_ratio(a, b, 0.95), 0.05, 0).direction, "could not tell");
+  std::vector<double> a6 = a, b6 = b;
+  a6.push_back(100);
+  b6.push_back(150);
+  EXPECT_EQ(judge_change(paired_ratio(a6, b6, 0.95), 0.05, 0).direction, "slower");
+}
+
+// Blocks: the medians of consecutive blocks, and the drift: the spread of the block means
+// beyond what the spread within the blocks explains.
+TEST(RatioInterval, BlocksShowTheDriftWithinARun) {
+  // Two blocks, each the same five values: no drift at all.
+  const std::vector<double> steady = {10, 11, 12, 13, 14, 14, 13, 12, 11, 10};
+  const Blocks s = block_medians(steady, 5);
+  EXPECT_EQ(s.medians, (std::vector<double>{12, 12}));
+  EXPECT_EQ(s.drift, 0);
+  // The second block on a machine 1.5x slower: its median moves, and the drift is the
+  // between-block component: var(block means) - within / 5 on a log scale.
+  std::vector<double> moved = steady;
+  for (size_t i = 5; i < 10; ++i) moved[i] *= 1.5;
+  const Blocks m = block_medians(moved, 5);
+  EXPECT_EQ(m.medians, (std::vector<double>{12, 18}));
+  double within = 0;
+  std::vector<double> means;
+  for (size_t b = 0; b < 2; ++b) {
+    double mean = 0, ss = 0;
+    for (size_t i = 0; i < 5; ++i) mean += std::log(moved[5 * b + i]) / 5;
+    for (size_t i = 0; i < 5; ++i) ss += std::pow(std::log(moved[5 * b + i]) - mean, 2);
+    within += ss / 4;
+    means.push_back(mean);
+  }
+  const double between = std::pow(means[0] - means[1], 2) / 2;  // sample variance of two
+  const double sigma = std::sqrt(between - within / 2 / 5);
+  EXPECT_NEAR(m.drift, std::exp(2 * sigma) - 1, 1e-12);
+  EXPECT_GT(m.drift, 0.5);
+  // The last partial block is dropped; too few samples or a block of one are errors.
+  EXPECT_EQ(block_medians({1, 2, 3, 4, 5, 6, 7}, 3).medians, (std::vector<double>{2, 5}));
+  EXPECT_THROW(block_medians({1, 2, 3}, 2), ValueError);
+  EXPECT_THROW(block_medians({1, 2, 3, 4}, 1), ValueError);
+  EXPECT_THROW(block_medians({1, 2, 0, 4}, 2), ValueError);
 }
 
 }  // namespace

@@ -62,14 +62,32 @@ bool run_and_check(Side& side, Progress& progress) {
   return false;
 }
 
-nlohmann::json side_json(const Side& side, const std::vector<double>& seconds) {
+nlohmann::json side_json(const Side& side, const std::vector<double>& seconds,
+                         const std::vector<double>& pressure, const testing::ModuleIdentity& id) {
   const Prepared& p = *side.prepared;
+  nlohmann::json pressures = nlohmann::json::array();
+  for (double v : pressure) pressures.push_back(v >= 0 ? nlohmann::json(v) : nlohmann::json());
   return {{"config", p.spec.file.string()},
           {"module", p.spec.module.string()},
+          {"module_sha256", id.sha256},
           {"function", p.function},
           {"device", side.runtime.device_str(p.device)},
           {"seconds", seconds},
+          {"cpu_pressure", pressures},
           {"median_s", stats::summarize(seconds).median}};
+}
+
+// "inputs, plugins": what two sides of one module differ in.
+std::string differences_text(const std::vector<std::string>& differences) {
+  return fmt::format("{}", fmt::join(differences, ", "));
+}
+
+// The shell word for `path` in a suggested command (quoted when it holds a space or quote).
+std::string shell_word(const std::string& path) {
+  if (path.find_first_of(" '\"$`\\") == std::string::npos) return path;
+  std::string out = "'";
+  for (char c : path) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 }  // namespace
@@ -102,6 +120,7 @@ int run_ab(const AbCommandOptions& options, const GlobalOptions& global) {
 
   testing::AbOptions ab;
   ab.rounds = options.rounds;
+  ab.max_rounds = options.max_rounds;
   ab.threshold = threshold;
   ab.confidence = 1 - options.alpha;
   ab.seed = options.seed;
@@ -128,14 +147,32 @@ int run_ab(const AbCommandOptions& options, const GlobalOptions& global) {
   }
   progress.finish();
 
-  const bool regression = r.verdict == "slower";
   const std::string interval =
       std::isfinite(r.high) ? fmt::format("[{:.3f}, {:.3f}]", r.low, r.high) : "[unbounded]";
+  const int32_t rounds = static_cast<int32_t>(r.a_seconds.size());
+  // For "could not tell": the command that would decide, when more rounds would.
+  std::string suggestion;
+  if (r.verdict == "could not tell") {
+    if (r.rounds_to_decide > 0) {
+      suggestion =
+          fmt::format("about {} rounds would decide it: kiln ab --max-rounds {} {} {}",
+                      r.rounds_to_decide, r.rounds_to_decide, shell_word(options.config_a.string()),
+                      shell_word(options.config_b.string()));
+    } else {
+      suggestion =
+          "more rounds would not decide it: the change sits on the threshold (set --threshold "
+          "to the change that matters)";
+    }
+  }
   if (options.json) {
     nlohmann::json out;
-    out["a"] = side_json(a, r.a_seconds);
-    out["b"] = side_json(b, r.b_seconds);
-    out["rounds"] = r.a_seconds.size();
+    out["a"] = side_json(a, r.a_seconds, r.a_pressure, r.a_module);
+    out["b"] = side_json(b, r.b_seconds, r.b_pressure, r.b_module);
+    out["same_module"] = r.same_module;
+    out["differences"] = r.differences;
+    out["rounds"] = rounds;
+    out["looks"] = r.looks;
+    out["planned_looks"] = r.planned_looks;
     out["seed"] = r.seed;
     out["b_first"] = r.b_first;
     out["ratio"] = r.ratio;
@@ -148,21 +185,45 @@ int run_ab(const AbCommandOptions& options, const GlobalOptions& global) {
     out["detectable"] =
         std::isfinite(r.detectable) ? nlohmann::json(r.detectable) : nlohmann::json(nullptr);
     out["reason"] = r.reason;
+    out["rounds_to_decide"] = r.rounds_to_decide;
+    out["suggestion"] = suggestion;
     std::cout << out.dump(2) << "\n";
   } else {
     for (const Side* side : {&a, &b}) {
       const Prepared& p = *side->prepared;
       const auto& seconds = side == &a ? r.a_seconds : r.b_seconds;
+      const testing::ModuleIdentity& id = side == &a ? r.a_module : r.b_module;
       std::cout << fmt::format("{}: {}  {} on {}  median {}\n", side->name, p.spec.file.string(),
                                p.function, side->runtime.device_str(p.device),
                                format_time_ns(stats::summarize(seconds).median * 1e9));
+      std::cout << fmt::format("   module {}  sha256 {}\n", p.spec.module.string(),
+                               id.sha256.empty() ? "-" : id.sha256);
     }
-    std::cout << fmt::format("{} rounds, A and B in random order per round (seed {})\n",
-                             r.a_seconds.size(), r.seed);
-    std::cout << fmt::format("B/A {:.3f} {} ({:.1f}% interval): {:+.1f}%\n", r.ratio, interval,
-                             r.confidence * 100, (r.ratio - 1) * 100);
+    if (r.same_module && !r.differences.empty()) {
+      std::cout << fmt::format("A and B are the same module (sha256 {}); the sides differ in: {}\n",
+                               r.a_module.sha256.empty() ? "not hashed" : r.a_module.sha256,
+                               differences_text(r.differences));
+    }
+    std::cout << fmt::format("{} rounds, A and B in random order per round (seed {})", rounds,
+                             r.seed);
+    if (r.looks > 1) {
+      std::cout << fmt::format(
+          "; {} looks: more rounds were taken while the verdict was could not tell", r.looks);
+    }
+    std::cout << "\n";
+    std::string confidence = fmt::format("{:.1f}% interval", r.confidence * 100);
+    if (r.planned_looks > 1) {
+      confidence +=
+          fmt::format(", {:g}% over up to {} looks", (1 - options.alpha) * 100, r.planned_looks);
+    }
+    std::cout << fmt::format("B/A {:.3f} {} ({}): {:+.1f}%\n", r.ratio, interval, confidence,
+                             (r.ratio - 1) * 100);
     std::string verdict = r.verdict;
-    if (!r.reason.empty()) verdict += fmt::format(" ({})", r.reason);
+    if (r.verdict == "same module") {
+      std::cout << r.reason << "\n";  // its own line: what the ratio above is
+    } else if (!r.reason.empty()) {
+      verdict += fmt::format(" ({})", r.reason);
+    }
     std::cout << fmt::format("verdict: {} (threshold {:g}%); ", verdict, threshold * 100);
     if (std::isfinite(r.detectable)) {
       std::cout << fmt::format("these rounds could detect a change of {:.1f}% or more\n",
@@ -170,8 +231,11 @@ int run_ab(const AbCommandOptions& options, const GlobalOptions& global) {
     } else {
       std::cout << "too few rounds to detect any change\n";
     }
+    if (!suggestion.empty()) std::cout << suggestion << "\n";
   }
-  return regression ? kExitCheckFailed : kExitOk;
+  if (r.verdict == "same module") return kExitSameModule;
+  if (r.verdict == "could not tell") return kExitCouldNotTell;
+  return r.verdict == "slower" ? kExitCheckFailed : kExitOk;
 }
 
 }  // namespace kiln::tool

@@ -21,6 +21,10 @@ enum ExitCode : int {
   kExitCheckFailed = 1,  // the command ran, but what it checked did not hold
   kExitUsage = 2,        // bad arguments or configuration
   kExitRuntime = 3,      // the runtime failed (plugin, device, module)
+  // `kiln ab` and `kiln compare`: the samples could not tell a change from no change.
+  kExitCouldNotTell = 4,
+  // `kiln ab`: A and B are the same module with the same function and inputs.
+  kExitSameModule = 5,
 };
 
 // A problem with the command line or the configuration it names (exit code 2).
@@ -182,7 +186,8 @@ struct CompareOptions {
 
 // `kiln compare A.json B.json`: per benchmark the change from A to B, a Mann-Whitney U-test
 // p-value and a verdict; exit 1 when a benchmark is slower beyond the threshold and
-// significantly so, 2 for unreadable or malformed input.
+// significantly so, kExitCouldNotTell when none is but some could not be told, 2 for unreadable
+// or malformed input.
 int run_compare(const CompareOptions& options);
 
 // `kiln ab A.yaml B.yaml`: two single-run configs timed in one run, alternating in a random
@@ -191,6 +196,7 @@ struct AbCommandOptions {
   std::filesystem::path config_a, config_b;
   std::optional<std::string> device;                 // --device, for both sides
   int32_t rounds = 20;                               // rounds, each timing A once and B once
+  int32_t max_rounds = 160;                          // more rounds while it could not tell
   std::string threshold = "5%";                      // a change within this is "no change"
   double alpha = 0.05;                               // 1 - the confidence of the interval
   std::optional<uint64_t> seed;                      // the order's seed (default: random, printed)
@@ -199,10 +205,12 @@ struct AbCommandOptions {
   bool json = false;
 };
 
-// Runs and checks each side once, then times both in `rounds` interleaved rounds and prints
-// the ratio B / A with its interval and the verdict. Exit 0, or 1 when B is slower beyond the
-// threshold with the interval above 1 (or a side's check fails); 2 for bad arguments or
-// configs, 3 for a failure while running.
+// Runs and checks each side once, then times both in `rounds` interleaved rounds (more, up to
+// `max_rounds`, while it cannot tell) and prints each side's module file and content hash, the
+// ratio B / A with its interval and the verdict. Exit 0 for no change or faster, 1 when B is
+// slower beyond the threshold with the interval above 1 (or a side's check fails), 2 for bad
+// arguments or configs, 3 for a failure while running, kExitCouldNotTell when the rounds could
+// not tell, kExitSameModule when A and B are the same module, function and inputs.
 int run_ab(const AbCommandOptions& options, const GlobalOptions& global);
 
 // `kiln plugins`: every plugin considered, its version, ABI, state and reason.

@@ -2,12 +2,14 @@
 // `kiln compare A.json B.json`: did B get slower than A? Per benchmark the change of a statistic
 // of the per-repeat times, the interval of B / A that the Mann-Whitney U-test gives
 // (kiln/detail/ratio_interval.h), its p-value, and a verdict that weighs the change against the
-// noise both files recorded (the CPU pressure of each run, else the machine's load): a change
-// the machine's state could explain is "within noise", not a regression. A regression beyond
-// that band that is significant fails (exit 1) so that CI can gate on it. Reads Google
-// Benchmark's JSON (its own files, `kiln run --benchmark-out`, BenchmarkResult::to_json) and
-// `kiln run --json` (the same document under "benchmark"; a sweep's document holds every point,
-// its failed points as entries with error_occurred).
+// noise both files recorded: the CPU pressure of each run (else the machine's load) and, with
+// 40 or more repeats on each side, the drift within each run (its repeats in blocks of 5, the
+// interval from the blocks' medians). A significant regression beyond that band fails (exit 1)
+// so that CI can gate on it; samples that cannot tell a regression from no change exit 4 and
+// say what would decide (more repeats, or `kiln ab`). Reads Google Benchmark's JSON (its own
+// files, `kiln run --benchmark-out`, BenchmarkResult::to_json) and `kiln run --json` (the same
+// document under "benchmark"; a sweep's document holds every point, its failed points as
+// entries with error_occurred).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -194,10 +196,23 @@ struct Row {
   bool exact = false;
   std::optional<stats::RatioInterval> interval;  // of B / A, when both have per-repeat times
   NoiseBand noise;
+  // With kMinBlockedRepeats or more repeats on each side: the blocks of each run (kBlockSize
+  // repeats each) the interval was computed from, and the drift they showed.
+  size_t blocks_a = 0, blocks_b = 0;
+  double drift = 0;
+  double band = 0;  // the noise band the verdict allowed (+infinity: busy)
   std::optional<stats::ChangeVerdict> judged;
+  bool could_not_tell = false;   // counts for exit code kExitCouldNotTell
+  size_t repeats_to_decide = 0;  // per side, when more repeats would decide
   std::string verdict;
   std::string note;  // why the test cannot decide, when it cannot
 };
+
+// Repeats per block, and the fewest repeats per side for which compare cuts runs into blocks
+// and weighs the drift within them: 8 blocks. 4 blocks could bound a 95% interval, but the
+// drift they show rests on 3 degrees of freedom; 8 give it 7.
+constexpr size_t kBlockSize = 5;
+constexpr size_t kMinBlockedRepeats = 8 * kBlockSize;
 
 }  // namespace
 
@@ -246,49 +261,97 @@ int run_compare(const CompareOptions& options) {
     r.n_b = eb.samples_ns.size();
     if (r.a && r.b && *r.a > 0) r.change = (*r.b - *r.a) / *r.a;
     r.noise = noise_band(a, ea, b, eb);
+    r.band = r.noise.band;
     const bool positive =
         std::all_of(ea.samples_ns.begin(), ea.samples_ns.end(), [](double t) { return t > 0; }) &&
         std::all_of(eb.samples_ns.begin(), eb.samples_ns.end(), [](double t) { return t > 0; });
     if (r.n_a > 0 && r.n_b > 0 && positive && r.change) {
-      const stats::UTestResult u = stats::mann_whitney_u(ea.samples_ns, eb.samples_ns);
+      // Enough repeats: each run's blocks, so that the drift within a run widens the interval
+      // and the band instead of being averaged away. A busy machine (pressure above the noise
+      // verdict's threshold) is then judged by what its blocks show; with fewer repeats it can
+      // not be judged at all.
+      const bool blocked = r.n_a >= kMinBlockedRepeats && r.n_b >= kMinBlockedRepeats;
+      const std::vector<double>* xa = &ea.samples_ns;
+      const std::vector<double>* xb = &eb.samples_ns;
+      stats::Blocks ba, bb;
+      double band = r.noise.band;
+      if (blocked) {
+        ba = stats::block_medians(ea.samples_ns, kBlockSize);
+        bb = stats::block_medians(eb.samples_ns, kBlockSize);
+        xa = &ba.medians;
+        xb = &bb.medians;
+        r.blocks_a = ba.medians.size();
+        r.blocks_b = bb.medians.size();
+        r.drift = std::max(ba.drift, bb.drift);
+        band = std::isfinite(band) ? std::max(band, r.drift) : r.drift;
+      }
+      const stats::UTestResult u = stats::mann_whitney_u(*xa, *xb);
       r.p = u.p_value;
       r.exact = u.exact;
-      r.interval = stats::unpaired_ratio(ea.samples_ns, eb.samples_ns, 1 - options.alpha);
+      r.interval = stats::unpaired_ratio(*xa, *xb, 1 - options.alpha);
       // The verdict is about the metric compared; its interval is the U-test's.
       stats::RatioInterval judged = *r.interval;
       judged.ratio = 1 + *r.change;
-      r.judged = stats::judge_change(judged, threshold, r.noise.band);
+      r.band = band;
+      r.judged = stats::judge_change(judged, threshold, band);
       r.verdict = r.judged->direction;
-      if (r.verdict != "undecided") {
+      if (r.interval->bounded()) {
         r.verdict += r.judged->significant ? ", significant" : ", not significant";
+      }
+      r.could_not_tell = r.judged->direction == "could not tell";
+      std::string source = r.noise.source;
+      if (blocked) {
+        source = fmt::format("drift {:.1f}% within the runs{}", r.drift * 100,
+                             source.empty() ? "" : "; " + source);
       }
       if (!r.interval->bounded()) {
         r.note = fmt::format(
-            "{} and {} repeats cannot bound a {:g}% interval (the smallest p is {:.3g}); time at "
-            "least 4 repeats on each side",
+            "could not tell: {} and {} repeats cannot bound a {:g}% interval (the smallest p is "
+            "{:.3g}); time at least 4 repeats on each side",
             r.n_a, r.n_b, (1 - options.alpha) * 100, stats::min_p_value(r.n_a, r.n_b));
+        r.repeats_to_decide = 4;
+      } else if (r.could_not_tell && !blocked && !std::isfinite(r.noise.band)) {
+        r.note = fmt::format(
+            "could not tell: the machine was too busy ({}) for {} and {} repeats: with {} or "
+            "more repeats on each side compare weighs the drift within each run; or time both "
+            "in one run with kiln ab",
+            r.noise.source, r.n_a, r.n_b, kMinBlockedRepeats);
+        r.repeats_to_decide = kMinBlockedRepeats;
+      } else if (r.could_not_tell) {
+        const size_t per_side = r.judged->samples_to_decide * (blocked ? kBlockSize : 1);
+        r.repeats_to_decide = per_side;
+        r.note = fmt::format("could not tell: {}{}; ", r.judged->reason,
+                             source.empty() ? "" : fmt::format(" ({})", source));
+        r.note += per_side > 0 ? fmt::format(
+                                     "about {} repeats on each side would decide it, or time "
+                                     "both in one run with kiln ab",
+                                     std::max<size_t>(per_side, blocked ? kMinBlockedRepeats : 4))
+                               : "more repeats would not decide it; time both in one run with "
+                                 "kiln ab";
       } else if (!r.judged->reason.empty()) {
-        r.note =
-            r.judged->reason + (r.noise.source.empty() ? "" : fmt::format(" ({})", r.noise.source));
+        r.note = r.judged->reason + (source.empty() ? "" : fmt::format(" ({})", source));
       }
     } else if (r.change) {
       const std::string direction = *r.change > threshold    ? "slower"
                                     : *r.change < -threshold ? "faster"
                                                              : "no change";
       r.verdict = direction + ", untested";
+      // A change beyond the threshold that cannot be tested is one the files could not tell.
+      r.could_not_tell = direction == "slower";
       r.note = r.n_a > 0 && r.n_b > 0
-                   ? "a time of 0 or less in a file: no ratio, so no test (a regression here "
-                     "never fails)"
-                   : "no per-repeat times in both files, so no U-test (a regression here never "
-                     "fails)";
+                   ? "a time of 0 or less in a file: no ratio, so no test (a slowdown here is "
+                     "could not tell, never a regression)"
+                   : "no per-repeat times in both files, so no U-test (a slowdown here is could "
+                     "not tell, never a regression)";
     } else {
       r.verdict = fmt::format("no {} in both files", options.metric);
     }
     rows.push_back(r);
   }
-  std::vector<std::string> regressions;
+  std::vector<std::string> regressions, undecided;
   for (const Row& r : rows) {
     if (r.judged && r.judged->direction == "slower") regressions.push_back(r.name);
+    if (r.could_not_tell) undecided.push_back(r.name);
   }
 
   if (options.json) {
@@ -315,8 +378,13 @@ int run_compare(const CompareOptions& options) {
                                                              : nlohmann::json(nullptr)},
            {"ratio_high", r.interval && r.interval->bounded() ? nlohmann::json(r.interval->high)
                                                               : nlohmann::json(nullptr)},
-           {"noise_band", r.noise.band},
+           {"noise_band", std::isfinite(r.band) ? nlohmann::json(r.band) : nlohmann::json(nullptr)},
            {"noise_source", r.noise.source},
+           {"blocks",
+            r.blocks_a > 0 ? nlohmann::json({r.blocks_a, r.blocks_b}) : nlohmann::json(nullptr)},
+           {"drift", r.blocks_a > 0 ? nlohmann::json(r.drift) : nlohmann::json(nullptr)},
+           {"could_not_tell", r.could_not_tell},
+           {"repeats_to_decide", r.repeats_to_decide},
            {"detectable", r.judged && std::isfinite(r.judged->detectable)
                               ? nlohmann::json(r.judged->detectable)
                               : nlohmann::json(nullptr)},
@@ -335,6 +403,7 @@ int run_compare(const CompareOptions& options) {
     out["failed_in_contender"] = failed_json(failed_b, b);
     out["failed_in_baseline"] = failed_json(failed_a, a);
     out["regressions"] = regressions;
+    out["could_not_tell"] = undecided;
     std::cout << out.dump(2) << "\n";
   } else {
     size_t width = 9;
@@ -355,15 +424,15 @@ int run_compare(const CompareOptions& options) {
                              "benchmark", width, "A " + options.metric, "B " + options.metric,
                              "change", ci, "p-value", "noise", "detectable", "verdict");
     for (const Row& r : rows) {
-      std::cout << fmt::format(
-          "{:<{}}  {:>11}  {:>11}  {:>8}  {:>13}  {:>8}  {:>6}  {:>10}  {}\n", r.name, width,
-          r.a ? format_time_ns(*r.a) : "-", r.b ? format_time_ns(*r.b) : "-",
-          r.change ? fmt::format("{:+.1f}%", *r.change * 100) : "-", interval_text(r),
-          r.p ? fmt::format("{:.3g}", *r.p) : "-",
-          r.noise.source.empty()        ? "-"
-          : std::isfinite(r.noise.band) ? fmt::format("{:.1f}%", r.noise.band * 100)
-                                        : "busy",
-          detectable_text(r), r.verdict);
+      std::cout << fmt::format("{:<{}}  {:>11}  {:>11}  {:>8}  {:>13}  {:>8}  {:>6}  {:>10}  {}\n",
+                               r.name, width, r.a ? format_time_ns(*r.a) : "-",
+                               r.b ? format_time_ns(*r.b) : "-",
+                               r.change ? fmt::format("{:+.1f}%", *r.change * 100) : "-",
+                               interval_text(r), r.p ? fmt::format("{:.3g}", *r.p) : "-",
+                               r.noise.source.empty() && r.blocks_a == 0 ? "-"
+                               : std::isfinite(r.band) ? fmt::format("{:.1f}%", r.band * 100)
+                                                       : "busy",
+                               detectable_text(r), r.verdict);
     }
     for (const Row& r : rows) {
       if (!r.note.empty()) std::cout << fmt::format("note: {}: {}\n", r.name, r.note);
@@ -380,39 +449,39 @@ int run_compare(const CompareOptions& options) {
         "{} benchmark{} compared by {} (threshold {} or the noise band, two-sided Mann-Whitney "
         "U-test, alpha {:g}): ",
         rows.size(), rows.size() == 1 ? "" : "s", options.metric, pct, options.alpha);
-    if (regressions.empty()) {
+    if (regressions.empty() && undecided.empty()) {
       std::cout << "no significant regression\n";
-      // Say so when the runs were too noisy, or too short, for the gate to mean much.
+      // Say so when the files, though decided, could not see much.
       double widest = 0;
-      bool busy = false, short_runs = false;
       for (const Row& r : rows) {
-        if (!r.judged) continue;
-        widest = std::max(widest, r.judged->detectable);
-        busy |= !std::isfinite(r.noise.band);
-        short_runs |= !r.interval->bounded();
+        if (r.judged) widest = std::max(widest, r.judged->detectable);
       }
-      std::string why;
-      if (busy) {
-        why = "the machine was too noisy to tell any change in some benchmark";
-      } else if (short_runs) {
-        why = "too few repeats to detect any change in some benchmark";
-      } else if (widest > 2 * threshold) {
-        why = fmt::format("these files cannot tell a change smaller than {:.1f}% from noise",
-                          widest * 100);
+      if (widest > 2 * threshold) {
+        std::cout << fmt::format(
+            "these files cannot tell a change smaller than {:.1f}% from noise; time both sides "
+            "in one run with kiln ab for a tighter answer\n",
+            widest * 100);
       }
-      if (!why.empty()) {
-        std::cout << why << "; time both sides in one run with kiln ab for a tighter answer\n";
-      }
+    } else if (regressions.empty()) {
+      std::cout << fmt::format(
+          "could not tell for {} benchmark{}: {} (the notes say what would decide); no "
+          "significant regression among the others\n",
+          undecided.size(), undecided.size() == 1 ? "" : "s", fmt::join(undecided, ", "));
     } else {
       std::cout << fmt::format("{} significant regression{}: {}\n", regressions.size(),
                                regressions.size() == 1 ? "" : "s", fmt::join(regressions, ", "));
+      if (!undecided.empty()) {
+        std::cout << fmt::format("could not tell for {} more: {}\n", undecided.size(),
+                                 fmt::join(undecided, ", "));
+      }
     }
     if (!failed_b.empty()) {
       std::cout << fmt::format("{} benchmark{} of A failed in B: {}\n", failed_b.size(),
                                failed_b.size() == 1 ? "" : "s", fmt::join(failed_b, ", "));
     }
   }
-  return regressions.empty() && failed_b.empty() ? kExitOk : kExitCheckFailed;
+  if (!regressions.empty() || !failed_b.empty()) return kExitCheckFailed;
+  return undecided.empty() ? kExitOk : kExitCouldNotTell;
 }
 
 }  // namespace kiln::tool

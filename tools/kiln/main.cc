@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
   auto* compare = app.add_subcommand(
       "compare",
       "Compare two timing JSON files (kiln run --json or --benchmark-out, Google Benchmark): "
-      "change, U-test p-value and verdict per benchmark; exit 1 on a significant regression");
+      "change, U-test p-value and verdict per benchmark; exit 1 on a significant regression, 4 "
+      "when the files could not tell");
   compare->add_option("baseline", compare_options.baseline, "The baseline JSON (A)")->required();
   compare->add_option("contender", compare_options.contender, "The JSON to judge (B)")->required();
   compare
@@ -104,7 +105,8 @@ int main(int argc, char** argv) {
   auto* ab = app.add_subcommand(
       "ab",
       "Time two run configs in one run, alternating A and B in random order per round: the "
-      "ratio B/A with a confidence interval and a verdict; exit 1 when B is slower");
+      "ratio B/A with a confidence interval and a verdict; exit 1 when B is slower, 4 when it "
+      "could not tell, 5 when A and B are the same module");
   ab->add_option("a", ab_options.config_a, "Run config A, the baseline (YAML)")->required();
   ab->add_option("b", ab_options.config_b, "Run config B, the contender (YAML)")->required();
   ab->add_option("--device", ab_options.device,
@@ -113,6 +115,10 @@ int main(int argc, char** argv) {
                  "Rounds, each timing A once and B once (at least 6)")
       ->capture_default_str()
       ->check(CLI::Range(6, 100000));
+  ab->add_option("--max-rounds", ab_options.max_rounds,
+                 "While it cannot tell, take more rounds (doubling) up to this many")
+      ->capture_default_str()
+      ->check(CLI::Range(6, 1000000));
   ab->add_option("--threshold", ab_options.threshold,
                  "Changes within this percentage are no change (e.g. 5%, 2.5)")
       ->capture_default_str();

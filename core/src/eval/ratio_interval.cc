@@ -146,6 +146,39 @@ RatioInterval unpaired_ratio(const std::vector<double>& a, const std::vector<dou
   return r;
 }
 
+Blocks block_medians(const std::vector<double>& samples, size_t block_size) {
+  if (block_size < 2 || samples.size() < 2 * block_size) {
+    throw ValueError(fmt::format("block_medians: {} samples cannot fill two blocks of {}",
+                                 samples.size(), block_size));
+  }
+  check_times(samples, "block");
+  Blocks out;
+  std::vector<double> means;
+  double within = 0;  // the sum of the blocks' variances of log times
+  for (size_t begin = 0; begin + block_size <= samples.size(); begin += block_size) {
+    std::vector<double> block(samples.begin() + static_cast<std::ptrdiff_t>(begin),
+                              samples.begin() + static_cast<std::ptrdiff_t>(begin + block_size));
+    std::vector<double> logs(block.size());
+    std::transform(block.begin(), block.end(), logs.begin(), [](double v) { return std::log(v); });
+    const double mean = std::accumulate(logs.begin(), logs.end(), 0.0) / logs.size();
+    double ss = 0;
+    for (double v : logs) ss += (v - mean) * (v - mean);
+    within += ss / static_cast<double>(logs.size() - 1);
+    means.push_back(mean);
+    std::sort(block.begin(), block.end());
+    const size_t n = block.size();
+    out.medians.push_back(n % 2 == 1 ? block[n / 2] : (block[n / 2 - 1] + block[n / 2]) / 2);
+  }
+  const double k = static_cast<double>(means.size());
+  const double grand = std::accumulate(means.begin(), means.end(), 0.0) / k;
+  double between = 0;
+  for (double m : means) between += (m - grand) * (m - grand);
+  between /= k - 1;
+  const double component = std::max(0.0, between - within / k / static_cast<double>(block_size));
+  out.drift = std::exp(2 * std::sqrt(component)) - 1;
+  return out;
+}
+
 ChangeVerdict judge_change(const RatioInterval& interval, double threshold, double noise_band) {
   ChangeVerdict v;
   v.allowance = std::max(threshold, noise_band);
@@ -158,28 +191,55 @@ ChangeVerdict judge_change(const RatioInterval& interval, double threshold, doub
           ? std::max(interval.ratio / interval.low, interval.high / interval.ratio) - 1
           : kInfinity;
   v.detectable = std::max(v.allowance, half_width);
+  v.direction = "could not tell";
   if (!interval.bounded()) {
-    v.direction = "undecided";
     v.reason = "too few samples to bound the interval";
     return v;
   }
-  const bool beyond_allowance = std::abs(change) > v.allowance;
-  if (v.significant && beyond_allowance) {
+  if (v.significant && std::abs(change) > v.allowance) {
     v.direction = change > 0 ? "slower" : "faster";
     return v;
   }
-  const bool beyond_threshold = std::abs(change) > threshold;
-  if (!beyond_threshold) {
+  // Equivalence: every ratio the interval holds is within the threshold.
+  if (interval.low >= 1 / (1 + threshold) && interval.high <= 1 + threshold) {
     v.direction = "no change";
     return v;
   }
-  v.direction = "within noise";
-  v.reason = !v.significant
-                 ? fmt::format("the {:.0f}% interval includes no change", interval.confidence * 100)
-             : std::isfinite(noise_band)
-                 ? fmt::format("inside the noise band of {:.1f}% the machine's state could explain",
-                               noise_band * 100)
-                 : std::string("the machine was too busy to tell a change from noise");
+  if (!std::isfinite(noise_band)) {
+    v.reason = "the machine was too busy to tell a change from noise";
+    return v;
+  }
+  // On a log scale: the estimate's distance from no change, the interval's half-width and the
+  // threshold and allowance.
+  const double d = std::abs(std::log(interval.ratio));
+  const double w =
+      std::max(std::log(interval.ratio / interval.low), std::log(interval.high / interval.ratio));
+  const double t = std::log1p(threshold);
+  const double beyond = std::log1p(v.allowance);
+  if (d > t && d <= beyond) {
+    v.reason = fmt::format(
+        "a change of {:+.1f}% is inside the noise band of {:.1f}% the machine's "
+        "state could explain",
+        change * 100, noise_band * 100);
+    return v;
+  }
+  v.reason = fmt::format(
+      "the {:.1f}% interval {:.3f}-{:.3f} holds both no change and changes beyond {:g}%",
+      interval.confidence * 100, interval.low, interval.high, threshold * 100);
+  // The interval narrows as 1 / sqrt(n): a change beyond the allowance is decided once the
+  // interval excludes 1 (half-width below d), one within the threshold once it fits inside
+  // the threshold (half-width below t - d). In between more samples do not help.
+  double factor = 0;
+  if (d > beyond) {
+    factor = (w / d) * (w / d);
+  } else if (d < t) {
+    factor = (w / (t - d)) * (w / (t - d));
+  }
+  const double n = static_cast<double>(std::max(interval.n_a, interval.n_b));
+  const double needed = std::ceil(n * factor);
+  if (factor > 0 && n > 0 && needed < 1e6) {
+    v.samples_to_decide = std::max(static_cast<size_t>(needed), static_cast<size_t>(n) + 1);
+  }
   return v;
 }
 

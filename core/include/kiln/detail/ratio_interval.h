@@ -49,11 +49,32 @@ RatioInterval paired_ratio(const std::vector<double>& a, const std::vector<doubl
 RatioInterval unpaired_ratio(const std::vector<double>& a, const std::vector<double>& b,
                              double confidence);
 
+// Two runs made at different times, each under its own load: consecutive repeats share the
+// machine's state of the moment, so they are not independent samples of the run. Each run's
+// repeats, in the order they were taken, are cut into blocks of `block_size` (the last partial
+// block dropped) and each block gives its median: a run with k blocks gives k samples, and the
+// drift of the machine within the run shows as the spread of its blocks instead of being
+// averaged away. `drift` measures that drift apart from the repeats' own noise, on a log
+// scale: the variance of the block means less what the spread within the blocks explains
+// (var(block means) - mean within-block variance / block_size, at least 0: the between-block
+// component of a one-way random-effects model), as exp(2 sigma) - 1, the change two standard
+// deviations of drift make. It is how far a second run made as close by may move with no
+// change in the code.
+struct Blocks {
+  std::vector<double> medians;
+  double drift = 0;
+};
+// Throws ValueError for block_size < 2, fewer than two blocks, or a time that is not positive.
+Blocks block_medians(const std::vector<double>& samples, size_t block_size);
+
 // What a comparison concludes about one benchmark.
 struct ChangeVerdict {
-  // "slower" or "faster": the change is beyond the allowance and the interval excludes 1;
-  // "within noise": beyond the threshold but not that (not significant, or inside the noise
-  // band); "no change": within the threshold. "undecided" when the interval is unbounded.
+  // "slower" or "faster": the interval excludes 1 and the estimate is beyond the allowance.
+  // "no change": the whole interval lies within the threshold (1 / (1 + threshold) to
+  // 1 + threshold), so no change beyond it is consistent with the samples.
+  // "could not tell": neither; `reason` says why (the interval reaches past the threshold on
+  // one side and past no change on the other, the change is inside the noise band, the machine
+  // was too busy, too few samples to bound the interval).
   std::string direction;
   bool significant = false;  // the interval excludes 1
   // The band a change must pass to count: max(threshold, noise band).
@@ -62,6 +83,11 @@ struct ChangeVerdict {
   // interval's half-width when that is wider (+infinity when unbounded).
   double detectable = 0;
   std::string reason;  // why a change beyond the threshold was not counted, else ""
+  // For "could not tell" from a wide interval: about how many samples (rounds of a paired run,
+  // or repeats per side of two files) would narrow the interval enough to decide, the interval's
+  // width taken to shrink as 1 / sqrt(n); 0 when more samples would not decide (the change sits
+  // on the threshold, or the noise band or a busy machine, not the spread, blocks a verdict).
+  size_t samples_to_decide = 0;
 };
 
 // Judges `interval` with `threshold` (a fraction: 0.05 for 5%) and `noise_band` (a fraction the
