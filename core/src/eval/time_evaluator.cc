@@ -285,7 +285,11 @@ BenchmarkResult TimeEvaluator::Impl::measure(const std::vector<Any>& args) {
   result.wall_time_s = spent.wall;
   result.thread_cpu_time_s = spent.thread_cpu;
   result.process_cpu_time_s = spent.process_cpu;
-  result.cpu_pressure_s = spent.pressure < 0 ? -1 : std::max(0.0, spent.pressure);
+  // PSI's total lags: a stall that began in a cooldown sleep (or before the measurement) can be
+  // counted when it ends, inside the window. No more than the window's own seconds can have
+  // been under pressure, so the reading is clamped to them (a busy 2-core runner read 1.3x).
+  result.cpu_pressure_s =
+      spent.pressure < 0 ? -1 : std::clamp(spent.pressure, 0.0, std::max(0.0, spent.wall));
   result.numbers = std::move(numbers);
   result.raw_samples = std::move(raw);
   result.timer = timer.kind();
