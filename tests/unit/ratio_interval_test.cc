@@ -188,8 +188,8 @@ TEST(RatioInterval, Verdicts) {
 // quiet machine; with the busy machine's band, could not tell; never no change.
 TEST(RatioInterval, FiveRepeatsScaledByOneAndAHalfAreNeverNoChange) {
   const std::vector<double> a = {100, 103, 98, 101, 99};
-  std::vector<double> b;
-  for (double v : a) b.push_back(v * 1.5);
+  std::vector<double> b(a.size());
+  std::transform(a.begin(), a.end(), b.begin(), [](double v) { return v * 1.5; });
   const RatioInterval r = unpaired_ratio(a, b, 0.95);
   ASSERT_TRUE(r.bounded());
   EXPECT_NEAR(r.ratio, 1.5, 0.03);

@@ -24,6 +24,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_checks.h"
@@ -301,8 +302,9 @@ int run_compare(const CompareOptions& options) {
       r.could_not_tell = r.judged->direction == "could not tell";
       std::string source = r.noise.source;
       if (blocked) {
-        source = fmt::format("drift {:.1f}% within the runs{}", r.drift * 100,
-                             source.empty() ? "" : "; " + source);
+        std::string drift = fmt::format("drift {:.1f}% within the runs", r.drift * 100);
+        if (!source.empty()) drift += "; " + source;
+        source = std::move(drift);
       }
       if (!r.interval->bounded()) {
         r.note = fmt::format(

@@ -115,13 +115,13 @@ std::vector<std::string> side_differences(const AbSide& a, const AbSide& b) {
   std::vector<std::string> out;
   const std::string fa = a.function.empty() ? a.module.entry_name() : a.function;
   const std::string fb = b.function.empty() ? b.module.entry_name() : b.function;
-  if (fa != fb) out.push_back("function");
+  if (fa != fb) out.emplace_back("function");
   bool same_args = a.args.size() == b.args.size();
   for (size_t i = 0; same_args && i < a.args.size(); ++i) {
     same_args = same_value(a.args[i], b.args[i], *a.context, *b.context);
   }
-  if (!same_args) out.push_back("inputs");
-  if (a.device != b.device) out.push_back("device");
+  if (!same_args) out.emplace_back("inputs");
+  if (a.device != b.device) out.emplace_back("device");
   const EvaluatorConfig ca = EvaluatorConfig::normalized(a.evaluator_config);
   const EvaluatorConfig cb = EvaluatorConfig::normalized(b.evaluator_config);
   const TimeEvaluatorOptions& oa = a.evaluator;
@@ -130,11 +130,11 @@ std::vector<std::string> side_differences(const AbSide& a, const AbSide& b) {
       ca.enable_cpu_cache_flush != cb.enable_cpu_cache_flush ||
       oa.cache_flush_bytes != ob.cache_flush_bytes || oa.f_preproc != ob.f_preproc ||
       oa.cooldown_interval_ms != ob.cooldown_interval_ms) {
-    out.push_back("evaluator");
+    out.emplace_back("evaluator");
   }
   // Two handles of one Runtime share its state; two Runtimes (e.g. two builds of a plugin) do
   // not.
-  if (a.context->retain().get() != b.context->retain().get()) out.push_back("plugins");
+  if (a.context->retain().get() != b.context->retain().get()) out.emplace_back("plugins");
   return out;
 }
 
