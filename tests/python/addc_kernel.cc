@@ -29,7 +29,11 @@ void addc(DLTensor* a, DLTensor* c) {
   const float* src =
       reinterpret_cast<const float*>(static_cast<const char*>(a->data) + a->byte_offset);
   float* dst = reinterpret_cast<float*>(static_cast<char*>(c->data) + c->byte_offset);
-  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] + static_cast<float>(KILN_TEST_ADDEND);
+  // A named body (an lvalue): parallel_for must take it as well as a temporary lambda.
+  const auto add = [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i] = src[i] + static_cast<float>(KILN_TEST_ADDEND);
+  };
+  kiln::sdk::parallel_for(0, n, 256, add);
 }
 
 }  // namespace

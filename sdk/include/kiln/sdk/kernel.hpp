@@ -60,7 +60,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, Body&& body) {
     return;
   }
   struct Closure {
-    Body* body;
+    std::remove_reference_t<Body>* body;  // Body is an lvalue reference for a named lambda
     std::mutex mu;
     std::exception_ptr first;
   } closure{&body, {}, nullptr};
