@@ -76,3 +76,20 @@ def test_bad_arguments_are_errors():
         kiln.testing.ab_run(relu, relu, "cpu", [object()])
     with pytest.raises(kiln.KilnError, match="side B"):
         kiln.testing.ab_run(relu, relu, "cpu", relu_args(64), function_b="no_such_function")
+
+
+def test_a_module_is_named_by_the_bytes_it_was_loaded_from_not_its_file_now(tmp_path):
+    """A library rebuilt at its path after it was loaded: the loaded module's hash is of what
+    runs (the bytes it was loaded from); the side loaded from the path now is another module."""
+    path = tmp_path / "librelu.so"
+    shutil.copyfile(example_kernel("relu"), path)
+    loaded = kiln.load_module(str(path))
+    original = hashlib.sha256(path.read_bytes()).hexdigest()
+    with open(path, "ab") as f:  # a different file that still loads: bytes past the ELF's end
+        f.write(b"\0" * 64)
+    rebuilt = hashlib.sha256(path.read_bytes()).hexdigest()
+    r = kiln.testing.ab_run(loaded, str(path), "cpu", relu_args(1 << 10), evaluator_config=QUICK,
+                            rounds=10)
+    assert r.a_module.sha256 == original and r.a_module.hashed == "file"
+    assert r.b_module.sha256 == rebuilt
+    assert not r.same_module

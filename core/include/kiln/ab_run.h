@@ -63,14 +63,16 @@ struct AbOptions {
 struct ModuleIdentity {
   std::string file;    // Module source (the path it was loaded from), or "" for one built in code
   std::string sha256;  // 64 hex digits, or "" when there is nothing to hash
-  // What was hashed: "file" (the file's bytes, as sha256sum prints them), "artifacts" (the
+  // What was hashed: "file" (the file's bytes as the module was loaded from them, which it
+  // keeps as its one artifact, else as read now; as sha256sum prints them), "artifacts" (the
   // module's artifacts, for a module whose file is gone), or "" (nothing: such a module is the
   // same only as itself).
   std::string hashed;
 };
 
-// The identity of `module`: the SHA-256 of the file it was loaded from (read now), else of its
-// artifacts (name, role, size and bytes of each).
+// The identity of `module`: the SHA-256 of the file it was loaded from (the bytes the module
+// keeps of it, so that a file rebuilt after the load is not taken for it; else read now), else
+// of its artifacts (name, role, size and bytes of each).
 ModuleIdentity module_identity(const Module& module);
 
 struct AbResult {

@@ -146,6 +146,17 @@ ModuleIdentity module_identity(const Module& module) {
   ModuleIdentity id;
   if (!module.defined()) return id;
   id.file = module.get()->source();
+  // The bytes the module was loaded from, when it keeps them as its one artifact under the
+  // file's name: a file rebuilt since the load is not what runs.
+  const std::vector<Artifact>& artifacts = module.artifacts();
+  if (artifacts.size() == 1 && !id.file.empty() &&
+      artifacts.front().name == std::filesystem::path(id.file).filename().string()) {
+    kiln::sdk::Sha256 hash;
+    hash.update(artifacts.front().data.data(), artifacts.front().data.size());
+    id.sha256 = hex_of(hash);
+    id.hashed = "file";
+    return id;
+  }
   std::error_code ec;
   if (!id.file.empty() && std::filesystem::is_regular_file(id.file, ec)) {
     std::ifstream in(id.file, std::ios::binary);
@@ -161,9 +172,9 @@ ModuleIdentity module_identity(const Module& module) {
       return id;
     }
   }
-  if (!module.artifacts().empty()) {
+  if (!artifacts.empty()) {
     kiln::sdk::Sha256 hash;
-    for (const Artifact& artifact : module.artifacts()) {
+    for (const Artifact& artifact : artifacts) {
       const std::string head =
           fmt::format("{}\n{}\n{}\n", artifact.name, artifact.role, artifact.data.size());
       hash.update(head);
