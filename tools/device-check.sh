@@ -385,7 +385,7 @@ check_tvm_cuda() {
     [[ -n $tvm_python ]] || tvm_python=$KDC_BUILD/.venv-tvm/bin/python
     if [[ -x $tvm_python ]] && "$tvm_python" -c "import tvm" >/dev/null 2>&1; then
       echo "compiling the TVM fixtures with $tvm_python"
-      bash "$ROOT/tests/tvm/build_fixtures.sh" "$tvm_python" "$fixtures" ||
+      bash "$ROOT/tests/tvm/build_fixtures.sh" "$fixtures" "$tvm_python" ||
         { row FAIL "tests/tvm/build_fixtures.sh failed"; return; }
     else
       row SKIP "no TVM fixtures in $fixtures and no Python with apache-tvm to compile them"
