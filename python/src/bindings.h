@@ -297,6 +297,7 @@ void bind_testing(nb::module_& m);     // local_run, rpc_run, RPCConfig
 void bind_vm(nb::module_& m);          // VirtualMachine
 void bind_profiling(nb::module_& m);   // Report, profile_function, collectors
 void bind_rpc(nb::module_& m);         // RPCSession, RemoteModule, TrackerSession
+void bind_llm(nb::module_& m);         // the LLM runtime's builtins (registered on import)
 void bind_signatures(nb::module_& m);  // _set_signature_property (inspect.signature of methods)
 
 }  // namespace kiln::python

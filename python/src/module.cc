@@ -18,5 +18,6 @@ NB_MODULE(_kiln, m) {
   bind_vm(m);
   bind_profiling(m);
   bind_rpc(m);
+  bind_llm(m);
   bind_signatures(m);
 }
