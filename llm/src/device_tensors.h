@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tensors the LLM runtime makes beside the ones it is given: the KV cache is created from a
+// tensor on the model's device (TVM's convention) and owns no runtime, so it allocates through
+// that tensor's backend, and hands kernels views of the leading part of its fixed-size arrays.
+#ifndef KILN_LLM_DEVICE_TENSORS_H_
+#define KILN_LLM_DEVICE_TENSORS_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::llm {
+
+// An uninitialised tensor of `shape` and `dtype` on `like`'s device, allocated through `like`'s
+// backend (host memory from the core's allocator for a cpu tensor without one). The tensor keeps
+// the backend alive. ValueError for a device tensor without a backend (a view of memory Kiln
+// did not allocate); the backend's error when allocation fails.
+Tensor empty_beside(const Tensor& like, std::vector<int64_t> shape, DataType dtype);
+
+// A tensor of `shape` over the first elements of contiguous `base` (same dtype, device and
+// memory; it keeps `base` alive). ValueError when `shape` holds more elements than `base`.
+Tensor leading_view(const Tensor& base, std::vector<int64_t> shape);
+
+// Copies `values` into the first values.size() elements of the int32 tensor `base` and returns a
+// view of exactly those elements (what the attention kernels read).
+Tensor upload_int32(const Tensor& base, std::span<const int32_t> values);
+
+}  // namespace kiln::llm
+
+#endif  // KILN_LLM_DEVICE_TENSORS_H_

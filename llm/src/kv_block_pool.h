@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// The page and block bookkeeping of the paged KV cache, on the host (no device memory here).
+//
+// A sequence's KV data lives in pages of `page_size` tokens. Its pages are grouped in blocks: a
+// sequence is a chain of blocks from a root, and forked sequences share the blocks of their
+// common prefix (TVM 0.27's layout, so a model library's attention kernels see the same page
+// tables, depth by depth, as under TVM). Only a block no other block or sequence refers to may
+// grow. Every operation checks its input before it changes anything: a refused call leaves the
+// pool as it was.
+#ifndef KILN_LLM_KV_BLOCK_POOL_H_
+#define KILN_LLM_KV_BLOCK_POOL_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace kiln::llm {
+
+// A run of pages of one sequence (or of a prefix several sequences share).
+struct KvBlock {
+  std::vector<int32_t> pages;  // only the last may be partly filled
+  int32_t length = 0;          // tokens held in this block
+  int32_t start_pos = 0;       // position in the sequence of its first token (for RoPE)
+  int32_t parent = -1;         // the block before it in the sequence, or -1
+  int32_t refs = 0;            // sequences and child blocks that refer to it
+};
+
+// One sequence: its last block and its total length.
+struct KvSequence {
+  int32_t last_block = -1;
+  int64_t length = 0;
+};
+
+// What the attention kernels read for one depth of the block trees (KvBlockPool::plan).
+struct DepthTables {
+  std::vector<int32_t> qo_indptr;      // query rows per entry (prefix sums)
+  std::vector<int32_t> page_indptr;    // pages per entry (prefix sums)
+  std::vector<int32_t> page_indices;   // the pages
+  std::vector<int32_t> last_page_len;  // tokens in each entry's last page (0: no pages)
+  std::vector<int32_t> k_rope_offset;  // position of each entry's first cached token
+  bool use_decode_kernel = false;      // one query row per entry: the decode kernel serves it
+};
+
+// The layout of one forward pass (KvBlockPool::plan).
+struct ForwardPlan {
+  std::vector<DepthTables> depths;            // at most kMaxDepth
+  bool append_before_attention = false;       // decode: write k/v first, attend over the pages only
+  std::vector<int32_t> append_indptr;         // new tokens per sequence (prefix sums)
+  std::vector<int32_t> k_ragged_rope_offset;  // each sequence's length before the pass
+  std::vector<int32_t> q_positions;           // each new token's position in its sequence
+  std::vector<int32_t> append_slots;          // each new token's slot: page * page_size + offset
+};
+
+class KvBlockPool {
+ public:
+  // Copies the first `length` tokens of page `src` to page `dst` on the device.
+  using CopyPage = std::function<void(int32_t src, int32_t dst, int32_t length)>;
+  // Depth of block trees the attention kernels see; deeper blocks are folded into the last.
+  static constexpr int kMaxDepth = 2;
+
+  // `num_pages` pages of `page_size` tokens each; at most `max_sequences` per forward pass and
+  // `prefill_chunk` new tokens in one.
+  KvBlockPool(int64_t num_pages, int64_t page_size, int64_t max_sequences, int64_t prefill_chunk);
+
+  // Forgets every sequence and frees every page.
+  void clear();
+  // Adds an empty sequence. ValueError when `seq_id` is present.
+  void add_sequence(int64_t seq_id);
+  // Removes a sequence and frees the pages only it used. ValueError when absent.
+  void remove_sequence(int64_t seq_id);
+  // Makes `child_id` a sequence holding the first `fork_pos` tokens of `parent_id` (-1: all of
+  // them), sharing its pages; a partly used page at the fork point is copied: `copy_page(src,
+  // dst, length)` is called for it. ValueError for an absent parent, a present child, a fork
+  // position outside [-1, parent length], or no free page for the copy.
+  void fork_sequence(int64_t parent_id, int64_t child_id, int64_t fork_pos,
+                     const CopyPage& copy_page);
+  // Drops the last `n` tokens of a sequence. ValueError when absent or n outside [0, length].
+  // A shared prefix cut inside a page copies that page (copy_page).
+  void pop_tokens(int64_t seq_id, int64_t n, const CopyPage& copy_page);
+
+  // Lays out a forward pass that appends `lengths[i]` tokens to sequence `seq_ids[i]` and
+  // reserves their pages. Checks everything first (ValueError naming the sequence: absent or
+  // listed twice, a length below 1, more than max_sequences sequences or prefill_chunk tokens,
+  // a sequence whose last block is shared, too few free pages) and changes nothing on error.
+  ForwardPlan plan(std::span<const int64_t> seq_ids, std::span<const int64_t> lengths);
+
+  // The slot (page * page_size + offset) of each token of a sequence in [begin, end).
+  std::vector<int32_t> token_slots(int64_t seq_id, int64_t begin, int64_t end) const;
+
+  // A sequence, or ValueError naming `seq_id` and `who`.
+  const KvSequence& sequence(int64_t seq_id, const char* who) const;
+  int64_t free_pages() const { return static_cast<int64_t>(free_pages_.size()); }
+  int64_t total_length() const;
+  bool empty() const;
+  int64_t page_size() const { return page_size_; }
+  int64_t num_pages() const { return num_pages_; }
+
+ private:
+  int32_t take_page();
+  int32_t take_block();
+  std::vector<int32_t> trace(const KvSequence& seq) const;  // root first
+  // Pages needed to append `n` tokens to `block`.
+  int64_t pages_to_append(const KvBlock& block, int64_t n) const;
+  void reserve(KvSequence& seq, int64_t n);
+  // fork_sequence after its checks; returns the child's block.
+  int32_t fork_checked(KvSequence& parent, int64_t fork_pos, const CopyPage& copy_page);
+  // Frees the blocks only `seq` holds and drops its reference to the first shared one.
+  void release_chain(const KvSequence& seq);
+  // The entries of one depth: (block or -1, query rows), coalesced or not (TVM's rule).
+  std::pair<std::vector<std::pair<int32_t, int32_t>>, bool> chunk_depth(
+      const std::vector<int32_t>& blocks, bool allow_coalesce, std::span<const int64_t> lengths,
+      bool is_decode) const;
+
+  int64_t num_pages_;
+  int64_t page_size_;
+  int64_t max_sequences_;
+  int64_t prefill_chunk_;
+  std::vector<KvBlock> blocks_;
+  std::vector<int32_t> free_blocks_;
+  std::vector<int32_t> free_pages_;  // taken from the back
+  std::map<int64_t, KvSequence> sequences_;
+};
+
+}  // namespace kiln::llm
+
+#endif  // KILN_LLM_KV_BLOCK_POOL_H_

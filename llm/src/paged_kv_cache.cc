@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "paged_kv_cache.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "device_tensors.h"
+#include "kiln/error.h"
+
+namespace kiln::llm {
+namespace {
+
+constexpr const char* kFusedQkv = "vm.builtin.attention_kv_cache_attention_with_fused_qkv";
+constexpr const char* kSelfAttention = "vm.builtin.attention_kv_cache_self_attention";
+constexpr const char* kCrossAttention = "vm.builtin.attention_kv_cache_cross_attention";
+
+const DataType kIndexType = DataType::Int(32);
+
+// Calls a kernel of the library; an error it raises names the builtin and the kernel.
+template <typename... Args>
+void run(const NamedKernel& kernel, const char* who, Args&&... args) {
+  if (!kernel) {
+    throw ValueError(
+        fmt::format("{}: the model library passed no {} kernel to "
+                    "vm.builtin.paged_attention_kv_cache_create",
+                    who, kernel.role));
+  }
+  try {
+    kernel.function(std::forward<Args>(args)...);
+  } catch (const Error& e) {
+    throw RuntimeError(fmt::format("{}: the library's {} kernel ({}) failed: {}", who, kernel.role,
+                                   kernel.function.name(), e.what()));
+  }
+}
+
+std::string shape_text(const Tensor& t) { return fmt::format("{}", t.shape()); }
+
+void expect_shape(const Tensor& t, std::initializer_list<int64_t> shape, const char* who,
+                  const char* what) {
+  if (!std::equal(t.shape().begin(), t.shape().end(), shape.begin(), shape.end())) {
+    throw ValueError(fmt::format("{}: {} has shape {}, expected [{}]", who, what, shape_text(t),
+                                 fmt::join(shape, ", ")));
+  }
+}
+
+}  // namespace
+
+PagedKvCache::PagedKvCache(const PagedKvConfig& config, PagedKvKernels kernels, const Tensor& like,
+                           std::optional<Tensor> rope_ext_factors)
+    : config_(config),
+      kernels_(std::move(kernels)),
+      rope_ext_factors_(std::move(rope_ext_factors)),
+      // One page more than the capacity needs, as TVM allocates.
+      pool_((config.max_total_length + config.page_size - 1) / config.page_size + 1,
+            config.page_size, config.max_batch_size, config.prefill_chunk) {
+  const DataType dtype = like.dtype();
+  const int64_t num_pages = pool_.num_pages();
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    pages_.push_back(empty_beside(
+        like, {num_pages, 2, config.num_kv_heads, config.page_size, config.head_dim}, dtype));
+  }
+  const int64_t seqs = config.max_batch_size;
+  for (int d = 0; d < KvBlockPool::kMaxDepth; ++d) {
+    depth_buffers_.push_back(DeviceTables{
+        empty_beside(like, {seqs + 1}, kIndexType), empty_beside(like, {seqs + 1}, kIndexType),
+        empty_beside(like, {num_pages}, kIndexType), empty_beside(like, {seqs}, kIndexType),
+        empty_beside(like, {seqs}, kIndexType)});
+  }
+  const int64_t chunk = config.prefill_chunk;
+  append_indptr_buf_ = empty_beside(like, {seqs + 1}, kIndexType);
+  k_ragged_rope_buf_ = empty_beside(like, {seqs}, kIndexType);
+  q_positions_buf_ = empty_beside(like, {chunk}, kIndexType);
+  append_slots_buf_ = empty_beside(like, {chunk}, kIndexType);
+  q_buf_ = empty_beside(like, {chunk, config.num_qo_heads, config.head_dim}, dtype);
+  k_buf_ = empty_beside(like, {chunk, config.num_kv_heads, config.head_dim}, dtype);
+  v_buf_ = empty_beside(like, {chunk, config.num_kv_heads, config.head_dim}, dtype);
+  out_buf_ = empty_beside(like, {chunk, config.num_qo_heads, config.head_dim}, dtype);
+  lse_buf_ = empty_beside(like, {chunk, config.num_qo_heads}, DataType::Float(32));
+  merged_lse_buf_ = empty_beside(like, {chunk, config.num_qo_heads}, DataType::Float(32));
+}
+
+void PagedKvCache::clear() {
+  pool_.clear();
+  in_pass_ = false;
+  tables_dirty_ = false;
+}
+
+void PagedKvCache::add_sequence(int64_t seq_id) { pool_.add_sequence(seq_id); }
+
+void PagedKvCache::remove_sequence(int64_t seq_id) { pool_.remove_sequence(seq_id); }
+
+void PagedKvCache::copy_page(int32_t src, int32_t dst, int32_t length) {
+  for (const Tensor& pages : pages_) {
+    run(kernels_.copy_page, "vm.builtin.kv_state_fork_sequence", pages, int64_t{src}, int64_t{dst},
+        int64_t{length});
+  }
+}
+
+void PagedKvCache::fork_sequence(int64_t parent_id, int64_t child_id, int64_t fork_pos) {
+  pool_.fork_sequence(parent_id, child_id, fork_pos,
+                      [this](int32_t src, int32_t dst, int32_t n) { copy_page(src, dst, n); });
+}
+
+void PagedKvCache::pop_tokens(int64_t seq_id, int64_t n) {
+  pool_.pop_tokens(seq_id, n,
+                   [this](int32_t src, int32_t dst, int32_t len) { copy_page(src, dst, len); });
+}
+
+void PagedKvCache::begin_forward(std::span<const int64_t> seq_ids,
+                                 std::span<const int64_t> lengths) {
+  plan_ = pool_.plan(seq_ids, lengths);  // checks everything before it changes anything
+  pass_lengths_.assign(lengths.begin(), lengths.end());
+  in_pass_ = true;
+  tables_dirty_ = true;
+}
+
+void PagedKvCache::end_forward() {}
+
+void PagedKvCache::sync_tables() {
+  if (!tables_dirty_) return;
+  depth_tables_.clear();
+  for (size_t d = 0; d < plan_.depths.size(); ++d) {
+    const DepthTables& host = plan_.depths[d];
+    const DeviceTables& buf = depth_buffers_[d];
+    depth_tables_.push_back(DeviceTables{upload_int32(buf.qo_indptr, host.qo_indptr),
+                                         upload_int32(buf.page_indptr, host.page_indptr),
+                                         upload_int32(buf.page_indices, host.page_indices),
+                                         upload_int32(buf.last_page_len, host.last_page_len),
+                                         upload_int32(buf.k_rope_offset, host.k_rope_offset)});
+  }
+  append_indptr_ = upload_int32(append_indptr_buf_, plan_.append_indptr);
+  k_ragged_rope_ = upload_int32(k_ragged_rope_buf_, plan_.k_ragged_rope_offset);
+  q_positions_ = upload_int32(q_positions_buf_, plan_.q_positions);
+  append_slots_ = upload_int32(append_slots_buf_, plan_.append_slots);
+  tables_dirty_ = false;
+}
+
+void PagedKvCache::check_layer(int64_t layer, const char* who) const {
+  if (layer < 0 || layer >= config_.num_layers) {
+    throw IndexError(fmt::format("{}: layer {} is outside the cache's {} layers", who, layer,
+                                 config_.num_layers));
+  }
+}
+
+int64_t PagedKvCache::pass_tokens(const char* who) const {
+  if (!in_pass_) {
+    throw ValueError(fmt::format(
+        "{}: no forward pass has begun (call vm.builtin.kv_state_begin_forward first)", who));
+  }
+  return plan_.append_indptr.back();
+}
+
+void PagedKvCache::self_attention_into(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& out, const Tensor& lse, double sm_scale) {
+  run(kernels_.ragged_prefill, "attention", q, append_indptr_, k, v, append_indptr_, q_positions_,
+      k_ragged_rope_, out, lse, int64_t{1}, int64_t{config_.rope_mode == RopeMode::kInline},
+      config_.rope_scale, config_.rope_theta, sm_scale);
+}
+
+bool PagedKvCache::cross_attention_into(int64_t layer, const Tensor& q, const Tensor& out,
+                                        const Tensor& lse, double sm_scale, bool first) {
+  const int64_t tokens = plan_.append_indptr.back();
+  const int64_t rotary_inline = config_.rope_mode == RopeMode::kInline;
+  bool computed = false;
+  for (size_t d = 0; d < depth_tables_.size(); ++d) {
+    if (plan_.depths[d].page_indices.empty()) continue;
+    const DeviceTables& t = depth_tables_[d];
+    Tensor depth_out = out;
+    Tensor depth_lse = lse;
+    if (!first) {
+      depth_out = leading_view(out_buf_, {tokens, config_.num_qo_heads, config_.head_dim});
+      depth_lse = leading_view(lse_buf_, {tokens, config_.num_qo_heads});
+    }
+    if (plan_.depths[d].use_decode_kernel) {
+      run(kernels_.paged_decode, "attention", q, pages_[layer], t.page_indptr, t.page_indices,
+          t.last_page_len, t.k_rope_offset, q_positions_, depth_out, depth_lse, rotary_inline,
+          config_.rope_scale, config_.rope_theta, sm_scale);
+    } else {
+      run(kernels_.paged_prefill, "attention", q, t.qo_indptr, pages_[layer], t.page_indptr,
+          t.page_indices, t.last_page_len, t.k_rope_offset, q_positions_, depth_out, depth_lse,
+          int64_t{0}, rotary_inline, config_.rope_scale, config_.rope_theta, sm_scale);
+    }
+    if (!first) run(kernels_.merge, "attention", out, lse, depth_out, depth_lse);
+    first = false;
+    computed = true;
+  }
+  return computed;
+}
+
+void PagedKvCache::attention_with_fused_qkv(int64_t layer, double sm_scale, const Tensor& qkv,
+                                            const Tensor& out) {
+  check_layer(layer, kFusedQkv);
+  const int64_t tokens = pass_tokens(kFusedQkv);
+  const PagedKvConfig& c = config_;
+  const DataType dtype = pages_[layer].dtype();
+  if (qkv.dtype() != dtype || out.dtype() != dtype) {
+    throw TypeError(fmt::format("{}: qkv is {} and the output {}; the cache holds {}", kFusedQkv,
+                                qkv.dtype().str(), out.dtype().str(), dtype.str()));
+  }
+  if (qkv.ndim() != 3 || qkv.shape()[1] != c.num_qo_heads + 2 * c.num_kv_heads ||
+      qkv.shape()[2] != c.head_dim || qkv.shape()[0] < tokens) {
+    throw ValueError(fmt::format(
+        "{}: qkv has shape {}; the cache expects [>= {} tokens, {} heads ({} query + 2 x {} "
+        "key/value), {}]",
+        kFusedQkv, shape_text(qkv), tokens, c.num_qo_heads + 2 * c.num_kv_heads, c.num_qo_heads,
+        c.num_kv_heads, c.head_dim));
+  }
+  expect_shape(out, {qkv.shape()[0], c.num_qo_heads, c.head_dim}, kFusedQkv, "the output");
+  sync_tables();
+  Tensor q = leading_view(q_buf_, {tokens, c.num_qo_heads, c.head_dim});
+  Tensor k = leading_view(k_buf_, {tokens, c.num_kv_heads, c.head_dim});
+  Tensor v = leading_view(v_buf_, {tokens, c.num_kv_heads, c.head_dim});
+  Tensor qkv_view = qkv;
+  Tensor out_view = out;
+  if (tokens != qkv.shape()[0]) {
+    qkv_view = leading_view(qkv, {tokens, qkv.shape()[1], qkv.shape()[2]});
+    out_view = leading_view(out, {tokens, c.num_qo_heads, c.head_dim});
+  }
+  if (rope_ext_factors_) {
+    run(kernels_.split_rotary, kFusedQkv, qkv_view, q_positions_, q, k, v, *rope_ext_factors_);
+  } else {
+    run(kernels_.split_rotary, kFusedQkv, qkv_view, q_positions_, q, k, v,
+        int64_t{c.rope_mode == RopeMode::kNormal});
+  }
+  if (plan_.append_before_attention) {
+    run(kernels_.transpose_append, kFusedQkv, pages_[layer], k, v, append_slots_);
+  }
+  Tensor merged_lse = leading_view(merged_lse_buf_, {tokens, c.num_qo_heads});
+  bool first = true;
+  if (!plan_.append_before_attention) {
+    self_attention_into(q, k, v, out_view, merged_lse, sm_scale);
+    first = false;
+  }
+  const bool cross = cross_attention_into(layer, q, out_view, merged_lse, sm_scale, first);
+  if (first && !cross) {
+    throw ValueError(
+        fmt::format("{}: nothing to attend to (no new tokens and no cached pages)", kFusedQkv));
+  }
+  if (!plan_.append_before_attention) {
+    run(kernels_.transpose_append, kFusedQkv, pages_[layer], k, v, append_slots_);
+  }
+}
+
+void PagedKvCache::self_attention(int64_t layer, double sm_scale, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& lse) {
+  check_layer(layer, kSelfAttention);
+  const int64_t tokens = pass_tokens(kSelfAttention);
+  const PagedKvConfig& c = config_;
+  expect_shape(q, {tokens, c.num_qo_heads, c.head_dim}, kSelfAttention, "q");
+  expect_shape(k, {tokens, c.num_kv_heads, c.head_dim}, kSelfAttention, "k");
+  expect_shape(v, {tokens, c.num_kv_heads, c.head_dim}, kSelfAttention, "v");
+  expect_shape(out, {tokens, c.num_qo_heads, c.head_dim}, kSelfAttention, "the output");
+  expect_shape(lse, {tokens, c.num_qo_heads}, kSelfAttention, "the log-sum-exp output");
+  sync_tables();
+  self_attention_into(q, k, v, out, lse, sm_scale);
+}
+
+void PagedKvCache::cross_attention(int64_t layer, double sm_scale, const Tensor& q,
+                                   const Tensor& out, const Tensor& lse) {
+  check_layer(layer, kCrossAttention);
+  const int64_t tokens = pass_tokens(kCrossAttention);
+  const PagedKvConfig& c = config_;
+  expect_shape(q, {tokens, c.num_qo_heads, c.head_dim}, kCrossAttention, "q");
+  expect_shape(out, {tokens, c.num_qo_heads, c.head_dim}, kCrossAttention, "the output");
+  expect_shape(lse, {tokens, c.num_qo_heads}, kCrossAttention, "the log-sum-exp output");
+  sync_tables();
+  cross_attention_into(layer, q, out, lse, sm_scale, true);
+}
+
+Tensor PagedKvCache::query_positions() {
+  pass_tokens("vm.builtin.attention_kv_cache_get_query_positions");
+  sync_tables();
+  return q_positions_;
+}
+
+void PagedKvCache::debug_get_kv(int64_t seq_id, int64_t begin, int64_t end, const Tensor& k,
+                                const Tensor& v) {
+  constexpr const char* who = "vm.builtin.attention_kv_cache_debug_get_kv";
+  const std::vector<int32_t> slots = pool_.token_slots(seq_id, begin, end);
+  const PagedKvConfig& c = config_;
+  expect_shape(k, {c.num_layers, end - begin, c.num_kv_heads, c.head_dim}, who, "k");
+  expect_shape(v, {c.num_layers, end - begin, c.num_kv_heads, c.head_dim}, who, "v");
+  Tensor slots_device = empty_beside(pages_[0], {end - begin}, kIndexType);
+  slots_device.copy_from(slots.data(), slots.size() * sizeof(int32_t));
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    run(kernels_.debug_get_kv, who, pages_[layer], slots_device, k, v, layer);
+  }
+}
+
+}  // namespace kiln::llm
