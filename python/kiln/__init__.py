@@ -121,6 +121,7 @@ def tensor(array: Any, device: Optional[Union[Device, str]] = None) -> Tensor:
 
 
 from . import testing, vm, profiling, rpc  # noqa: E402  (they use the names above)
+from . import llm  # noqa: E402  (kiln.llm: the LLM engine over the VM, docs/llm.md)
 
 __all__ = [
     "AbiError",
@@ -150,6 +151,7 @@ __all__ = [
     "from_dlpack",
     "get_global_func",
     "list_global_func_names",
+    "llm",
     "load_module",
     "opencl",
     "plugins",

@@ -31,12 +31,15 @@ run it on TVM's, tests/llm/tvm_reference.py), so both are driven by the same seq
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Literal, Optional, Protocol, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, Protocol,
+                    Sequence, Tuple)
 
-import numpy
+if TYPE_CHECKING:  # numpy is imported where it is used: `import kiln` does not load it
+    import numpy
 
 __all__ = ["Engine", "Generation", "KilnRuntime", "Runtime", "KV_CACHE_BUILTINS",
            "REQUIRED_BUILTINS"]
@@ -121,9 +124,12 @@ class KilnRuntime:
         return bool(vm.has_function(name))
 
     def builtin(self, name: str) -> Callable[..., Any]:
-        from . import get_global_func
+        from . import NotFoundError, get_global_func
 
-        return get_global_func(name)
+        function = get_global_func(name)
+        if function is None:
+            raise NotFoundError(f"kiln.llm: Kiln has no global function {name}")
+        return function
 
     def shape(self, values: Sequence[int]) -> Any:
         from . import ShapeTuple
@@ -136,6 +142,8 @@ class KilnRuntime:
         return tensor(array, device)
 
     def numpy(self, tensor: Any) -> numpy.ndarray:
+        import numpy
+
         return numpy.asarray(tensor.numpy())
 
 
@@ -373,6 +381,8 @@ class Engine:
         return lists
 
     def _embed(self, tokens: List[int], shape: Sequence[int]) -> Any:
+        import numpy
+
         rt = self.runtime
         ids = rt.tensor(numpy.asarray(tokens, dtype="int32"), self.device)
         return self._f_reshape(self.vm["embed"](ids, self.params), rt.shape(shape))
@@ -424,6 +434,8 @@ class Engine:
         each sequence's last token, float32 (len(seq_ids), vocab). One sequence goes through the
         library's `prefill`, several through `batch_prefill`; more tokens than the prefill chunk
         take several passes."""
+        import numpy
+
         seq_ids = [int(s) for s in seq_ids]
         lists = self._check_batch(seq_ids, token_lists, "prefill")
         result: List[Optional[numpy.ndarray]] = [None] * len(seq_ids)
@@ -432,22 +444,24 @@ class Engine:
             parts = [lists[index][begin:end] for index, begin, end in pieces]
             lengths = [len(p) for p in parts]
             flat = [t for part in parts for t in part]
-            if len(pieces) == 1:
-                def call(flat=flat):
-                    embeds = self._embed(flat, self._hidden_shape(1, len(flat)))
-                    return self.vm["prefill"](embeds, self.cache, self.params)
-            else:
-                positions = numpy.cumsum(lengths, dtype="int64").astype("int32") - 1
-
-                def call(flat=flat, positions=positions):
-                    embeds = self._embed(flat, self._hidden_shape(1, len(flat)))
-                    pos = self.runtime.tensor(positions, self.device)
-                    return self.vm["batch_prefill"](embeds, pos, self.cache, self.params)
-            logits = self._forward(ids, lengths, call)
+            logits = self._forward(ids, lengths,
+                                   functools.partial(self._call_prefill, flat, lengths))
             for row, (index, _, end) in enumerate(pieces):
                 if end == len(lists[index]):
                     result[index] = logits[row]
         return numpy.stack([r for r in result if r is not None])
+
+    def _call_prefill(self, flat: List[int], lengths: List[int]) -> Any:
+        """The model's prefill of one pass: `flat` holds the pieces of `lengths` tokens end to
+        end; the logits of each piece's last token come back."""
+        import numpy
+
+        embeds = self._embed(flat, self._hidden_shape(1, len(flat)))
+        if len(lengths) == 1:
+            return self.vm["prefill"](embeds, self.cache, self.params)
+        positions = numpy.cumsum(lengths, dtype="int64").astype("int32") - 1
+        pos = self.runtime.tensor(positions, self.device)
+        return self.vm["batch_prefill"](embeds, pos, self.cache, self.params)
 
     def decode(self, seq_ids: Sequence[int], tokens: Sequence[int]) -> numpy.ndarray:
         """Append one token to each sequence (`tokens[i]` to `seq_ids[i]`); returns the logits
@@ -480,6 +494,8 @@ class Engine:
         uniform) -- TVM's nucleus sampling over softmax(logits / temperature); `uniform` in
         [0, 1) is the random draw, default one draw of numpy.random.default_rng(seed).
         """
+        import numpy
+
         row = numpy.ascontiguousarray(numpy.asarray(logits, dtype="float32"))
         if row.ndim == 2 and row.shape[0] == 1:
             row = row[0]
@@ -512,6 +528,8 @@ class Engine:
         """Generate up to `max_new_tokens` tokens after `prompt_ids` in a sequence of its own,
         removed at the end. top_p draws its uniforms from `uniforms` (one per token) when given,
         else from numpy.random.default_rng(seed). Stops after a token in `stop_token_ids`."""
+        import numpy
+
         if max_new_tokens < 0:
             raise ValueError(f"kiln.llm.generate: max_new_tokens {max_new_tokens} is negative")
         if uniforms is not None and len(uniforms) < max_new_tokens:
