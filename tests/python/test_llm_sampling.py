@@ -244,6 +244,31 @@ def test_a_pipeline_of_builtins_matches_tvm():
         assert k[names[3]](mine, 0.9, u) == t[names[3]](theirs, 0.9, u)
 
 
+# ---- tensors on a device (TVM copies the samplers' inputs to the host) -----------------------------
+
+
+def test_samplers_copy_device_tensors_to_the_host_and_in_place_ops_refuse_them():
+    if kiln.opencl(0) not in kiln.devices():
+        pytest.skip("no OpenCL device (the opencl plugin with PoCL or a GPU driver) to put tensors on")
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal(1000) * 3).astype(np.float32).reshape(1, 1000)
+    prob = softmax(logits[0]).reshape(1, 1000)
+    u = rng.random((1, 1)).astype(np.float32)
+    on_device = {name: kiln.tensor(a, device=kiln.opencl(0))
+                 for name, a in [("logits", logits), ("prob", prob), ("u", u)]}
+    sample = kiln.get_global_func("vm.builtin.sample_top_p_from_logits")
+    for x in np.linspace(0, 0.99, 7):
+        assert sample(on_device["logits"], 0.8, 0.9, x) == sample(logits, 0.8, 0.9, x)
+    from_prob = kiln.get_global_func("vm.builtin.sample_top_p_from_prob")
+    assert from_prob(on_device["prob"], 0.9, 0.5) == from_prob(prob, 0.9, 0.5)
+    multinomial = kiln.get_global_func("vm.builtin.multinomial_from_uniform")
+    got = multinomial(on_device["prob"], on_device["u"])
+    assert str(got.device) == "cpu:0"
+    assert np.array_equal(np.asarray(got), np.asarray(multinomial(prob, u)))
+    with pytest.raises(ValueError, match="apply_softmax_with_temperature: logits must be on the cpu"):
+        kiln.get_global_func("vm.builtin.apply_softmax_with_temperature")(on_device["logits"], 1.0)
+
+
 # ---- bad input: a clear error naming the builtin and the argument (no TVM needed) ---------------
 
 
