@@ -22,7 +22,9 @@ Command line: `python tiny_llama.py OUT_DIR` writes
 
     OUT_DIR/llvm/lib.so       the CPU build
     OUT_DIR/opencl/lib.so     target "opencl" with host llvm (skipped, with the reason printed
-                              and written to OUT_DIR/opencl/SKIPPED, when it does not build)
+                              and written to OUT_DIR/opencl/SKIPPED, when it does not build);
+                              TVM's GPU merge kernel is replaced by a race-free one
+                              (race_free_merge_state says why); --stock-kernels keeps TVM's
     OUT_DIR/params/           the weights, written by TVM's own tvm.contrib.tvmjs writer
                               (tensor-cache.json + params_shard_*.bin, raw float32); the
                               metadata holds the model configuration and the parameter names in
@@ -241,13 +243,70 @@ class TinyLlamaForCausalLM(nn.Module):
         return nn.spec.ModuleSpec.from_raw(spec, self)
 
 
-def export(config: TinyLlamaConfig, target: tvm.target.Target
+def race_free_merge_state(num_heads: int, dtype: str) -> tvm.tirx.PrimFunc:
+    """A GPU merge of two attention states (V, S) <- merge((V, S), (V_other, S_other)) with one
+    thread per (token, head), computed with the arithmetic of TVM's kernels.
+
+    Why: TVM 0.27's GPU kernel (_merge_state_inplace in nn/llm/_decode_kernels.py) runs
+    head_dim / 4 threads per (token, head); each reads S[n, h] and each writes it back, with no
+    barrier between. On a GPU the threads of a warp read before any writes; on PoCL the
+    work-items of a group run one after another, so all but the first read the merged S and
+    their V lanes come out wrong (logits off by units wherever the cache merges two states:
+    a prefill onto cached tokens, a decode over a forked prefix). This kernel has no shared
+    value to race on."""
+    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
+
+    # pylint: disable=invalid-name,no-member
+    @T.prim_func(s_tir=True)
+    def merge_state_inplace(v: T.handle, s: T.handle, v_other: T.handle, s_other: T.handle):
+        T.func_attr({"tirx.is_scheduled": True})
+        N = T.int32()
+        H = T.int32()
+        D = T.int32()
+        V = T.match_buffer(v, (N, H, D), dtype)
+        S = T.match_buffer(s, (N, H), "float32")
+        V_other = T.match_buffer(v_other, (N, H, D), dtype)
+        S_other = T.match_buffer(s_other, (N, H), "float32")
+        for bx in T.thread_binding(N, thread="blockIdx.x"):
+            for tx in T.thread_binding(num_heads, thread="threadIdx.x"):
+                with T.sblock("merge"):
+                    s_val = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                    s_other_val = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                    s_max = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                    scale = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                    other_scale = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                    s_val[0] = S[bx, tx]
+                    s_other_val[0] = S_other[bx, tx]
+                    s_max[0] = T.max(s_val[0], s_other_val[0])
+                    s_val[0] = T.exp2(s_val[0] - s_max[0])
+                    s_other_val[0] = T.exp2(s_other_val[0] - s_max[0])
+                    scale[0] = s_val[0] / (s_val[0] + s_other_val[0])
+                    other_scale[0] = s_other_val[0] / (s_val[0] + s_other_val[0])
+                    for d in T.serial(D):
+                        V[bx, tx, d] = V[bx, tx, d] * scale[0] + V_other[bx, tx, d] * other_scale[0]
+                    S[bx, tx] = T.log2(s_val[0] + s_other_val[0]) + s_max[0]
+
+    # pylint: enable=invalid-name,no-member
+    return merge_state_inplace
+
+
+# The GPU merge kernel TIRPagedKVCache adds, by its name in the module.
+GPU_MERGE_KERNEL = "tir_attention_merge_state"
+
+
+def export(config: TinyLlamaConfig, target: tvm.target.Target, stock_kernels: bool = False
            ) -> Tuple[tvm.IRModule, List[Tuple[str, Any]]]:
     """The model's Relax IRModule for `target` and its (name, parameter) list in the order the
-    functions take them."""
+    functions take them. For GPU targets TVM's merge kernel is replaced by
+    race_free_merge_state (unless `stock_kernels`): see there why."""
     model = TinyLlamaForCausalLM(config, target)
     model.to(config.dtype)
     mod, named_params = model.export_tvm(spec=model.get_default_spec())
+    if not stock_kernels and any(gv.name_hint == GPU_MERGE_KERNEL
+                                 for gv in mod.get_global_vars()):
+        kernel = race_free_merge_state(config.num_attention_heads, config.dtype)
+        mod[mod.get_global_var(GPU_MERGE_KERNEL)] = kernel.with_attr("global_symbol",
+                                                                     GPU_MERGE_KERNEL)
     return mod, named_params
 
 
@@ -271,10 +330,11 @@ def make_weights(config: TinyLlamaConfig, named_params) -> Dict[str, np.ndarray]
     return weights
 
 
-def compile_for(config: TinyLlamaConfig, target: tvm.target.Target, path: str) -> None:
+def compile_for(config: TinyLlamaConfig, target: tvm.target.Target, path: str,
+                stock_kernels: bool = False) -> None:
     """Compile the model for `target` with TVM's default pipeline for it (dlight schedules for
     GPU targets) and export the library to `path`."""
-    mod, _ = export(config, target)
+    mod, _ = export(config, target, stock_kernels)
     ex = tvm.compile(mod, target=target)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     ex.export_library(path)
@@ -298,7 +358,8 @@ def write_weights(config: TinyLlamaConfig, out_dir: str) -> List[str]:
     return names
 
 
-def build(out_dir: str, config: TinyLlamaConfig | None = None, opencl: bool = True) -> dict:
+def build(out_dir: str, config: TinyLlamaConfig | None = None, opencl: bool = True,
+          stock_kernels: bool = False) -> dict:
     """Build everything into out_dir (see the module's docstring). Returns what was built:
     {"llvm": path, "opencl": path or None, "opencl_skipped": reason or None, "params": dir}."""
     config = config or TinyLlamaConfig()
@@ -317,7 +378,8 @@ def build(out_dir: str, config: TinyLlamaConfig | None = None, opencl: bool = Tr
     if opencl:
         opencl_path = os.path.join(out_dir, "opencl", "lib.so")
         try:
-            compile_for(config, tvm.target.Target("opencl", host="llvm"), opencl_path)
+            compile_for(config, tvm.target.Target("opencl", host="llvm"), opencl_path,
+                        stock_kernels)
             result["opencl"] = opencl_path
         except Exception as err:  # pylint: disable=broad-except
             # TVM's error text can be long: the first line says what failed.
@@ -344,13 +406,15 @@ def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", help="where to write llvm/lib.so, opencl/lib.so, params/")
     parser.add_argument("--no-opencl", action="store_true", help="build the CPU library only")
+    parser.add_argument("--stock-kernels", action="store_true",
+                        help="keep TVM's GPU merge kernel (racy on PoCL) in the OpenCL build")
     parser.add_argument("--print-kv-cache-create", metavar="TARGET",
                         help="print create_tir_paged_kv_cache's Relax IR for TARGET and exit")
     args = parser.parse_args(argv)
     if args.print_kv_cache_create:
         print(kv_cache_create_args(args.print_kv_cache_create))
         return 0
-    result = build(args.out_dir, opencl=not args.no_opencl)
+    result = build(args.out_dir, opencl=not args.no_opencl, stock_kernels=args.stock_kernels)
     print(json.dumps(result, indent=1))
     return 0
 

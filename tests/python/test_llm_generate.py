@@ -236,3 +236,44 @@ def test_generate_on_tvm_matches_the_step_api(tvm_engine, reference):
     b = tvm_engine.generate(tvm_reference.prompt(20), 6, "top_p", top_p=0.9, seed=3)
     assert a.tokens == b.tokens and a.uniforms == b.uniforms
     assert tvm_engine.sequences == {}
+
+
+def test_merge_kernel_of_the_opencl_build_is_race_free(tmp_path):
+    """Why tiny_llama.py replaces TVM's GPU merge kernel: TVM 0.27's (_merge_state_inplace)
+    reads and writes S[n, h] from head_dim / 4 threads with no barrier; PoCL runs a group's
+    work-items one after another, so it merges wrongly there. The replacement matches numpy. If
+    TVM's kernel stops racing, the replacement can go (this test then fails and says so)."""
+    if importlib.util.find_spec("tvm") is None:
+        pytest.skip(f"apache-tvm is not installed in {sys.executable}")
+    if not _have_opencl():
+        pytest.skip("no OpenCL device in Kiln (PoCL)")
+    import tvm
+    from tvm.relax.frontend.nn.llm import _decode_kernels
+
+    import tiny_llama
+
+    target = tvm.target.Target("opencl", host="llvm")
+    kernels = {
+        "stock": _decode_kernels._merge_state_inplace(4, 16, "float32", target, "merge"),
+        "race_free": tiny_llama.race_free_merge_state(4, "float32").with_attr(
+            "global_symbol", "merge"),
+    }
+    rng = np.random.default_rng(0)
+    v, s = rng.standard_normal((6, 4, 16), "float32"), rng.standard_normal((6, 4), "float32")
+    vo, so = rng.standard_normal((6, 4, 16), "float32"), rng.standard_normal((6, 4), "float32")
+    top = np.maximum(s, so)
+    a, b = np.exp2(s - top), np.exp2(so - top)
+    v_expected = (v * a[..., None] + vo * b[..., None]) / (a + b)[..., None]
+    s_expected = np.log2(a + b) + top
+    errors = {}
+    for name, kernel in kernels.items():
+        path = tmp_path / f"{name}.so"
+        tvm.tirx.build(kernel, target=target).export_library(str(path))
+        args = [kiln.tensor(x, kiln.opencl(0)) for x in (v, s, vo, so)]
+        kiln.load_module(str(path))["merge"](*args)
+        errors[name] = max(float(np.abs(args[0].numpy() - v_expected).max()),
+                           float(np.abs(args[1].numpy() - s_expected).max()))
+    assert errors["race_free"] < 1e-5, errors
+    assert errors["stock"] > 1e-2, (
+        f"TVM's merge kernel now merges right on PoCL ({errors}): tiny_llama.py's "
+        "race_free_merge_state can go")
