@@ -169,8 +169,12 @@ def _read_cache_metadata(weights: str) -> Tuple[dict, List[str]]:
                     raise ValueError(f"kiln.llm: {path} is not JSON: {err}") from None
             if not isinstance(cache, dict) or not isinstance(cache.get("records"), list):
                 raise ValueError(f"kiln.llm: {path} has no 'records' list")
-            names = [record["name"] for shard in cache["records"]
-                     for record in shard.get("records", [])]
+            try:
+                names = [str(record["name"]) for shard in cache["records"]
+                         for record in shard["records"]]
+            except (KeyError, TypeError) as err:
+                raise ValueError(f"kiln.llm: {path}: a record without its name or records "
+                                 f"({type(err).__name__}: {err})") from None
             metadata = cache.get("metadata")
             return (metadata if isinstance(metadata, dict) else {}), names
     raise FileNotFoundError(
@@ -250,7 +254,8 @@ class Engine:
         create = next((n for n in _CREATE_CACHE_FUNCTIONS if rt.has_function(self.vm, n)), None)
         if create is None:
             raise ValueError(f"kiln.llm.Engine: {library} has none of the functions "
-                             f"{', '.join(_CREATE_CACHE_FUNCTIONS)}: not an MLC-style model library")
+                             f"{', '.join(_CREATE_CACHE_FUNCTIONS)}: not an MLC-style model "
+                             "library")
         self.cache = self.vm[create](rt.shape([max_batch_size]), rt.shape([max_total_seq_len]),
                                      rt.shape([prefill_chunk_size]), rt.shape([page_size]),
                                      rt.shape([support_sliding_window]))
