@@ -21,6 +21,16 @@
 #include "kiln/error.h"
 #include "kiln/tensor.h"
 
+// No fused multiply-adds: TVM's library rounds the products in d * e + x (softmax) and
+// f * p + q (penalties) before adding, and so must this file whatever -march it is built for.
+// Both compilers fuse them when the target has FMA (GCC's C++ default is -ffp-contract=fast).
+// After the includes, so that only this file's functions are affected.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 namespace kiln::llm {
 namespace {
 
