@@ -14,7 +14,8 @@ detail::BuiltinList all_builtins(std::shared_ptr<const DeviceContext> context) {
   for (auto* part : {&detail::sampling_builtins}) {
     for (auto& entry : part()) all.push_back(std::move(entry));
   }
-  for (auto& entry : detail::tensor_cache_builtins(std::move(context))) all.push_back(std::move(entry));
+  for (auto& entry : detail::tensor_cache_builtins(std::move(context)))
+    all.push_back(std::move(entry));
   return all;
 }
 

@@ -173,8 +173,9 @@ Any create(const Any* a, int32_t n) {
   c.rope_scale = float_arg(a[9], kCreate, 9);
   c.rope_theta = float_arg(a[10], kCreate, 10);
   std::optional<Tensor> rope_ext_factors;
-  if (!a[11].is_none()) {
-    rope_ext_factors = tensor_arg(a[11], kCreate, 11);
+  // Anything but a tensor means none (TVM's front end passes a 0 placeholder).
+  if (a[11].type_code() == KILN_TYPE_TENSOR) {
+    rope_ext_factors = a[11].cast<Tensor>();
     if (c.rope_mode != RopeMode::kNormal) {
       throw ValueError(
           fmt::format("{}: RoPE extension factors need the normal RoPE mode", kCreate));

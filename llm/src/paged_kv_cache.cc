@@ -16,23 +16,6 @@ constexpr const char* kCrossAttention = "vm.builtin.attention_kv_cache_cross_att
 
 const DataType kIndexType = DataType::Int(32);
 
-// Calls a kernel of the library; an error it raises names the builtin and the kernel.
-template <typename... Args>
-void run(const NamedKernel& kernel, const char* who, Args&&... args) {
-  if (!kernel) {
-    throw ValueError(
-        fmt::format("{}: the model library passed no {} kernel to "
-                    "vm.builtin.paged_attention_kv_cache_create",
-                    who, kernel.role));
-  }
-  try {
-    kernel.function(std::forward<Args>(args)...);
-  } catch (const Error& e) {
-    throw RuntimeError(fmt::format("{}: the library's {} kernel ({}) failed: {}", who, kernel.role,
-                                   kernel.function.name(), e.what()));
-  }
-}
-
 std::string shape_text(const Tensor& t) { return fmt::format("{}", t.shape()); }
 
 void expect_shape(const Tensor& t, std::initializer_list<int64_t> shape, const char* who,
@@ -44,6 +27,31 @@ void expect_shape(const Tensor& t, std::initializer_list<int64_t> shape, const c
 }
 
 }  // namespace
+
+template <typename... Args>
+void PagedKvCache::run(const NamedKernel& kernel, const char* who, Args&&... args) {
+  if (!kernel) {
+    throw ValueError(
+        fmt::format("{}: the model library passed no {} kernel to "
+                    "vm.builtin.paged_attention_kv_cache_create",
+                    who, kernel.role));
+  }
+  if (profiler_ != nullptr) profiler_->start_call(kernel.function.name(), pages_[0].device());
+  try {
+    kernel.function(std::forward<Args>(args)...);
+  } catch (const Error& e) {
+    if (profiler_ != nullptr) profiler_->stop_call();
+    throw RuntimeError(fmt::format("{}: the library's {} kernel ({}) failed: {}", who, kernel.role,
+                                   kernel.function.name(), e.what()));
+  }
+  if (profiler_ != nullptr) profiler_->stop_call();
+}
+
+int64_t PagedKvCache::page_bytes() const {
+  int64_t total = 0;
+  for (const Tensor& pages : pages_) total += static_cast<int64_t>(pages.nbytes());
+  return total;
+}
 
 PagedKvCache::PagedKvCache(const PagedKvConfig& config, PagedKvKernels kernels, const Tensor& like,
                            std::optional<Tensor> rope_ext_factors)

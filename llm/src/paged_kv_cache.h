@@ -20,6 +20,7 @@
 #include "kiln/any.h"
 #include "kiln/function.h"
 #include "kiln/object.h"
+#include "kiln/profiling/profiler.h"
 #include "kiln/tensor.h"
 #include "kv_block_pool.h"
 
@@ -97,6 +98,12 @@ class PagedKvCache : public Object {
   // (layers, end - begin, kv_heads, head_dim).
   void debug_get_kv(int64_t seq_id, int64_t begin, int64_t end, const Tensor& k, const Tensor& v);
 
+  // Records each kernel the cache runs as a call of `profiler` (borrowed, started by the
+  // caller; nested in the VM's row of the builtin that ran it) until set_profiler(nullptr).
+  void set_profiler(profiling::Profiler* profiler) { profiler_ = profiler; }
+  // Bytes of device memory the pages take.
+  int64_t page_bytes() const;
+
   int64_t num_available_pages() const { return pool_.free_pages(); }
   int64_t total_sequence_length() const { return pool_.total_length(); }
   bool empty() const { return pool_.empty(); }
@@ -117,9 +124,13 @@ class PagedKvCache : public Object {
   bool cross_attention_into(int64_t layer, const Tensor& q, const Tensor& out, const Tensor& lse,
                             double sm_scale, bool first);
   void copy_page(int32_t src, int32_t dst, int32_t length);
+  // Runs a kernel of the library; its errors name the builtin `who` and the kernel.
+  template <typename... Args>
+  void run(const NamedKernel& kernel, const char* who, Args&&... args);
 
   PagedKvConfig config_;
   PagedKvKernels kernels_;
+  profiling::Profiler* profiler_ = nullptr;
   std::optional<Tensor> rope_ext_factors_;
   KvBlockPool pool_;
   std::vector<Tensor> pages_;  // per layer: (pages, 2, kv_heads, page_size, head_dim)

@@ -101,6 +101,37 @@ struct VmOptions {
 // runtime error (3).
 int run_vm(const VmOptions& options, const GlobalOptions& global);
 
+// Options of `kiln llm generate|bench` (docs/llm.md).
+struct LlmOptions {
+  std::string command;            // "generate" or "bench"
+  std::filesystem::path library;  // the compiled model library
+  std::filesystem::path weights;  // its tensor-cache folder
+  std::optional<std::string> device;
+  // generate
+  std::string prompt;  // token ids, comma- or space-separated
+  int64_t max_new_tokens = 16;
+  double temperature = 0;  // 0: greedy
+  double top_p = 1;
+  uint64_t seed = 0;
+  // bench
+  int64_t prompt_length = 128;
+  int64_t decode_tokens = 32;
+  int64_t batch = 1;
+  int repeats = 5;  // launches after one warm-up
+  bool profile = false;
+  std::optional<std::filesystem::path> benchmark_out;
+  // the KV cache
+  int64_t page_size = 16;
+  int64_t prefill_chunk = 512;
+  int64_t max_total_length = 4096;
+  bool json = false;
+};
+
+// `kiln llm generate`: prompt token ids in, generated token ids out (greedy or top-p with a
+// seed). `kiln llm bench`: prefill tokens/s and decode ms/step with their range over launches,
+// memory, optional Google Benchmark JSON and a per-kernel profile of one decode step.
+int run_llm(const LlmOptions& options, const GlobalOptions& global);
+
 // Options of `kiln rpc-server` (docs/rpc.md).
 struct RpcServerOptions {
   std::string host = "127.0.0.1";

@@ -182,6 +182,69 @@ int main(int argc, char** argv) {
   auto* vm_stats = vm->add_subcommand("stats", "Print the statistics of a binary executable");
   vm_stats->add_option("input", vm_options.input, "The executable (as for disasm)")->required();
 
+  LlmOptions llm_options;
+  auto* llm = app.add_subcommand(
+      "llm",
+      "Run an LLM compiled the MLC way (model library + tensor-cache weights) (docs/llm.md)");
+  llm->require_subcommand(1);
+  auto* llm_generate = llm->add_subcommand("generate", "Generate token ids from prompt token ids");
+  auto* llm_bench = llm->add_subcommand(
+      "bench", "Time prefill (tokens/s) and decode (ms/step) with their range over launches");
+  for (CLI::App* sub : {llm_generate, llm_bench}) {
+    sub->add_option("library", llm_options.library, "The compiled model library (.so)")->required();
+    sub->add_option("--weights", llm_options.weights,
+                    "The weight folder (tensor-cache.json or ndarray-cache.json + shards)")
+        ->required();
+    sub->add_option("--device", llm_options.device, "Device to run on (default: cpu)");
+    sub->add_option("--page-size", llm_options.page_size, "Tokens per KV-cache page")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--prefill-chunk", llm_options.prefill_chunk,
+                    "Most new tokens in one forward pass (raised to fit bench's batch)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--max-total-length", llm_options.max_total_length,
+                    "KV-cache capacity in tokens over all sequences (raised to fit bench's)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    sub->add_flag("--json", llm_options.json, "Print JSON instead of text");
+  }
+  llm_generate->add_option("--prompt", llm_options.prompt, "Prompt token ids, e.g. 1,2,3")
+      ->required();
+  llm_generate->add_option("--max-new-tokens", llm_options.max_new_tokens, "Tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  llm_generate
+      ->add_option("--temperature", llm_options.temperature,
+                   "Sampling temperature; 0 is greedy (argmax)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  llm_generate->add_option("--top-p", llm_options.top_p, "Nucleus sampling threshold in (0, 1]")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  llm_generate->add_option("--seed", llm_options.seed, "Seed of the uniform samples top-p uses")
+      ->capture_default_str();
+  llm_bench->add_option("--prompt-length", llm_options.prompt_length, "Prompt tokens a sequence")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  llm_bench->add_option("--decode-tokens", llm_options.decode_tokens, "Decode steps a launch")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  llm_bench->add_option("--batch", llm_options.batch, "Sequences decoded together")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  llm_bench
+      ->add_option("--repeats", llm_options.repeats,
+                   "Launches measured after one warm-up (at least 3 for a range worth reading)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  llm_bench->add_option("--seed", llm_options.seed, "Seed of the random prompts")
+      ->capture_default_str();
+  llm_bench->add_flag("--profile", llm_options.profile,
+                      "Also profile one decode step: each VM call and KV-cache kernel a row");
+  llm_bench->add_option("--benchmark-out", llm_options.benchmark_out,
+                        "Also write Google Benchmark JSON to this file (- for stdout)");
+
   RpcServerOptions server_options;
   auto* server = app.add_subcommand(
       "rpc-server", "Serve RPC sessions: remote devices for rpc_run and `kiln run` (docs/rpc.md)");
@@ -363,6 +426,10 @@ int main(int argc, char** argv) {
     if (profile->parsed()) {
       profile_options.arguments.assign(argv + 1, argv + argc);
       return run_profile(profile_options, options);
+    }
+    if (llm->parsed()) {
+      llm_options.command = llm_generate->parsed() ? "generate" : "bench";
+      return run_llm(llm_options, options);
     }
     if (vm->parsed()) {
       vm_options.command = vm_asm->parsed() ? "asm" : vm_disasm->parsed() ? "disasm" : "stats";
