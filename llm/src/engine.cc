@@ -30,6 +30,7 @@ struct Engine::State {
   int64_t vocab = 0;
   std::optional<UniformSource> uniforms;
   uint64_t uniform_seed = 0;
+  int64_t prefill_chunk = 0;
 
   PagedKvCache& cache() const { return *kv_cache.as_object<PagedKvCache>(); }
   Function builtin(const std::string& name) const { return registry::require(name); }
@@ -79,6 +80,7 @@ Engine Engine::load(const EngineOptions& options, const Runtime& runtime) {
   }
   auto s = std::make_unique<State>();
   s->context = runtime.retain();
+  s->prefill_chunk = options.prefill_chunk;
   s->module = Module::load(options.library, runtime);
   s->machine.emplace(s->module, std::vector<Device>{options.device});
   for (const char* name : {"embed", "batch_prefill", "batch_decode", "create_tir_paged_kv_cache"}) {
@@ -113,7 +115,20 @@ Engine Engine::load(const EngineOptions& options, const Runtime& runtime) {
                     "KV cache made by Kiln's vm.builtin.paged_attention_kv_cache_create",
                     options.library.string(), s->kv_cache.type_name()));
   }
-  return Engine(std::move(s));
+  Engine engine(std::move(s));
+  // The vocabulary, from one forward pass of token 0 (valid in every vocabulary): prompts are
+  // checked against it before any pass, because an embedding lookup past the table's end reads
+  // memory that is not the model's.
+  const int64_t probe = -1;
+  engine.add_sequence(probe);
+  try {
+    engine.prefill({&probe, 1}, {{0}});
+  } catch (...) {
+    engine.remove_sequence(probe);
+    throw;
+  }
+  engine.remove_sequence(probe);
+  return engine;
 }
 
 void Engine::add_sequence(int64_t seq_id) { state_->cache().add_sequence(seq_id); }
@@ -127,6 +142,12 @@ std::vector<float> Engine::State::forward(
     std::span<const int64_t> seq_ids, std::span<const int64_t> lengths,
     const std::vector<int32_t>& tokens, const std::function<Any(const Tensor& embeddings)>& body) {
   const Device device = machine->devices().front();
+  for (int32_t token : tokens) {
+    if (vocab > 0 && (token < 0 || token >= vocab)) {
+      throw ValueError(fmt::format("llm engine: token id {} is outside the vocabulary [0, {})",
+                                   token, vocab));
+    }
+  }
   Tensor ids = host_int32(tokens);
   if (device.type != kDLCPU) ids = ids.to(device, *context);
   begin_forward(kv_cache, Any::shape({seq_ids.begin(), seq_ids.end()}),
@@ -227,7 +248,14 @@ std::vector<int32_t> Engine::generate(std::span<const int32_t> prompt, int64_t m
   std::vector<int32_t> out;
   try {
     const int64_t ids[] = {seq};
-    std::vector<float> logits = prefill(ids, {{prompt.begin(), prompt.end()}});
+    // A prompt longer than the prefill chunk goes in several passes.
+    std::vector<float> logits;
+    for (size_t begin = 0; begin < prompt.size();
+         begin += static_cast<size_t>(state_->prefill_chunk)) {
+      const auto chunk = prompt.subspan(
+          begin, std::min(prompt.size() - begin, static_cast<size_t>(state_->prefill_chunk)));
+      logits = prefill(ids, {{chunk.begin(), chunk.end()}});
+    }
     for (int64_t i = 0; i < max_new_tokens; ++i) {
       out.push_back(sample(logits, sampling));
       if (i + 1 < max_new_tokens) {

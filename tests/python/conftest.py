@@ -136,3 +136,48 @@ def have_tvm():
 
 PYTHON = sys.executable
 HAVE_CXX = shutil.which(os.environ.get("CXX", "c++")) is not None
+
+
+LLM_TESTS = REPO / "tests" / "llm"
+
+
+def _run_llm_fixture_script(args, what, timeout):
+    """Run a script of tests/llm/ with this interpreter; skip the tests with its output's tail
+    if it fails (the model does not compile with this TVM)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(
+        kiln.__file__)), env.get("PYTHONPATH", "")] if p)
+    try:
+        done = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                              timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"{what} took over {timeout} s")
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
+        pytest.skip(f"{what} failed (exit {done.returncode}):\n" + "\n".join(tail))
+
+
+@pytest.fixture(scope="session")
+def llm_fixture_dir(tmp_path_factory):
+    """The tiny Llama of tests/llm/tiny_llama.py compiled by TVM (llvm/lib.so, opencl/lib.so or
+    opencl/SKIPPED, params/) with TVM's reference.json (tests/llm/tvm_reference.py), built once
+    per session (about 15 s), or the folder KILN_LLM_FIXTURES names. Skips without apache-tvm."""
+    import importlib.util
+
+    if importlib.util.find_spec("tvm") is None:
+        pytest.skip(f"apache-tvm is not installed in {sys.executable}: the model is compiled "
+                    "and the reference is run by TVM 0.27 (build/.venv-tvm has it)")
+    prebuilt = os.environ.get("KILN_LLM_FIXTURES")
+    if prebuilt:
+        out = pathlib.Path(prebuilt)
+        if not (out / "llvm" / "lib.so").is_file():
+            pytest.fail(f"KILN_LLM_FIXTURES={prebuilt} holds no llvm/lib.so "
+                        f"(write it with: python {LLM_TESTS / 'tiny_llama.py'} {prebuilt})")
+    else:
+        out = tmp_path_factory.mktemp("tiny_llama")
+        _run_llm_fixture_script([str(LLM_TESTS / "tiny_llama.py"), str(out)],
+                                "compiling the tiny Llama", 900)
+    if not (out / "reference.json").is_file():
+        _run_llm_fixture_script([str(LLM_TESTS / "tvm_reference.py"), str(out)],
+                                "TVM's reference runs", 600)
+    return out

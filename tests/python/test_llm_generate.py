@@ -7,16 +7,11 @@ within 1e-4 on the CPU; the OpenCL build on PoCL gives TVM's CPU tokens, logits 
 
 The fixture is built once per session into a temporary folder (about 15 s), or read from
 KILN_LLM_FIXTURES (a folder tiny_llama.py wrote; its reference.json is made there when missing).
-Without apache-tvm, or when the model does not compile, the tests skip saying why.
-
-Kiln's side is marked xfail while the paged KV cache builtin is missing from Kiln
-(vm.builtin.paged_attention_kv_cache_create not in kiln._kiln._llm_builtin_names()): it turns on
-by itself when the builtin lands."""
+Without apache-tvm, or when the model does not compile, the tests skip saying why."""
 
 import importlib.util
 import os
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
@@ -32,50 +27,13 @@ sys.path.insert(0, str(LLM_TESTS))
 
 import tvm_reference  # noqa: E402  (tests/llm/, on the path above)
 
-KV_CACHE_CREATE = "vm.builtin.paged_attention_kv_cache_create"
-KV_CACHE_MISSING = KV_CACHE_CREATE not in kiln._kiln._llm_builtin_names()
-# Kiln's side until the KV cache lands: it fails with Kiln's error (NotFoundError naming the
-# builtin), and only with that; strict, so a pass reports that the mark is stale.
-kiln_side = pytest.mark.xfail(KV_CACHE_MISSING, raises=kiln.KilnError, strict=True,
-                              reason=f"{KV_CACHE_CREATE} is not in Kiln yet (issue 36 item 1)")
-
 CPU_ATOL = 1e-4
 OPENCL_ATOL = 1e-3
 
 
-def _run(args, what, timeout):
-    """Run a fixture script; skip the tests with its output's tail if it fails."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(
-        kiln.__file__)), env.get("PYTHONPATH", "")] if p)
-    try:
-        done = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                              timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"{what} took over {timeout} s")
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
-        pytest.skip(f"{what} failed (exit {done.returncode}):\n" + "\n".join(tail))
-
-
 @pytest.fixture(scope="session")
-def fixture_dir(tmp_path_factory):
-    """The folder of the compiled tiny Llama (llvm/, opencl/, params/) with TVM's reference.json."""
-    if importlib.util.find_spec("tvm") is None:
-        pytest.skip(f"apache-tvm is not installed in {sys.executable}: the model is compiled "
-                    "and the reference is run by TVM 0.27 (build/.venv-tvm has it)")
-    prebuilt = os.environ.get("KILN_LLM_FIXTURES")
-    if prebuilt:
-        out = pathlib.Path(prebuilt)
-        if not (out / "llvm" / "lib.so").is_file():
-            pytest.fail(f"KILN_LLM_FIXTURES={prebuilt} holds no llvm/lib.so "
-                        f"(write it with: python {LLM_TESTS / 'tiny_llama.py'} {prebuilt})")
-    else:
-        out = tmp_path_factory.mktemp("tiny_llama")
-        _run([str(LLM_TESTS / "tiny_llama.py"), str(out)], "compiling the tiny Llama", 900)
-    if not (out / "reference.json").is_file():
-        _run([str(LLM_TESTS / "tvm_reference.py"), str(out)], "TVM's reference runs", 600)
-    return out
+def fixture_dir(llm_fixture_dir):
+    return llm_fixture_dir
 
 
 @pytest.fixture(scope="session")
@@ -83,16 +41,8 @@ def reference(fixture_dir):
     return tvm_reference.load_reference(str(fixture_dir))
 
 
-def _missing_builtins():
-    names = set(kiln.list_global_func_names())
-    return [n for n in kiln.llm.REQUIRED_BUILTINS if n not in names]
-
-
 @pytest.fixture(scope="session")
 def kiln_cpu_engine(fixture_dir):
-    missing = _missing_builtins()
-    if missing:
-        raise kiln.NotFoundError(f"Kiln lacks the builtins {', '.join(missing)}")
     return tvm_reference.make_engine(str(fixture_dir), "llvm", "cpu")
 
 
@@ -108,9 +58,6 @@ def kiln_opencl_engine(fixture_dir):
     if not _have_opencl():
         pytest.skip(next((b["why_none"] for b in kiln.backends() if b["type_name"] == "opencl"),
                          "the opencl plugin is not loaded") or "no OpenCL device")
-    missing = _missing_builtins()
-    if missing:
-        raise kiln.NotFoundError(f"Kiln lacks the builtins {', '.join(missing)}")
     return tvm_reference.make_engine(str(fixture_dir), "opencl", "opencl")
 
 
@@ -145,23 +92,20 @@ def test_reference_holds_its_self_checks(reference):
 def test_model_library_passes_tirs_kernels_to_the_cache(fixture_dir):
     """The library calls vm.builtin.paged_attention_kv_cache_create (what Kiln must serve)."""
     data = (fixture_dir / "llvm" / "lib.so").read_bytes()
-    assert KV_CACHE_CREATE.encode() in data
+    assert b"vm.builtin.paged_attention_kv_cache_create" in data
     assert b"vm.builtin.attention_kv_cache_attention_with_fused_qkv" in data
 
 
-@kiln_side
 @pytest.mark.parametrize("name", list(tvm_reference.SCENARIOS))
 def test_kiln_cpu_equals_tvm(kiln_cpu_engine, reference, name):
     _compare(name, _run_scenario(kiln_cpu_engine, name), reference[name], CPU_ATOL)
 
 
-@kiln_side
 def test_kiln_cpu_self_checks(kiln_cpu_engine):
     results = tvm_reference.run_all(kiln_cpu_engine)
     assert tvm_reference.self_checks(results, CPU_ATOL) == []
 
 
-@kiln_side
 @pytest.mark.parametrize("name", list(tvm_reference.SCENARIOS))
 def test_kiln_opencl_equals_tvm_cpu(kiln_opencl_engine, reference, name):
     _compare(name, _run_scenario(kiln_opencl_engine, name), reference[name], OPENCL_ATOL)
@@ -222,7 +166,6 @@ def test_engine_refuses_bad_input_on_tvm(tvm_engine):
     _check_bad_input(tvm_engine)
 
 
-@kiln_side
 def test_engine_refuses_bad_input_on_kiln(kiln_cpu_engine):
     _check_bad_input(kiln_cpu_engine)
 

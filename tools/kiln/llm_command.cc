@@ -192,12 +192,17 @@ int run_bench(const LlmOptions& options, Runtime& runtime) {
                 static_cast<double>(peak_rss_bytes()) / mib);
   }
   if (options.benchmark_out) {
-    nlohmann::json doc = benchmark_document(BenchmarkResult(prefill_seconds), "").value;
+    BenchmarkResult context_source(prefill_seconds);
+    context_source.timer = "wall";
+    context_source.device = engine.device();
+    nlohmann::json doc = benchmark_document(context_source, "").value;
     nlohmann::json entries = nlohmann::json::array();
     auto add = [&](const std::string& name, const std::vector<double>& secs) {
-      for (auto& e : benchmark_document(BenchmarkResult(secs), name).value["benchmarks"]) {
-        entries.push_back(e);
-      }
+      BenchmarkResult result(secs);
+      result.timer = "wall";
+      result.device = engine.device();
+      const BenchmarkDocument one = benchmark_document(result, name);
+      for (const auto& e : one.value["benchmarks"]) entries.push_back(e);
     };
     add(fmt::format("llm/prefill/batch:{}/prompt:{}/{}", options.batch, options.prompt_length,
                     device),

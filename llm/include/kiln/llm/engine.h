@@ -63,7 +63,7 @@ class Engine {
 
   // Appends `tokens[i]` to sequence `seq_ids[i]` in one forward pass and returns the logits of
   // each sequence's last token, row-major [seq_ids.size() x vocab_size()] float32 on the host.
-  // ValueError for an empty token list, a token outside the vocabulary, or what the KV cache
+  // ValueError for an empty token list, a token outside [0, vocab_size()), or what the KV cache
   // refuses (out of pages, over the prefill chunk, an unknown sequence).
   std::vector<float> prefill(std::span<const int64_t> seq_ids,
                              const std::vector<std::vector<int32_t>>& tokens);
@@ -72,7 +72,8 @@ class Engine {
 
   // A token from one row of logits.
   int32_t sample(std::span<const float> logits, const SamplingOptions& sampling);
-  // Adds a sequence, prefills `prompt`, samples and decodes `max_new_tokens` tokens, removes it.
+  // Adds a sequence, prefills `prompt` (in passes of at most prefill_chunk tokens), samples and
+  // decodes `max_new_tokens` tokens, and removes the sequence (also when a step fails).
   std::vector<int32_t> generate(std::span<const int32_t> prompt, int64_t max_new_tokens,
                                 const SamplingOptions& sampling = {});
 
@@ -82,7 +83,7 @@ class Engine {
   // Waits for the device to finish its queued work.
   void synchronize() const;
 
-  // The vocabulary size, known after the first forward pass (0 before).
+  // The vocabulary size (load() runs one pass of token 0 to learn it).
   int64_t vocab_size() const;
   Device device() const;
   int64_t free_pages() const;
