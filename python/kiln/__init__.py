@@ -12,7 +12,8 @@ tvm.runtime.profiling), on Kiln's core and plugins::
     print(mod.time_evaluator("vadd", kiln.cpu(0), number=100)(a, b, c))
 
 Submodules: kiln.testing (local_run, rpc_run), kiln.vm (VirtualMachine), kiln.profiling
-(Report, profile_function), kiln.rpc (connect, connect_tracker). docs/python.md has the guide;
+(Report, profile_function), kiln.rpc (connect, connect_tracker),
+kiln.llm (Engine: LLMs compiled the MLC way). docs/python.md has the guide;
 the package is typed (kiln/_kiln.pyi, py.typed) and inspect.signature works on its functions,
 classes and methods.
 """
