@@ -512,9 +512,12 @@ def main(argv):
     core_inc = os.path.join(repo, "core", "include")
     problems = []
 
-    # 1. core and sdk never reach into plugins/, tools/ or tests/; plugins never into core/.
-    rules = [("core", ("plugins/", "tools/", "tests/")), ("sdk", ("plugins/", "core/", "tools/")),
-             ("plugins", ("core/", "tools/"))]
+    # 1. core and sdk never reach into plugins/, tools/, tests/ or the LLM runtime (llm/, its
+    # headers kiln/llm/); plugins never into core/; llm/ only through core's public headers.
+    rules = [("core", ("plugins/", "tools/", "tests/", "llm/", "kiln/llm/")),
+             ("sdk", ("plugins/", "core/", "tools/", "llm/", "kiln/llm/")),
+             ("plugins", ("core/", "tools/", "llm/", "kiln/llm/")),
+             ("llm", ("core/", "tools/", "tests/", "plugins/"))]
     for top, forbidden in rules:
         for root, _, files in os.walk(os.path.join(repo, top)):
             for name in sorted(files):
@@ -929,7 +932,7 @@ def main(argv):
         print(f"check_layers: {p}")
     if problems:
         return 1
-    print(f"check_layers: {len(graph)} core units, no cycle; core, sdk and plugins include only "
+    print(f"check_layers: {len(graph)} core units, no cycle; core, sdk, plugins and llm include only "
           f"what they may; no library call reaches the {len(edges)} API-edge overloads")
     return 0
 
