@@ -157,7 +157,9 @@ std::vector<float> Engine::State::forward(
     const Tensor embeddings = embed(ids, params).cast<Tensor>();
     result = body(embeddings);
   } catch (...) {
+    // Undo the pass: the tokens it appended hold no keys and values.
     end_forward(kv_cache);
+    for (size_t i = 0; i < seq_ids.size(); ++i) cache().pop_tokens(seq_ids[i], lengths[i]);
     throw;
   }
   end_forward(kv_cache);

@@ -116,13 +116,15 @@ void PagedKvCache::pop_tokens(int64_t seq_id, int64_t n) {
 
 void PagedKvCache::begin_forward(std::span<const int64_t> seq_ids,
                                  std::span<const int64_t> lengths) {
+  // A refused pass leaves no pass open: attention after it must not run on the last pass's
+  // tables.
+  in_pass_ = false;
   plan_ = pool_.plan(seq_ids, lengths);  // checks everything before it changes anything
-  pass_lengths_.assign(lengths.begin(), lengths.end());
   in_pass_ = true;
   tables_dirty_ = true;
 }
 
-void PagedKvCache::end_forward() {}
+void PagedKvCache::end_forward() { in_pass_ = false; }
 
 void PagedKvCache::sync_tables() {
   if (!tables_dirty_) return;

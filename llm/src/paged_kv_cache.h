@@ -143,7 +143,6 @@ class PagedKvCache : public Object {
   // The pass begun last: its layout on the host and, once synced, on the device.
   bool in_pass_ = false;
   bool tables_dirty_ = false;
-  std::vector<int64_t> pass_lengths_;
   ForwardPlan plan_;
   std::vector<DeviceTables> depth_tables_;
   Tensor append_indptr_, k_ragged_rope_, q_positions_, append_slots_;

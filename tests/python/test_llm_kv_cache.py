@@ -257,10 +257,23 @@ def test_refused_calls_name_the_problem_and_leave_the_cache_usable(sides: tuple[
     with pytest.raises(ValueError, match="out of pages: this pass needs 3 more, 2 of 17 are free"):
         kiln_side.call("kv_state_begin_forward", [1], [40])
     s.step([(0, 1), (1, 1)])  # still usable, still equal to TVM
+    # Attention outside a pass (after end_forward, or after a refused begin_forward) would run
+    # on the last pass's tables.
+    with pytest.raises(ValueError, match="no forward pass has begun"):
+        kiln_side.attention(0, np.zeros((1, QO_HEADS + 2 * KV_HEADS, HEAD_DIM), DTYPE))
+    kiln_side.call("kv_state_begin_forward", [1], [2])
+    with pytest.raises(ValueError, match="out of pages"):
+        kiln_side.call("kv_state_begin_forward", [1], [40])
+    with pytest.raises(ValueError, match="no forward pass has begun"):
+        kiln_side.attention(0, np.zeros((2, QO_HEADS + 2 * KV_HEADS, HEAD_DIM), DTYPE))
+    kiln_side.call("kv_state_popn", 1, 2)  # undo the pass begun above (Kiln's side only)
+    kiln_side.call("kv_state_begin_forward", [1], [2])
     with pytest.raises(IndexError, match="layer 2 is outside"):
         kiln_side.attention(2, np.zeros((2, QO_HEADS + 2 * KV_HEADS, HEAD_DIM), DTYPE))
     with pytest.raises(ValueError, match="qkv has shape"):
         kiln_side.attention(0, np.zeros((2, QO_HEADS, HEAD_DIM), DTYPE))
+    kiln_side.call("kv_state_end_forward")
+    kiln_side.call("kv_state_popn", 1, 2)
     s.step([(1, 2)])
     with pytest.raises(ValueError, match="does not support sliding window"):
         kiln.get_global_func("vm.builtin.attention_kv_cache_enable_sliding_window_for_seq")(
