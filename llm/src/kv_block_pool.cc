@@ -183,7 +183,22 @@ void KvBlockPool::fork_sequence(int64_t parent_id, int64_t child_id, int64_t for
   }
   KvSequence& parent = sequences_.at(parent_id);
   const int64_t at = fork_pos == -1 ? parent.length : fork_pos;
-  const int32_t child = fork_checked(parent, at, copy_page);
+  // The page copy runs a device kernel after the blocks are split: if it throws, the pool must
+  // be as it was (else the split blocks and the copy's page are lost for good).
+  const std::vector<KvBlock> saved_blocks = blocks_;
+  const std::vector<int32_t> saved_free_blocks = free_blocks_;
+  const std::vector<int32_t> saved_free_pages = free_pages_;
+  const KvSequence saved_parent = parent;
+  int32_t child = -1;
+  try {
+    child = fork_checked(parent, at, copy_page);
+  } catch (...) {
+    blocks_ = saved_blocks;
+    free_blocks_ = saved_free_blocks;
+    free_pages_ = saved_free_pages;
+    parent = saved_parent;
+    throw;
+  }
   blocks_[child].refs += 1;
   sequences_.emplace(child_id, KvSequence{child, at});
 }
