@@ -32,6 +32,7 @@
 #include "rpc/connection.h"
 #include "rpc/session_process.h"
 #include "rpc/session_server.h"
+#include "runtime/builtin_libraries.h"
 
 namespace kiln::rpc {
 
@@ -196,6 +197,14 @@ int session_worker_main(int argc, char** argv) {
   runtime_options.search_paths = config.search_paths;
   runtime_options.search_install_prefix = false;
   Runtime runtime(runtime_options);
+  // The builtin libraries (libkiln_llm: the LLM runtime's VM builtins), for this runtime; and,
+  // as in TVM's server, the work directory is the current one, so a relative path given to a
+  // function (a weight folder to vm.builtin.tensor_cache.load) names an uploaded file.
+  load_builtin_libraries(runtime);
+  if (::chdir(work_dir.c_str()) != 0) {
+    warn(fmt::format("session {}: cannot enter its work directory: {}", config.id,
+                     std::strerror(errno)));
+  }
 
   SessionState state;
   state.conn = Connection::adopt(kSessionFd, config.peer);
