@@ -22,7 +22,8 @@ Inputs (token tensors, shape tuples) are made before the clock starts; logits st
 Before measuring, the two runtimes' logits of the same step are compared (1e-4): they run the
 same computation.
 
-Sides, interleaved per repeat (the order rotates: TVM, Kiln, floor; Kiln, floor, TVM; ...):
+Sides, interleaved per repeat (the order goes through the six permutations: TVM, Kiln, floor;
+Kiln, TVM, floor; floor, TVM, Kiln; ...; TVM before Kiln in every other repeat):
   tvm    tvm.relax.VirtualMachine and TVM's builtins (tests/llm/tvm_reference.py's TvmRuntime)
   kiln   kiln.vm.VirtualMachine and Kiln's builtins (kiln.llm.KilnRuntime)
   floor  the compute floor: every Call the step's VM functions make to the library's own
@@ -35,10 +36,13 @@ Sides, interleaved per repeat (the order rotates: TVM, Kiln, floor; Kiln, floor,
          that no runtime can beat, not a tight one.
 A sample is the mean step time of a batch of steps lasting at least --min-time (the same batch
 size for both runtimes); a launch is a fresh process; the table gives, per case and side, the
-median of all samples of all launches and the range of the launches' medians.
+median of all samples of all launches and the range of the launches' medians, and the paired
+ratio: Kiln's sample over TVM's of the same repeat (taken one after the other), its median, the
+range of its launch medians and how often Kiln was the faster of the pair. The --json file holds
+every sample.
 
   PYTHONPATH=build/python KILN_LOG=warn build/.venv-tvm/bin/python bench/llm/llm_step_bench.py \
-      [--launches 3] [--repeats 5] [--min-time 0.05] [--models tiny,medium] \
+      [--launches 3] [--repeats 10] [--min-time 0.05] [--models tiny,medium] \
       [--models-dir build/llm_bench_models] [--json FILE]
 
 Missing models are built first with tiny_llama.py (a few seconds each). Needs apache-tvm 0.27 and
@@ -65,6 +69,11 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "llm"))
 
 SIDES = ("tvm", "kiln", "floor")
+# The sides' order in successive repeats: every permutation, so that TVM runs before Kiln in
+# half of the repeats (and in two of every four): a side that gains from going first or second
+# (caches, frequency, the other load's phase) gains on both alike.
+ORDERS = (("tvm", "kiln", "floor"), ("kiln", "tvm", "floor"), ("floor", "tvm", "kiln"),
+          ("floor", "kiln", "tvm"), ("tvm", "floor", "kiln"), ("kiln", "floor", "tvm"))
 CACHE = {"max_batch_size": 8, "max_total_seq_len": 4096, "prefill_chunk_size": 256,
          "page_size": 16}
 DECODE_CASES = ((1, 64), (4, 64), (1, 256), (4, 256))  # (batch, context)
@@ -290,7 +299,7 @@ def run_launch(models: List[str], models_dir: str, repeats: int, min_time: float
     steps = {case: calibrate(steppers, min_time) for case, steppers in cases.items()}
     samples: Dict[str, Dict[str, List[float]]] = {c: {s: [] for s in SIDES} for c in cases}
     for repeat in range(repeats):
-        order = SIDES[repeat % len(SIDES):] + SIDES[:repeat % len(SIDES)]
+        order = ORDERS[repeat % len(ORDERS)]
         for case, steppers in cases.items():
             for side in order:
                 value = (steppers[side].sample() if side == "floor"
@@ -310,7 +319,10 @@ def fmt(ns: float) -> str:
 
 def summarise(launches: List[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, float]]]:
     """{case: {side: {median, low, high}}}: the median of all samples and the range of the
-    launches' medians, in ns."""
+    launches' medians, in ns; and {case: {"paired": {median, low, high, kiln_faster}}}: the
+    ratio Kiln / TVM of the two samples of each repeat (taken one after the other), its median
+    over all repeats, the range of its launch medians, and the share of repeats Kiln was faster
+    in (a figure the machine's other load moves less than the ratio of the medians)."""
     summary: Dict[str, Dict[str, Dict[str, float]]] = {}
     for case in launches[0]["cases"]:
         summary[case] = {}
@@ -319,6 +331,13 @@ def summarise(launches: List[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, f
             medians = [statistics.median(v) for v in per_launch]
             summary[case][side] = {"median": statistics.median(v for s in per_launch for v in s),
                                    "low": min(medians), "high": max(medians)}
+        ratios = [[k / t for k, t in zip(launch["cases"][case]["kiln"],
+                                         launch["cases"][case]["tvm"])] for launch in launches]
+        pooled = [r for launch in ratios for r in launch]
+        medians = [statistics.median(r) for r in ratios]
+        summary[case]["paired"] = {"median": statistics.median(pooled), "low": min(medians),
+                                   "high": max(medians),
+                                   "kiln_faster": sum(r < 1 for r in pooled) / len(pooled)}
     return summary
 
 
@@ -327,16 +346,19 @@ def print_table(summary: Dict[str, Dict[str, Dict[str, float]]], launches: int, 
     print(f"{launches} launch(es) x {repeats} repeats, TVM / Kiln / floor interleaved per "
           "repeat; time per step, median [range of launch medians]")
     print()
-    print("| case | floor (kernels) | TVM | Kiln | Kiln / TVM | Kiln − TVM | TVM − floor | "
-          "Kiln − floor |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| case | floor (kernels) | TVM | Kiln | Kiln / TVM | paired Kiln / TVM "
+          "[launches], Kiln faster | Kiln − TVM | TVM − floor | Kiln − floor |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for case, sides in summary.items():
         cells = [f"{fmt(v['median'])} [{fmt(v['low'])}–{fmt(v['high'])}]"
                  for v in (sides["floor"], sides["tvm"], sides["kiln"])]
         tvm, kiln_ns, floor = (sides[s]["median"] for s in ("tvm", "kiln", "floor"))
+        paired = sides["paired"]
         sign = "+" if kiln_ns >= tvm else "−"
         print(f"| {case} | {cells[0]} | {cells[1]} | **{cells[2]}** | {kiln_ns / tvm:.3f}× | "
-              f"{sign}{fmt(abs(kiln_ns - tvm))} | {fmt(tvm - floor)} | {fmt(kiln_ns - floor)} |")
+              f"{paired['median']:.3f}× [{paired['low']:.3f}–{paired['high']:.3f}], "
+              f"{paired['kiln_faster']:.0%} | {sign}{fmt(abs(kiln_ns - tvm))} | "
+              f"{fmt(tvm - floor)} | {fmt(kiln_ns - floor)} |")
     below = [f"{case} ({side})" for case, sides in summary.items() for side in ("tvm", "kiln")
              if sides[side]["median"] < sides["floor"]["median"]]
     if below:
@@ -348,8 +370,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--launches", type=int, default=3,
                         help="processes, each with every case (default 3; at least 3 for a "
                              "figure)")
-    parser.add_argument("--repeats", type=int, default=5, help="samples per side and case in "
-                        "a launch (default 5)")
+    parser.add_argument("--repeats", type=int, default=10, help="samples per side and case "
+                        "in a launch (default 10)")
     parser.add_argument("--min-time", type=float, default=0.05,
                         help="seconds a runtime's sample lasts at least (default 0.05)")
     parser.add_argument("--models", default="tiny,medium",
