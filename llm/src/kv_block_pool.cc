@@ -94,7 +94,8 @@ void KvBlockPool::remove_sequence(int64_t seq_id) {
   sequences_.erase(seq_id);
 }
 
-int32_t KvBlockPool::fork_checked(KvSequence& parent, int64_t fork_pos, const CopyPage& copy_page) {
+int32_t KvBlockPool::fork_checked(const char* who, KvSequence& parent, int64_t fork_pos,
+                                  const CopyPage& copy_page) {
   // Where the fork falls, found before anything changes: a cut inside a page needs a free page.
   {
     const std::vector<int32_t> blocks = trace(parent);
@@ -107,10 +108,10 @@ int32_t KvBlockPool::fork_checked(KvSequence& parent, int64_t fork_pos, const Co
       break;
     }
     if (offset % page_size_ != 0 && free_pages_.empty()) {
-      throw ValueError(fmt::format(
-          "vm.builtin.kv_state_fork_sequence: the KV cache is out of pages (forking at position "
-          "{} copies a partly shared page; all {} pages are in use)",
-          fork_pos, num_pages_));
+      throw ValueError(
+          fmt::format("{}: the KV cache is out of pages (forking at position "
+                      "{} copies a partly shared page; all {} pages are in use)",
+                      who, fork_pos, num_pages_));
     }
   }
   // A parent forked at its end on a page boundary continues in a new block of its own.
@@ -191,7 +192,7 @@ void KvBlockPool::fork_sequence(int64_t parent_id, int64_t child_id, int64_t for
   const KvSequence saved_parent = parent;
   int32_t child = -1;
   try {
-    child = fork_checked(parent, at, copy_page);
+    child = fork_checked("vm.builtin.kv_state_fork_sequence", parent, at, copy_page);
   } catch (...) {
     blocks_ = saved_blocks;
     free_blocks_ = saved_free_blocks;
@@ -246,7 +247,7 @@ void KvBlockPool::pop_tokens(int64_t seq_id, int64_t n, const CopyPage& copy_pag
     if (n > 0) {
       // The rest lies in a shared prefix: the sequence becomes a fork of itself, shorter.
       const int64_t new_length = seq.length - n;
-      const int32_t child = fork_checked(seq, new_length, copy_page);
+      const int32_t child = fork_checked("vm.builtin.kv_state_popn", seq, new_length, copy_page);
       release_chain(seq);
       blocks_[child].refs += 1;
       seq = KvSequence{child, new_length};

@@ -106,7 +106,9 @@ class KvBlockPool {
   int64_t pages_to_append(const KvBlock& block, int64_t n) const;
   void reserve(KvSequence& seq, int64_t n);
   // fork_sequence after its checks; returns the child's block.
-  int32_t fork_checked(KvSequence& parent, int64_t fork_pos, const CopyPage& copy_page);
+  // `who`: the builtin named in errors.
+  int32_t fork_checked(const char* who, KvSequence& parent, int64_t fork_pos,
+                       const CopyPage& copy_page);
   // Frees the blocks only `seq` holds and drops its reference to the first shared one.
   void release_chain(const KvSequence& seq);
   // The entries of one depth: (block or -1, query rows), coalesced or not (TVM's rule).

@@ -160,15 +160,17 @@ int64_t PagedKvCache::pass_tokens(const char* who) const {
   return plan_.append_indptr.back();
 }
 
-void PagedKvCache::self_attention_into(const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& out, const Tensor& lse, double sm_scale) {
-  run(kernels_.ragged_prefill, "attention", q, append_indptr_, k, v, append_indptr_, q_positions_,
+void PagedKvCache::self_attention_into(const char* who, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& out, const Tensor& lse,
+                                       double sm_scale) {
+  run(kernels_.ragged_prefill, who, q, append_indptr_, k, v, append_indptr_, q_positions_,
       k_ragged_rope_, out, lse, int64_t{1}, int64_t{config_.rope_mode == RopeMode::kInline},
       config_.rope_scale, config_.rope_theta, sm_scale);
 }
 
-bool PagedKvCache::cross_attention_into(int64_t layer, const Tensor& q, const Tensor& out,
-                                        const Tensor& lse, double sm_scale, bool first) {
+bool PagedKvCache::cross_attention_into(const char* who, int64_t layer, const Tensor& q,
+                                        const Tensor& out, const Tensor& lse, double sm_scale,
+                                        bool first) {
   const int64_t tokens = plan_.append_indptr.back();
   const int64_t rotary_inline = config_.rope_mode == RopeMode::kInline;
   bool computed = false;
@@ -182,15 +184,15 @@ bool PagedKvCache::cross_attention_into(int64_t layer, const Tensor& q, const Te
       depth_lse = leading_view(lse_buf_, {tokens, config_.num_qo_heads});
     }
     if (plan_.depths[d].use_decode_kernel) {
-      run(kernels_.paged_decode, "attention", q, pages_[layer], t.page_indptr, t.page_indices,
+      run(kernels_.paged_decode, who, q, pages_[layer], t.page_indptr, t.page_indices,
           t.last_page_len, t.k_rope_offset, q_positions_, depth_out, depth_lse, rotary_inline,
           config_.rope_scale, config_.rope_theta, sm_scale);
     } else {
-      run(kernels_.paged_prefill, "attention", q, t.qo_indptr, pages_[layer], t.page_indptr,
-          t.page_indices, t.last_page_len, t.k_rope_offset, q_positions_, depth_out, depth_lse,
-          int64_t{0}, rotary_inline, config_.rope_scale, config_.rope_theta, sm_scale);
+      run(kernels_.paged_prefill, who, q, t.qo_indptr, pages_[layer], t.page_indptr, t.page_indices,
+          t.last_page_len, t.k_rope_offset, q_positions_, depth_out, depth_lse, int64_t{0},
+          rotary_inline, config_.rope_scale, config_.rope_theta, sm_scale);
     }
-    if (!first) run(kernels_.merge, "attention", out, lse, depth_out, depth_lse);
+    if (!first) run(kernels_.merge, who, out, lse, depth_out, depth_lse);
     first = false;
     computed = true;
   }
@@ -238,10 +240,11 @@ void PagedKvCache::attention_with_fused_qkv(int64_t layer, double sm_scale, cons
   Tensor merged_lse = leading_view(merged_lse_buf_, {tokens, c.num_qo_heads});
   bool first = true;
   if (!plan_.append_before_attention) {
-    self_attention_into(q, k, v, out_view, merged_lse, sm_scale);
+    self_attention_into(kFusedQkv, q, k, v, out_view, merged_lse, sm_scale);
     first = false;
   }
-  const bool cross = cross_attention_into(layer, q, out_view, merged_lse, sm_scale, first);
+  const bool cross =
+      cross_attention_into(kFusedQkv, layer, q, out_view, merged_lse, sm_scale, first);
   if (first && !cross) {
     throw ValueError(
         fmt::format("{}: nothing to attend to (no new tokens and no cached pages)", kFusedQkv));
@@ -262,7 +265,7 @@ void PagedKvCache::self_attention(int64_t layer, double sm_scale, const Tensor& 
   expect_shape(out, {tokens, c.num_qo_heads, c.head_dim}, kSelfAttention, "the output");
   expect_shape(lse, {tokens, c.num_qo_heads}, kSelfAttention, "the log-sum-exp output");
   sync_tables();
-  self_attention_into(q, k, v, out, lse, sm_scale);
+  self_attention_into(kSelfAttention, q, k, v, out, lse, sm_scale);
 }
 
 void PagedKvCache::cross_attention(int64_t layer, double sm_scale, const Tensor& q,
@@ -274,7 +277,7 @@ void PagedKvCache::cross_attention(int64_t layer, double sm_scale, const Tensor&
   expect_shape(out, {tokens, c.num_qo_heads, c.head_dim}, kCrossAttention, "the output");
   expect_shape(lse, {tokens, c.num_qo_heads}, kCrossAttention, "the log-sum-exp output");
   sync_tables();
-  cross_attention_into(layer, q, out, lse, sm_scale, true);
+  cross_attention_into(kCrossAttention, layer, q, out, lse, sm_scale, true);
 }
 
 Tensor PagedKvCache::query_positions() {

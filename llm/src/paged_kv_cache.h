@@ -117,12 +117,12 @@ class PagedKvCache : public Object {
   void check_layer(int64_t layer, const char* who) const;
   int64_t pass_tokens(const char* who) const;
   void sync_tables();
-  void self_attention_into(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                           const Tensor& lse, double sm_scale);
+  void self_attention_into(const char* who, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const Tensor& out, const Tensor& lse, double sm_scale);
   // Attention over the cached pages, merged into (out, lse) unless `first`; returns whether any
   // depth had pages.
-  bool cross_attention_into(int64_t layer, const Tensor& q, const Tensor& out, const Tensor& lse,
-                            double sm_scale, bool first);
+  bool cross_attention_into(const char* who, int64_t layer, const Tensor& q, const Tensor& out,
+                            const Tensor& lse, double sm_scale, bool first);
   void copy_page(int32_t src, int32_t dst, int32_t length);
   // Runs a kernel of the library; its errors name the builtin `who` and the kernel.
   template <typename... Args>

@@ -604,7 +604,8 @@ TEST_F(RefusalFixture, OutOfPagesForAPageCopy) {
   refused([&] { pool.fork_sequence(0, 3, -1, no_copy); }, "forking at position 14");
   refused([&] { pool.fork_sequence(1, 3, 3, no_copy); }, "forking at position 3");
   // Popping sequence 1 (8 tokens, all shared) to 5 would re-fork it inside page 1.
-  refused([&] { pool.pop_tokens(1, 3, no_copy); }, "the KV cache is out of pages");
+  refused([&] { pool.pop_tokens(1, 3, no_copy); },
+          "vm.builtin.kv_state_popn: the KV cache is out of pages");
   // Forks and pops that cut on page boundaries need no page.
   pool.fork_sequence(0, 3, 12, no_copy);
   pool.pop_tokens(1, 4, no_copy);

@@ -463,12 +463,6 @@ def test_a_mismatched_paged_prefill_kernel_fails_like_tvms_and_decode_goes_on(
     forks_and_decodes(Script(make_sides(kernel_library)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llm/src/paged_kv_cache.cc reports the attention kernels' failures under 'attention', "
-    "not the builtin that ran them (self_attention_into / cross_attention_into pass who = "
-    '"attention")',
-)
 def test_a_failing_attention_kernel_names_the_builtin(mismatched_library) -> None:
     broken = kiln_side(mismatched_library("paged prefill for head_dim 32"))
     broken.call("kv_state_add_sequence", 0)
