@@ -144,8 +144,8 @@ std::vector<float> Engine::State::forward(
   const Device device = machine->devices().front();
   for (int32_t token : tokens) {
     if (vocab > 0 && (token < 0 || token >= vocab)) {
-      throw ValueError(fmt::format("llm engine: token id {} is outside the vocabulary [0, {})",
-                                   token, vocab));
+      throw ValueError(
+          fmt::format("llm engine: token id {} is outside the vocabulary [0, {})", token, vocab));
     }
   }
   Tensor ids = host_int32(tokens);
