@@ -208,9 +208,17 @@ Any create(const Any* a, int32_t n) {
   return Any::object(make_object<PagedKvCache>(c, std::move(k), like, std::move(rope_ext_factors)));
 }
 
-std::vector<int64_t> shape_or_ints(const Any& v, const char* who, int index) {
-  return shape_arg(v, who, index);
-}
+// The arguments of one call of a cache builtin, read with the builtin's name in every error.
+struct CacheCall {
+  const char* who;
+  const Any* a;
+  int32_t n;
+  PagedKvCache& cache() const { return cache_arg(a[0], who); }
+  int64_t integer(int k) const { return int_arg(a[k], who, k); }
+  double real(int k) const { return float_arg(a[k], who, k); }
+  Tensor tensor(int k) const { return tensor_arg(a[k], who, k); }
+  std::vector<int64_t> shape(int k) const { return shape_arg(a[k], who, k); }
+};
 
 // A builtin the cache does not provide: says so by name.
 Function unsupported(const std::string& name, const char* what) {
@@ -223,119 +231,80 @@ Function unsupported(const std::string& name, const char* what) {
 
 BuiltinList kv_cache_builtins() {
   BuiltinList list;
-  auto add = [&](const char* name, std::function<Any(const Any*, int32_t)> body) {
-    list.emplace_back(name, Function::from_packed(name, std::move(body)));
+  list.emplace_back(kCreate, Function::from_packed(kCreate, &create));
+  // A builtin taking `min` to `max` arguments, the cache first.
+  auto add = [&](const char* name, int32_t min, int32_t max,
+                 std::function<Any(const CacheCall&)> body) {
+    list.emplace_back(name, Function::from_packed(name, [name, min, max, body = std::move(body)](
+                                                            const Any* a, int32_t n) {
+                        expect_count(name, n, min, max);
+                        return body(CacheCall{name, a, n});
+                      }));
   };
-  add(kCreate, &create);
-  add("vm.builtin.kv_state_clear", [](const Any* a, int32_t n) {
-    expect_count("vm.builtin.kv_state_clear", n, 1, 1);
-    cache_arg(a[0], "vm.builtin.kv_state_clear").clear();
+  add("vm.builtin.kv_state_clear", 1, 1, [](const CacheCall& c) {
+    c.cache().clear();
     return Any();
   });
-  add("vm.builtin.kv_state_add_sequence", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.kv_state_add_sequence";
-    expect_count(who, n, 2, 2);
-    cache_arg(a[0], who).add_sequence(int_arg(a[1], who, 1));
+  add("vm.builtin.kv_state_add_sequence", 2, 2, [](const CacheCall& c) {
+    c.cache().add_sequence(c.integer(1));
     return Any();
   });
-  add("vm.builtin.kv_state_remove_sequence", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.kv_state_remove_sequence";
-    expect_count(who, n, 2, 2);
-    cache_arg(a[0], who).remove_sequence(int_arg(a[1], who, 1));
+  add("vm.builtin.kv_state_remove_sequence", 2, 2, [](const CacheCall& c) {
+    c.cache().remove_sequence(c.integer(1));
     return Any();
   });
-  add("vm.builtin.kv_state_fork_sequence", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.kv_state_fork_sequence";
-    expect_count(who, n, 3, 4);
-    cache_arg(a[0], who).fork_sequence(int_arg(a[1], who, 1), int_arg(a[2], who, 2),
-                                       n == 4 ? int_arg(a[3], who, 3) : -1);
+  add("vm.builtin.kv_state_fork_sequence", 3, 4, [](const CacheCall& c) {
+    c.cache().fork_sequence(c.integer(1), c.integer(2), c.n == 4 ? c.integer(3) : -1);
     return Any();
   });
-  add("vm.builtin.kv_state_popn", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.kv_state_popn";
-    expect_count(who, n, 3, 3);
-    cache_arg(a[0], who).pop_tokens(int_arg(a[1], who, 1), int_arg(a[2], who, 2));
+  add("vm.builtin.kv_state_popn", 3, 3, [](const CacheCall& c) {
+    c.cache().pop_tokens(c.integer(1), c.integer(2));
     return Any();
   });
-  add("vm.builtin.kv_state_begin_forward", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.kv_state_begin_forward";
-    expect_count(who, n, 3, 4);
-    if (n == 4 && !a[3].is_none()) {
+  add("vm.builtin.kv_state_begin_forward", 3, 4, [](const CacheCall& c) {
+    if (c.n == 4 && !c.a[3].is_none()) {
       throw UnimplementedError(
-          fmt::format("{}: token trees (argument 3) are not supported by Kiln's KV cache", who));
+          fmt::format("{}: token trees (argument 3) are not supported by Kiln's KV cache", c.who));
     }
-    PagedKvCache& cache = cache_arg(a[0], who);
-    const std::vector<int64_t> ids = shape_or_ints(a[1], who, 1);
-    const std::vector<int64_t> lengths = shape_or_ints(a[2], who, 2);
-    cache.begin_forward(ids, lengths);
+    PagedKvCache& cache = c.cache();
+    cache.begin_forward(c.shape(1), c.shape(2));
     return Any();
   });
-  add("vm.builtin.kv_state_end_forward", [](const Any* a, int32_t n) {
-    expect_count("vm.builtin.kv_state_end_forward", n, 1, 1);
-    cache_arg(a[0], "vm.builtin.kv_state_end_forward").end_forward();
+  add("vm.builtin.kv_state_end_forward", 1, 1, [](const CacheCall& c) {
+    c.cache().end_forward();
     return Any();
   });
-  add("vm.builtin.attention_kv_cache_attention_with_fused_qkv", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.attention_kv_cache_attention_with_fused_qkv";
-    expect_count(who, n, 5, 5);
-    cache_arg(a[0], who).attention_with_fused_qkv(int_arg(a[1], who, 1), float_arg(a[2], who, 2),
-                                                  tensor_arg(a[3], who, 3),
-                                                  tensor_arg(a[4], who, 4));
+  add("vm.builtin.attention_kv_cache_attention_with_fused_qkv", 5, 5, [](const CacheCall& c) {
+    c.cache().attention_with_fused_qkv(c.integer(1), c.real(2), c.tensor(3), c.tensor(4));
     return Any();
   });
-  add("vm.builtin.attention_kv_cache_self_attention", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.attention_kv_cache_self_attention";
-    expect_count(who, n, 8, 8);
-    cache_arg(a[0], who).self_attention(int_arg(a[1], who, 1), float_arg(a[2], who, 2),
-                                        tensor_arg(a[3], who, 3), tensor_arg(a[4], who, 4),
-                                        tensor_arg(a[5], who, 5), tensor_arg(a[6], who, 6),
-                                        tensor_arg(a[7], who, 7));
+  add("vm.builtin.attention_kv_cache_self_attention", 8, 8, [](const CacheCall& c) {
+    c.cache().self_attention(c.integer(1), c.real(2), c.tensor(3), c.tensor(4), c.tensor(5),
+                             c.tensor(6), c.tensor(7));
     return Any();
   });
-  add("vm.builtin.attention_kv_cache_cross_attention", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.attention_kv_cache_cross_attention";
-    expect_count(who, n, 6, 6);
-    cache_arg(a[0], who).cross_attention(int_arg(a[1], who, 1), float_arg(a[2], who, 2),
-                                         tensor_arg(a[3], who, 3), tensor_arg(a[4], who, 4),
-                                         tensor_arg(a[5], who, 5));
+  add("vm.builtin.attention_kv_cache_cross_attention", 6, 6, [](const CacheCall& c) {
+    c.cache().cross_attention(c.integer(1), c.real(2), c.tensor(3), c.tensor(4), c.tensor(5));
     return Any();
   });
-  add("vm.builtin.attention_kv_cache_get_query_positions", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.attention_kv_cache_get_query_positions";
-    expect_count(who, n, 1, 1);
-    return Any(cache_arg(a[0], who).query_positions());
-  });
-  add("vm.builtin.attention_kv_cache_get_num_available_pages", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.attention_kv_cache_get_num_available_pages";
-    expect_count(who, n, 1, 1);
-    return Any(cache_arg(a[0], who).num_available_pages());
-  });
-  add("vm.builtin.attention_kv_cache_get_total_sequence_length", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.attention_kv_cache_get_total_sequence_length";
-    expect_count(who, n, 1, 1);
-    return Any(cache_arg(a[0], who).total_sequence_length());
-  });
-  add("vm.builtin.attention_kv_cache_empty", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.attention_kv_cache_empty";
-    expect_count(who, n, 1, 1);
-    return Any(cache_arg(a[0], who).empty());
-  });
-  add("vm.builtin.attention_kv_cache_debug_get_kv", [](const Any* a, int32_t n) {
-    constexpr const char* who = "vm.builtin.attention_kv_cache_debug_get_kv";
-    expect_count(who, n, 6, 6);
-    cache_arg(a[0], who).debug_get_kv(int_arg(a[1], who, 1), int_arg(a[2], who, 2),
-                                      int_arg(a[3], who, 3), tensor_arg(a[4], who, 4),
-                                      tensor_arg(a[5], who, 5));
+  add("vm.builtin.attention_kv_cache_get_query_positions", 1, 1,
+      [](const CacheCall& c) { return Any(c.cache().query_positions()); });
+  add("vm.builtin.attention_kv_cache_get_num_available_pages", 1, 1,
+      [](const CacheCall& c) { return Any(c.cache().num_available_pages()); });
+  add("vm.builtin.attention_kv_cache_get_total_sequence_length", 1, 1,
+      [](const CacheCall& c) { return Any(c.cache().total_sequence_length()); });
+  add("vm.builtin.attention_kv_cache_empty", 1, 1,
+      [](const CacheCall& c) { return Any(c.cache().empty()); });
+  add("vm.builtin.attention_kv_cache_debug_get_kv", 6, 6, [](const CacheCall& c) {
+    c.cache().debug_get_kv(c.integer(1), c.integer(2), c.integer(3), c.tensor(4), c.tensor(5));
     return Any();
   });
-  add("vm.builtin.attention_kv_cache_enable_sliding_window_for_seq",
-      [](const Any* a, int32_t n) -> Any {
-        constexpr const char* who = "vm.builtin.attention_kv_cache_enable_sliding_window_for_seq";
-        expect_count(who, n, 4, 4);
-        cache_arg(a[0], who);
+  add("vm.builtin.attention_kv_cache_enable_sliding_window_for_seq", 4, 4,
+      [](const CacheCall& c) -> Any {
+        c.cache();
         // TVM's answer for a cache created without sliding window support, which is every cache
         // Kiln creates (create refuses support_sliding_window = 1).
-        throw ValueError(fmt::format("{}: the KV cache does not support sliding window", who));
+        throw ValueError(fmt::format("{}: the KV cache does not support sliding window", c.who));
       });
   for (auto [name, what] : {
            std::pair{"vm.builtin.attention_kv_cache_attention_with_shared_kv",
