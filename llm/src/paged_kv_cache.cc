@@ -53,6 +53,18 @@ int64_t PagedKvCache::page_bytes() const {
   return total;
 }
 
+std::vector<Tensor> PagedKvCache::held_tensors() const {
+  std::vector<Tensor> held = pages_;
+  for (const DeviceTables& t : depth_buffers_) {
+    held.insert(held.end(),
+                {t.qo_indptr, t.page_indptr, t.page_indices, t.last_page_len, t.k_rope_offset});
+  }
+  held.insert(held.end(),
+              {append_indptr_buf_, k_ragged_rope_buf_, q_positions_buf_, append_slots_buf_, q_buf_,
+               k_buf_, v_buf_, out_buf_, lse_buf_, merged_lse_buf_});
+  return held;
+}
+
 PagedKvCache::PagedKvCache(const PagedKvConfig& config, PagedKvKernels kernels, const Tensor& like,
                            std::optional<Tensor> rope_ext_factors)
     : config_(config),

@@ -19,6 +19,7 @@
 
 #include "kiln/any.h"
 #include "kiln/function.h"
+#include "kiln/held_tensors.h"
 #include "kiln/object.h"
 #include "kiln/profiling/profiler.h"
 #include "kiln/tensor.h"
@@ -63,7 +64,7 @@ struct PagedKvKernels {
   NamedKernel debug_get_kv;      // (pages, slots, k, v, layer); may be absent
 };
 
-class PagedKvCache : public Object {
+class PagedKvCache : public Object, public HeldTensors {
  public:
   // The cache for `config` and `kernels`, its pages allocated beside `like` (the device and
   // dtype of the model's K/V). `rope_ext_factors`: an optional tensor the split-rotary kernel
@@ -103,6 +104,8 @@ class PagedKvCache : public Object {
   void set_profiler(profiling::Profiler* profiler) { profiler_ = profiler; }
   // Bytes of device memory the pages take.
   int64_t page_bytes() const;
+  // The pages, index buffers and scratch (what an RPC session charges the cache for).
+  std::vector<Tensor> held_tensors() const override;
 
   int64_t num_available_pages() const { return pool_.free_pages(); }
   int64_t total_sequence_length() const { return pool_.total_length(); }

@@ -26,24 +26,21 @@ sys.path.insert(0, str(REPO / "tests" / "llm"))
 
 import tvm_reference  # noqa: E402  (tests/llm/, on the path above)
 
-# What the session server said before it let an object it cannot measure (the KV cache) cross
-# the wire as a handle: the remote engine cannot hold its cache then.
-_CACHE_REFUSED = "PagedAttentionKVCache, which cannot cross the wire"
 
 
 @pytest.fixture
 def server(tmp_path, monkeypatch):
-    """A factory: server(env={...}) starts a `kiln rpc-server` (sessions in processes of their
+    """A factory: server(env={...}, extra=(args...)) starts a `kiln rpc-server` (sessions in processes of their
     own, the default) with `env` added to its environment on a free loopback port; returns
     (port, process). Stopped after the test."""
     started = []
 
-    def start(env=None):
+    def start(env=None, extra=()):
         for name, value in (env or {}).items():
             monkeypatch.setenv(name, value)
         port = free_port()
         p = Process("rpc-server", "--host", "127.0.0.1", "--port", str(port), "--port-end",
-                    str(port + 1), "--work-dir", str(tmp_path / f"server{len(started)}"))
+                    str(port + 1), "--work-dir", str(tmp_path / f"server{len(started)}"), *extra)
         started.append(p)
         wait_for_port(port, p.process)
         return port, p
@@ -58,15 +55,8 @@ def _connect(port):
 
 
 def _remote_engine(fixture_dir, session, **kwargs):
-    try:
-        return tvm_reference.make_engine(str(fixture_dir), "llvm", "cpu",
-                                         runtime=RemoteRuntime(session, **kwargs))
-    except kiln.RPCError as err:
-        if _CACHE_REFUSED in str(err):
-            pytest.xfail("the RPC session server refuses to hand out the KV cache object (an "
-                         "object whose memory it cannot measure): core/src/rpc/session_server.cc"
-                         f" must let it cross as a handle ({err})")
-        raise
+    return tvm_reference.make_engine(str(fixture_dir), "llvm", "cpu",
+                                     runtime=RemoteRuntime(session, **kwargs))
 
 
 # ---- remote generation --------------------------------------------------------------------------
@@ -209,3 +199,21 @@ def test_an_empty_list_loads_no_builtin_library(server):
     with _connect(port) as session:
         _call_fails_naming_libkiln_llm(session, "vm.builtin.kv_state_add_sequence",
                                        "$KILN_BUILTIN_LIBRARIES ('') does not list it")
+
+
+def test_the_remote_kv_cache_is_charged_to_the_sessions_memory(llm_fixture_dir, server):
+    """The cache's pages are device memory the session holds for the client: with room for the
+    weights but not for the pages, the session refuses the cache with its budget's error; with
+    room for both it generates."""
+    weights = sum(f.stat().st_size for f in (llm_fixture_dir / "params").glob("*.bin"))
+    # layers x pages x K/V x KV heads x page x head dim x float32, for the fixture's cache
+    # (tvm_reference.CACHE: 512 tokens in pages of 16, plus one)
+    pages = 3 * (512 // 16 + 1) * 2 * 2 * 16 * 16 * 4
+    port, _ = server(extra=("--max-session-memory", str(weights + pages // 2)))
+    with _connect(port) as session:
+        with pytest.raises(kiln.RPCError, match="would exceed the memory limit"):
+            _remote_engine(llm_fixture_dir, session)
+    port, _ = server(extra=("--max-session-memory", str(weights + 2 * pages)))
+    with _connect(port) as session:
+        remote = _remote_engine(llm_fixture_dir, session)
+        assert len(remote.generate(tvm_reference.prompt(8), 4).tokens) == 4

@@ -18,6 +18,7 @@
 #include "kiln/detail/cancellation.h"
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
+#include "kiln/held_tensors.h"
 #include "kiln/logging.h"
 #include "kiln/module.h"
 #include "kiln/rpc/rpc_error.h"
@@ -509,6 +510,13 @@ class SessionServer {
     } else if (const auto* closure = dynamic_cast<const vm::ClosureObj*>(o)) {
       walk(closure->captured);
       walk({closure->wrapped});
+    } else if (const auto* holder = dynamic_cast<const HeldTensors*>(o)) {
+      // An object that owns tensors it does not expose (an LLM's KV cache: its pages).
+      std::unordered_set<const void*> counted;
+      for (const Tensor& t : holder->held_tensors()) {
+        StorageCharge charge = storage_of(t, budget_.get());
+        if (counted.insert(charge.key).second) out.push_back(charge);
+      }
     } else {
       throw ValueError(fmt::format(
           "{} is a {}, which cannot cross the wire: the session cannot measure the memory it "
