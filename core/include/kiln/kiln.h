@@ -17,6 +17,7 @@
 #include "kiln/error.h"
 #include "kiln/evaluator.h"
 #include "kiln/function.h"
+#include "kiln/held_tensors.h"
 #include "kiln/logging.h"
 #include "kiln/module.h"
 #include "kiln/module_loader.h"
