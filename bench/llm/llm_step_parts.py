@@ -29,7 +29,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -95,11 +95,15 @@ def cache_parts(stepper: bench.Stepper, config: Any, calls: int) -> Dict[str, fl
     return parts
 
 
-def kernel_args(stepper: bench.Stepper, kernel: str) -> List[Any]:
-    """The arguments (the VM's own tensors, not copies) of the step's first call of `kernel`."""
+def kernel_args(stepper: bench.Stepper, kernel: str) -> Optional[List[Any]]:
+    """The arguments (the VM's own tensors, not copies) of the step's first call of `kernel`;
+    None (after printing the kernels the step does call) when it calls no such kernel."""
     found: List[List[Any]] = []
+    called: List[str] = []
 
     def instrument(_func, symbol, before_run, _ret, *args):
+        if before_run and not symbol.startswith("vm.builtin.") and symbol not in called:
+            called.append(symbol)
         if before_run and symbol == kernel and not found:
             found.append(list(args))
 
@@ -111,7 +115,8 @@ def kernel_args(stepper: bench.Stepper, kernel: str) -> List[Any]:
         vm.set_instrument(None)
         stepper.restore()
     if not found:
-        raise SystemExit(f"llm_step_parts: the step calls no kernel {kernel!r}")
+        print(f"\n(the step calls no kernel {kernel!r}; it calls {', '.join(called)})")
+        return None
     return found[0]
 
 
@@ -186,8 +191,11 @@ def main(argv: List[str]) -> int:
     # The kernel on each VM's own buffers, both through Kiln's function (the code is the same
     # library; only the memory differs), then on buffers placed on purpose.
     kiln_args = kernel_args(steppers["kiln"], args.kernel)
+    tvm_found = kernel_args(steppers["tvm"], args.kernel) if kiln_args is not None else None
+    if kiln_args is None or tvm_found is None:
+        return 0
     tvm_args = [kiln.from_dlpack(a) if isinstance(a, tvm.runtime.Tensor) else a
-                for a in kernel_args(steppers["tvm"], args.kernel)]
+                for a in tvm_found]
     function = kiln.load_module(os.path.join(folder, "llvm", "lib.so"))[args.kernel]
     tensors = [a for a in kiln_args if isinstance(a, kiln.Tensor)]
     arrays = [np.random.default_rng(i).standard_normal(a.shape).astype(a.dtype)
