@@ -30,10 +30,10 @@ Kiln, TVM, floor; floor, TVM, Kiln; ...; TVM before Kiln in every other repeat):
          compiled functions (matmul, rms_norm, take, shape functions, ...), each timed by
          kiln.time_evaluator in a C++ loop (the fastest of 3 batches of at least 100 µs) on a
          private copy of the arguments that call had in a real step (captured once with the
-         VM's instrument), summed. It leaves out the VM's
-         builtins (allocation, shapes, reshape) and the KV cache's builtins with their kernels
-         (rope, append, paged attention), whose page tables belong to the cache: a lower bound
-         that no runtime can beat, not a tight one.
+         VM's instrument), summed. It leaves out the VM's builtins (allocation, shapes,
+         reshape) and the KV cache's builtins with their kernels (rope, append, paged
+         attention), whose page tables belong to the cache: a lower bound that no runtime can
+         beat, not a tight one.
 A sample is the mean step time of a batch of steps lasting at least --min-time (the same batch
 size for both runtimes); a launch is a fresh process; the table gives, per case and side, the
 median of all samples of all launches and the range of the launches' medians, and the paired
