@@ -154,6 +154,14 @@ void PagedKvCache::sync_tables() {
   k_ragged_rope_ = upload_int32(k_ragged_rope_buf_, plan_.k_ragged_rope_offset);
   q_positions_ = upload_int32(q_positions_buf_, plan_.q_positions);
   append_slots_ = upload_int32(append_slots_buf_, plan_.append_slots);
+  const int64_t tokens = plan_.append_indptr.back();
+  const PagedKvConfig& c = config_;
+  q_ = leading_view(q_buf_, {tokens, c.num_qo_heads, c.head_dim});
+  k_ = leading_view(k_buf_, {tokens, c.num_kv_heads, c.head_dim});
+  v_ = leading_view(v_buf_, {tokens, c.num_kv_heads, c.head_dim});
+  depth_out_ = leading_view(out_buf_, {tokens, c.num_qo_heads, c.head_dim});
+  depth_lse_ = leading_view(lse_buf_, {tokens, c.num_qo_heads});
+  merged_lse_ = leading_view(merged_lse_buf_, {tokens, c.num_qo_heads});
   tables_dirty_ = false;
 }
 
@@ -183,18 +191,13 @@ void PagedKvCache::self_attention_into(const char* who, const Tensor& q, const T
 bool PagedKvCache::cross_attention_into(const char* who, int64_t layer, const Tensor& q,
                                         const Tensor& out, const Tensor& lse, double sm_scale,
                                         bool first) {
-  const int64_t tokens = plan_.append_indptr.back();
   const int64_t rotary_inline = config_.rope_mode == RopeMode::kInline;
   bool computed = false;
   for (size_t d = 0; d < depth_tables_.size(); ++d) {
     if (plan_.depths[d].page_indices.empty()) continue;
     const DeviceTables& t = depth_tables_[d];
-    Tensor depth_out = out;
-    Tensor depth_lse = lse;
-    if (!first) {
-      depth_out = leading_view(out_buf_, {tokens, config_.num_qo_heads, config_.head_dim});
-      depth_lse = leading_view(lse_buf_, {tokens, config_.num_qo_heads});
-    }
+    const Tensor& depth_out = first ? out : depth_out_;
+    const Tensor& depth_lse = first ? lse : depth_lse_;
     if (plan_.depths[d].use_decode_kernel) {
       run(kernels_.paged_decode, who, q, pages_[layer], t.page_indptr, t.page_indices,
           t.last_page_len, t.k_rope_offset, q_positions_, depth_out, depth_lse, rotary_inline,
@@ -231,9 +234,9 @@ void PagedKvCache::attention_with_fused_qkv(int64_t layer, double sm_scale, cons
   }
   expect_shape(out, {qkv.shape()[0], c.num_qo_heads, c.head_dim}, kFusedQkv, "the output");
   sync_tables();
-  Tensor q = leading_view(q_buf_, {tokens, c.num_qo_heads, c.head_dim});
-  Tensor k = leading_view(k_buf_, {tokens, c.num_kv_heads, c.head_dim});
-  Tensor v = leading_view(v_buf_, {tokens, c.num_kv_heads, c.head_dim});
+  const Tensor& q = q_;
+  const Tensor& k = k_;
+  const Tensor& v = v_;
   Tensor qkv_view = qkv;
   Tensor out_view = out;
   if (tokens != qkv.shape()[0]) {
@@ -249,7 +252,7 @@ void PagedKvCache::attention_with_fused_qkv(int64_t layer, double sm_scale, cons
   if (plan_.append_before_attention) {
     run(kernels_.transpose_append, kFusedQkv, pages_[layer], k, v, append_slots_);
   }
-  Tensor merged_lse = leading_view(merged_lse_buf_, {tokens, c.num_qo_heads});
+  const Tensor& merged_lse = merged_lse_;
   bool first = true;
   if (!plan_.append_before_attention) {
     self_attention_into(kFusedQkv, q, k, v, out_view, merged_lse, sm_scale);

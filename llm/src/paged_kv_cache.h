@@ -149,6 +149,8 @@ class PagedKvCache : public Object, public HeldTensors {
   ForwardPlan plan_;
   std::vector<DeviceTables> depth_tables_;
   Tensor append_indptr_, k_ragged_rope_, q_positions_, append_slots_;
+  // Views of the scratch buffers sized for the pass, made once per pass (not per layer).
+  Tensor q_, k_, v_, depth_out_, depth_lse_, merged_lse_;
 };
 
 }  // namespace kiln::llm

@@ -212,9 +212,12 @@ void* alloc_workspace(int device_type, int device_id, uint64_t nbytes, int /*dty
                       int /*dtype_bits*/) {
   try {
     LibraryContext& lib = current_library("__TVMBackendAllocWorkspace");
-    void* p = lib.devices.backend(device_type)
-                  ->alloc(device_id, static_cast<size_t>(std::max<uint64_t>(nbytes, 1)),
-                          kWorkspaceAlignment);
+    // Host scratch comes from the library's pool; a device's from its backend.
+    void* p = device_type == kDLCPU
+                  ? lib.host_workspace.alloc(static_cast<size_t>(nbytes))
+                  : lib.devices.backend(device_type)
+                        ->alloc(device_id, static_cast<size_t>(std::max<uint64_t>(nbytes, 1)),
+                                kWorkspaceAlignment);
     lib.workspace_allocations.fetch_add(1, std::memory_order_relaxed);
     lib.workspace_bytes.fetch_add(nbytes, std::memory_order_relaxed);
     return p;
@@ -226,7 +229,9 @@ void* alloc_workspace(int device_type, int device_id, uint64_t nbytes, int /*dty
 
 int free_workspace(int device_type, int device_id, void* ptr) {
   try {
-    current_library("__TVMBackendFreeWorkspace").devices.backend(device_type)->free(device_id, ptr);
+    LibraryContext& lib = current_library("__TVMBackendFreeWorkspace");
+    if (device_type == kDLCPU && lib.host_workspace.free(ptr)) return 0;
+    lib.devices.backend(device_type)->free(device_id, ptr);
     return 0;
   } catch (...) {
     return fail();

@@ -19,6 +19,7 @@
 #include "kiln/device_backend.h"
 #include "kiln/function.h"
 #include "kiln/module.h"
+#include "tvm/host_workspace_pool.h"
 
 namespace kiln {
 class DeviceContext;
@@ -57,6 +58,7 @@ struct LibraryContext {
   std::atomic<uint64_t> workspace_bytes{0};
   std::atomic<uint64_t> parallel_launches{0};
   std::atomic<uint64_t> parallel_tasks{0};  // summed over launches
+  HostWorkspacePool host_workspace;         // the cpu device's workspaces
   std::vector<Module> imports;              // searched in order by lookups from imports
   // Whether the library's code can call one of Kiln's services (it defines one of their context
   // symbols): only then does a call into it need the thread's current-library scope
