@@ -6,6 +6,8 @@
 
 #include "kiln/error.h"
 
+#include <algorithm>
+
 namespace kiln::llm {
 namespace {
 
@@ -73,10 +75,17 @@ Tensor leading_view(const Tensor& base, std::vector<int64_t> shape) {
   return Tensor(std::move(obj));
 }
 
-Tensor upload_int32(const Tensor& base, std::span<const int32_t> values) {
-  Tensor view = leading_view(base, {static_cast<int64_t>(values.size())});
+void reuse_leading_view(const Tensor& base, std::vector<int64_t> shape, Tensor& view) {
+  if (view.defined() && view.get()->storage.get() == base.get() &&
+      std::equal(shape.begin(), shape.end(), view.shape().begin(), view.shape().end())) {
+    return;
+  }
+  view = leading_view(base, std::move(shape));
+}
+
+void upload_int32(const Tensor& base, std::span<const int32_t> values, Tensor& view) {
+  reuse_leading_view(base, {static_cast<int64_t>(values.size())}, view);
   if (!values.empty()) view.copy_from(values.data(), values.size_bytes());
-  return view;
 }
 
 }  // namespace kiln::llm

@@ -23,9 +23,12 @@ Tensor empty_beside(const Tensor& like, std::vector<int64_t> shape, DataType dty
 // memory; it keeps `base` alive). ValueError when `shape` holds more elements than `base`.
 Tensor leading_view(const Tensor& base, std::vector<int64_t> shape);
 
-// Copies `values` into the first values.size() elements of the int32 tensor `base` and returns a
-// view of exactly those elements (what the attention kernels read).
-Tensor upload_int32(const Tensor& base, std::span<const int32_t> values);
+// Copies `values` into the first values.size() elements of the int32 tensor `base` and sets
+// `view` to a view of exactly those elements (what the attention kernels read). A `view` that
+// already is one of `base` of that length is kept: a decode step makes no new tensor objects.
+void upload_int32(const Tensor& base, std::span<const int32_t> values, Tensor& view);
+// Sets `view` to leading_view(base, shape) unless it already is one of that shape.
+void reuse_leading_view(const Tensor& base, std::vector<int64_t> shape, Tensor& view);
 
 }  // namespace kiln::llm
 

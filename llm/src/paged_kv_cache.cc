@@ -140,28 +140,29 @@ void PagedKvCache::end_forward() { in_pass_ = false; }
 
 void PagedKvCache::sync_tables() {
   if (!tables_dirty_) return;
-  depth_tables_.clear();
+  depth_tables_.resize(plan_.depths.size());
   for (size_t d = 0; d < plan_.depths.size(); ++d) {
     const DepthTables& host = plan_.depths[d];
     const DeviceTables& buf = depth_buffers_[d];
-    depth_tables_.push_back(DeviceTables{upload_int32(buf.qo_indptr, host.qo_indptr),
-                                         upload_int32(buf.page_indptr, host.page_indptr),
-                                         upload_int32(buf.page_indices, host.page_indices),
-                                         upload_int32(buf.last_page_len, host.last_page_len),
-                                         upload_int32(buf.k_rope_offset, host.k_rope_offset)});
+    DeviceTables& t = depth_tables_[d];
+    upload_int32(buf.qo_indptr, host.qo_indptr, t.qo_indptr);
+    upload_int32(buf.page_indptr, host.page_indptr, t.page_indptr);
+    upload_int32(buf.page_indices, host.page_indices, t.page_indices);
+    upload_int32(buf.last_page_len, host.last_page_len, t.last_page_len);
+    upload_int32(buf.k_rope_offset, host.k_rope_offset, t.k_rope_offset);
   }
-  append_indptr_ = upload_int32(append_indptr_buf_, plan_.append_indptr);
-  k_ragged_rope_ = upload_int32(k_ragged_rope_buf_, plan_.k_ragged_rope_offset);
-  q_positions_ = upload_int32(q_positions_buf_, plan_.q_positions);
-  append_slots_ = upload_int32(append_slots_buf_, plan_.append_slots);
+  upload_int32(append_indptr_buf_, plan_.append_indptr, append_indptr_);
+  upload_int32(k_ragged_rope_buf_, plan_.k_ragged_rope_offset, k_ragged_rope_);
+  upload_int32(q_positions_buf_, plan_.q_positions, q_positions_);
+  upload_int32(append_slots_buf_, plan_.append_slots, append_slots_);
   const int64_t tokens = plan_.append_indptr.back();
   const PagedKvConfig& c = config_;
-  q_ = leading_view(q_buf_, {tokens, c.num_qo_heads, c.head_dim});
-  k_ = leading_view(k_buf_, {tokens, c.num_kv_heads, c.head_dim});
-  v_ = leading_view(v_buf_, {tokens, c.num_kv_heads, c.head_dim});
-  depth_out_ = leading_view(out_buf_, {tokens, c.num_qo_heads, c.head_dim});
-  depth_lse_ = leading_view(lse_buf_, {tokens, c.num_qo_heads});
-  merged_lse_ = leading_view(merged_lse_buf_, {tokens, c.num_qo_heads});
+  reuse_leading_view(q_buf_, {tokens, c.num_qo_heads, c.head_dim}, q_);
+  reuse_leading_view(k_buf_, {tokens, c.num_kv_heads, c.head_dim}, k_);
+  reuse_leading_view(v_buf_, {tokens, c.num_kv_heads, c.head_dim}, v_);
+  reuse_leading_view(out_buf_, {tokens, c.num_qo_heads, c.head_dim}, depth_out_);
+  reuse_leading_view(lse_buf_, {tokens, c.num_qo_heads}, depth_lse_);
+  reuse_leading_view(merged_lse_buf_, {tokens, c.num_qo_heads}, merged_lse_);
   tables_dirty_ = false;
 }
 

@@ -100,6 +100,10 @@ class Runtime(Protocol):
     def numpy(self, tensor: Any) -> numpy.ndarray:
         """A host numpy copy of `tensor`."""
 
+    def call_argument(self, value: Any) -> Any:
+        """`value` (the weights, which every call takes) in the form the runtime's calls take
+        fastest; the identity where the runtime's own value already is that."""
+
 
 class KilnRuntime:
     """Kiln's VM and builtins (kiln.vm.VirtualMachine, kiln.get_global_func): the engine's
@@ -145,6 +149,13 @@ class KilnRuntime:
         import numpy
 
         return numpy.asarray(tensor.numpy())
+
+    def call_argument(self, value: Any) -> Any:
+        # Kiln hands a VM array to Python as a tuple; made into the VM's array once here, the
+        # weights are not converted again on every call.
+        from . import _kiln
+
+        return _kiln._as_vm_array(tuple(value)) if isinstance(value, tuple) else value
 
 
 @dataclass
@@ -247,6 +258,7 @@ class Engine:
         self._f_clear = rt.builtin("vm.builtin.kv_state_clear")
         self._f_reshape = rt.builtin("vm.builtin.reshape")
         self.params = self._load_params()
+        self._params_arg = rt.call_argument(self.params)
         vocab, self.hidden_size = self._embedding_shape()
         # A configured vocabulary larger than the table would let ids past it reach the gather.
         self.vocab_size: int = vocab if vocab_size is None else min(int(vocab_size), vocab)
@@ -390,7 +402,7 @@ class Engine:
 
         rt = self.runtime
         ids = rt.tensor(numpy.asarray(tokens, dtype="int32"), self.device)
-        return self._f_reshape(self.vm["embed"](ids, self.params), rt.shape(shape))
+        return self._f_reshape(self.vm["embed"](ids, self._params_arg), rt.shape(shape))
 
     def _forward(self, seq_ids: List[int], lengths: List[int],
                  call: Callable[[], Any]) -> numpy.ndarray:
@@ -463,10 +475,10 @@ class Engine:
 
         embeds = self._embed(flat, self._hidden_shape(1, len(flat)))
         if len(lengths) == 1:
-            return self.vm["prefill"](embeds, self.cache, self.params)
+            return self.vm["prefill"](embeds, self.cache, self._params_arg)
         positions = numpy.cumsum(lengths, dtype="int64").astype("int32") - 1
         pos = self.runtime.tensor(positions, self.device)
-        return self.vm["batch_prefill"](embeds, pos, self.cache, self.params)
+        return self.vm["batch_prefill"](embeds, pos, self.cache, self._params_arg)
 
     def decode(self, seq_ids: Sequence[int], tokens: Sequence[int]) -> numpy.ndarray:
         """Append one token to each sequence (`tokens[i]` to `seq_ids[i]`); returns the logits
@@ -479,7 +491,7 @@ class Engine:
 
         def call():
             embeds = self._embed(flat, self._hidden_shape(len(flat), 1))
-            return self.vm[name](embeds, self.cache, self.params)
+            return self.vm[name](embeds, self.cache, self._params_arg)
 
         return self._forward(seq_ids, [1] * len(seq_ids), call)
 

@@ -14,6 +14,15 @@ void bind_llm(nb::module_& m) {
   llm::register_builtins(Runtime::global());
   m.def("_llm_builtin_names", &llm::builtin_names,
         "The names of the LLM runtime's VM builtins, sorted.");
+  // A model's weights are one tuple passed to every call: made into the VM's array once and kept
+  // as an opaque kiln.Object, so that no call converts the tuple again.
+  m.def(
+      "_as_vm_array",
+      [](nb::tuple items) {
+        Any array = to_any(items, "_as_vm_array");
+        return AnyObject{array};
+      },
+      nb::arg("items"), "The VM array of `items`, as an opaque kiln.Object.");
 }
 
 }  // namespace kiln::python

@@ -95,6 +95,9 @@ class TvmRuntime:
     def numpy(self, tensor: Any) -> np.ndarray:
         return np.asarray(tensor.numpy())
 
+    def call_argument(self, value: Any) -> Any:
+        return value  # TVM's array already is what its calls take
+
 
 def prompt(length: int, salt: int = 0) -> List[int]:
     """A fixed prompt of `length` ids (1..VOCAB-1) for salt `salt`."""

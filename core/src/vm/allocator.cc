@@ -67,26 +67,39 @@ class NaiveAllocator : public Allocator {
 
 // Page-rounded blocks kept per size and reused last-in first-out; memory goes back to the
 // device only on clear() or when an allocation fails (then once more after releasing all).
+// Blocks are asked of the device at the alignment the storage needs (64 for every dtype Kiln
+// has), not at a page: page-aligned blocks put every tensor of a kernel at the same offset in
+// its page, and their loads and stores alias in the L1 cache (an LLM decode step's matmuls ran
+// up to 14% slower on such buffers than on TVM's, whose pool asks for 64).
 class PooledAllocator : public Allocator {
  public:
   static constexpr size_t kPageSize = 4096;
-  static constexpr size_t kAlignment = 4096;  // every block fits any alignment up to a page
+  static constexpr size_t kMinAlignment = 64;
+  static constexpr size_t kMaxAlignment = 4096;
   using Allocator::Allocator;
   ~PooledAllocator() override { clear(); }
 
   Ref<StorageObj> alloc(size_t nbytes, size_t alignment) override {
-    if (alignment > kAlignment) {
+    if (alignment > kMaxAlignment) {
       throw ValueError(
-          fmt::format("pooled allocator: alignment {} above {}", alignment, kAlignment));
+          fmt::format("pooled allocator: alignment {} above {}", alignment, kMaxAlignment));
     }
+    alignment = std::max(alignment, kMinAlignment);
     const size_t size = (std::max<size_t>(nbytes, 1) + kPageSize - 1) / kPageSize * kPageSize;
     void* ptr = nullptr;
     {
+      // The most recently returned block of this size that meets the alignment.
       std::lock_guard<std::mutex> lock(mu_);
       auto it = free_.find(size);
-      if (it != free_.end() && !it->second.empty()) {
-        ptr = it->second.back();
-        it->second.pop_back();
+      if (it != free_.end()) {
+        auto& list = it->second;
+        for (auto b = list.rbegin(); b != list.rend(); ++b) {
+          if (reinterpret_cast<uintptr_t>(*b) % alignment == 0) {
+            ptr = *b;
+            list.erase(std::next(b).base());
+            break;
+          }
+        }
       }
     }
     if (ptr == nullptr) {
@@ -95,7 +108,7 @@ class PooledAllocator : public Allocator {
         charge(size);  // still short: OutOfMemoryError
       }
       try {
-        ptr = take_from_device(size);
+        ptr = take_from_device(size, alignment);
       } catch (...) {
         refund(size);
         throw;
@@ -111,16 +124,16 @@ class PooledAllocator : public Allocator {
   }
   // A fresh block from the device; when the device has no room, once more after releasing
   // every cached block.
-  void* take_from_device(size_t size) {
+  void* take_from_device(size_t size, size_t alignment) {
     try {
-      return backend_->alloc(device_.id, size, kAlignment);
+      return backend_->alloc(device_.id, size, alignment);
     } catch (const Error& e) {
       kiln::log(LogLevel::kWarn, "vm",
                 fmt::format("pooled allocator on {}: allocation of {} bytes failed: {}; "
                             "releasing all cached blocks and trying again",
                             device_.str(), size, e.what()));
       clear();
-      return backend_->alloc(device_.id, size, kAlignment);
+      return backend_->alloc(device_.id, size, alignment);
     }
   }
   void clear() override {
