@@ -112,7 +112,7 @@ BuiltinList tensor_cache_builtins(std::shared_ptr<const DeviceContext> context) 
                              });
                            }));
   out.emplace_back("vm.builtin.tensor_cache.get",
-                   Function::from_typed("vm.builtin.tensor_cache.get", [](std::string name) {
+                   Function::from_typed("vm.builtin.tensor_cache.get", [](const std::string& name) {
                      std::optional<Tensor> t = builtin_tensor_cache().get(name);
                      return t ? Any(*t) : Any();
                    }));
@@ -147,7 +147,7 @@ BuiltinList tensor_cache_builtins(std::shared_ptr<const DeviceContext> context) 
             return Any();
           }));
   out.emplace_back("vm.builtin.tensor_cache.remove",
-                   Function::from_typed("vm.builtin.tensor_cache.remove", [](std::string name) {
+                   Function::from_typed("vm.builtin.tensor_cache.remove", [](const std::string& name) {
                      builtin_tensor_cache().remove(name);
                    }));
   out.emplace_back("vm.builtin.tensor_cache.clear",

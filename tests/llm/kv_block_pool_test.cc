@@ -868,6 +868,7 @@ class Script {
     if (expect.empty() && total > kChunk) expect = "(prefill_chunk_size)";
     if (expect.empty() && pages > pool_.free_pages()) expect = "out of pages";
     std::vector<int64_t> old_lengths;
+    old_lengths.reserve(ids.size());
     for (int64_t id : ids) old_lengths.push_back(length(id));
     const int64_t free_before = pool_.free_pages();
     ForwardPlan plan;

@@ -268,7 +268,7 @@ class BadCacheTest : public TensorCacheTest {
     EXPECT_EQ(cache.get("w.f32")->get(), before.get());
   }
   fs::path good(const std::string& name) {
-    const fs::path d = dir(name);
+    fs::path d = dir(name);
     meta_ = write_cache(d, sample_shards());
     return d;
   }
@@ -677,6 +677,7 @@ TEST_F(TensorCacheTest, LoadsOntoOpencl) {
     }
   }
   std::vector<uint32_t> widened;
+  widened.reserve(halves.size());
   for (uint16_t h : halves) widened.push_back(static_cast<uint32_t>(h) << 16);
   EXPECT_EQ(host_bytes(w.at("w.bf16")), bytes_of(widened));
 

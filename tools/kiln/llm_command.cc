@@ -153,6 +153,7 @@ int run_bench(const LlmOptions& options, Runtime& runtime) {
 
   const double tokens = static_cast<double>(options.batch * options.prompt_length);
   std::vector<double> prefill_rates;
+  prefill_rates.reserve(prefill_seconds.size());
   for (double s : prefill_seconds) prefill_rates.push_back(tokens / s);
   const Spread prefill = spread(prefill_rates);
   const Spread decode = decode_seconds.empty() ? Spread{} : spread(decode_seconds);
