@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "llm/error_of.h"
 
 namespace kiln::llm {
 namespace {
@@ -34,20 +35,7 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// Runs `f`, which must throw E; returns the message.
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "did not throw";
-  return {};
-}
+using ::kiln::llm::testing::error_of;
 
 struct PageCopy {
   int32_t src;

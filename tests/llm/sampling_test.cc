@@ -18,6 +18,7 @@
 #include "kiln/error.h"
 #include "kiln/function.h"
 #include "kiln/tensor.h"
+#include "llm/error_of.h"
 
 namespace kiln::llm {
 namespace {
@@ -27,20 +28,7 @@ using ::testing::HasSubstr;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// Runs `f`, which must throw E; returns the message.
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "did not throw";
-  return {};
-}
+using ::kiln::llm::testing::error_of;
 
 // Probabilities 0.1, 0.2, 0.7 for tokens 0, 1, 2 (sorted: 2, 1, 0; running sums 0.7, 0.9, 1).
 std::vector<float> logits_1_2_7() { return {std::log(1.0f), std::log(2.0f), std::log(7.0f)}; }
