@@ -114,3 +114,29 @@ def test_bad_input_is_a_clear_error(model, tmp_path):
     # A library that is not a model compiled the MLC way.
     done = _kiln("generate", KILN_TOOL, "--weights", params, "--prompt", "1", check=False)
     assert done.returncode == 3 and done.stderr.startswith("kiln: error:"), done.stderr
+
+
+def test_generate_and_profile_on_opencl_give_the_cpu_tokens(model, llm_fixture_dir):
+    """The OpenCL build on Kiln's OpenCL plugin (PoCL here) through the tool: TVM's CPU tokens,
+    and a profile of its decode step with the cache's kernels nested in their builtin."""
+    import kiln
+
+    lib = llm_fixture_dir / "opencl" / "lib.so"
+    if not lib.is_file():
+        skipped = llm_fixture_dir / "opencl" / "SKIPPED"
+        pytest.skip(skipped.read_text() if skipped.is_file() else "no OpenCL build of the model")
+    if not any(b["type_name"] == "opencl" and b["devices"] for b in kiln.backends()):
+        pytest.skip("no OpenCL device in Kiln (PoCL)")
+    cpu_lib, params = model
+    prompt = ",".join(map(str, tvm_reference.prompt(14, salt=6)))
+    args = ["--weights", params, "--prompt", prompt, "--max-new-tokens", 8]
+    on_cpu = _kiln("generate", cpu_lib, *args).stdout
+    on_opencl = _kiln("generate", lib, *args, "--device", "opencl").stdout
+    assert on_opencl == on_cpu and len(on_cpu.split()) == 8
+    text = _kiln("bench", lib, "--weights", params, "--device", "opencl", "--prompt-length", 8,
+                 "--decode-tokens", 2, "--repeats", 3, "--profile").stdout
+    assert "on opencl:0" in text
+    rows = [line.split() for line in text.splitlines()]
+    nested = {r[0] for r in rows
+              if r and r[-1] == "vm.builtin.attention_kv_cache_attention_with_fused_qkv"}
+    assert "batch_decode_paged_kv" in nested, text
