@@ -83,9 +83,25 @@ void reuse_leading_view(const Tensor& base, std::vector<int64_t> shape, Tensor& 
   view = leading_view(base, std::move(shape));
 }
 
+void synchronize_beside(const Tensor& like) {
+  const Ref<DeviceBackend>& backend = like.get()->backend;
+  if (backend && like.device().type != kDLCPU) backend->synchronize(like.device().id);
+}
+
 void upload_int32(const Tensor& base, std::span<const int32_t> values, Tensor& view) {
   reuse_leading_view(base, {static_cast<int64_t>(values.size())}, view);
-  if (!values.empty()) view.copy_from(values.data(), values.size_bytes());
+  if (values.empty()) return;
+  const Ref<DeviceBackend>& backend = view.get()->backend;
+  if (!backend || view.device().type == kDLCPU) {
+    view.copy_from(values.data(), values.size_bytes());
+    return;
+  }
+  // Ordered on the device's stream and not synchronized here: the caller synchronizes once
+  // after all its uploads (a pass uploads ten arrays; on PoCL each synchronize costs tens of
+  // microseconds) and keeps `values` alive until then.
+  const DLTensor* dl = view.dl();
+  backend->copy_to_device(view.device().id, values.data(), dl->data, dl->byte_offset,
+                          values.size_bytes());
 }
 
 }  // namespace kiln::llm

@@ -26,7 +26,11 @@ Tensor leading_view(const Tensor& base, std::vector<int64_t> shape);
 // Copies `values` into the first values.size() elements of the int32 tensor `base` and sets
 // `view` to a view of exactly those elements (what the attention kernels read). A `view` that
 // already is one of `base` of that length is kept: a decode step makes no new tensor objects.
+// A device copy is ordered on the device's stream but not waited for: keep `values` alive and
+// call synchronize_beside(base) after the last upload.
 void upload_int32(const Tensor& base, std::span<const int32_t> values, Tensor& view);
+// Waits for the uploads to `like`'s device (nothing for host memory).
+void synchronize_beside(const Tensor& like);
 // Sets `view` to leading_view(base, shape) unless it already is one of that shape.
 void reuse_leading_view(const Tensor& base, std::vector<int64_t> shape, Tensor& view);
 

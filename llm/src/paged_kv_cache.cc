@@ -155,6 +155,7 @@ void PagedKvCache::sync_tables() {
   upload_int32(k_ragged_rope_buf_, plan_.k_ragged_rope_offset, k_ragged_rope_);
   upload_int32(q_positions_buf_, plan_.q_positions, q_positions_);
   upload_int32(append_slots_buf_, plan_.append_slots, append_slots_);
+  synchronize_beside(append_slots_buf_);  // plan_'s arrays may change once this returns
   const int64_t tokens = plan_.append_indptr.back();
   const PagedKvConfig& c = config_;
   reuse_leading_view(q_buf_, {tokens, c.num_qo_heads, c.head_dim}, q_);
