@@ -18,7 +18,7 @@ void bind_llm(nb::module_& m) {
   // as an opaque kiln.Object, so that no call converts the tuple again.
   m.def(
       "_as_vm_array",
-      [](nb::tuple items) {
+      [](const nb::tuple& items) {
         Any array = to_any(items, "_as_vm_array");
         return AnyObject{array};
       },

@@ -50,6 +50,7 @@ TEST(HostWorkspacePool, LiveBlocksNeverOverlapAndIdleBytesAreCapped) {
 TEST(HostWorkspacePool, ThreadsTakeAndReturnBlocksConcurrently) {
   HostWorkspacePool pool;
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&pool, t] {
       for (int i = 0; i < 2000; ++i) {
