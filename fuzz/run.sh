@@ -59,6 +59,8 @@ fi
 # intercept_tls_get_addr=0: see tools/dev.sh (LeakSanitizer's tracer crash on dynamic TLS).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1:intercept_tls_get_addr=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+# The suppressions of tools/lsan.supp (vendor runtimes, glibc's thread-exit bookkeeping).
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$root/tools/lsan.supp}"
 # Each target in its own process, KILN_FUZZ_PARALLEL at a time (default: the build jobs; each
 # fuzzer uses one core); each writes to its own log, shown when it ends.
 parallel="${KILN_FUZZ_PARALLEL:-$jobs}"
