@@ -146,10 +146,10 @@ BuiltinList tensor_cache_builtins(std::shared_ptr<const DeviceContext> context) 
             });
             return Any();
           }));
-  out.emplace_back("vm.builtin.tensor_cache.remove",
-                   Function::from_typed("vm.builtin.tensor_cache.remove", [](const std::string& name) {
-                     builtin_tensor_cache().remove(name);
-                   }));
+  out.emplace_back(
+      "vm.builtin.tensor_cache.remove",
+      Function::from_typed("vm.builtin.tensor_cache.remove",
+                           [](const std::string& name) { builtin_tensor_cache().remove(name); }));
   out.emplace_back("vm.builtin.tensor_cache.clear",
                    Function::from_typed("vm.builtin.tensor_cache.clear",
                                         [] { builtin_tensor_cache().clear(); }));
