@@ -11,11 +11,10 @@ namespace {
 
 detail::BuiltinList all_builtins(std::shared_ptr<const DeviceContext> context) {
   detail::BuiltinList all = detail::kv_cache_builtins();
-  for (auto* part : {&detail::sampling_builtins}) {
-    for (auto& entry : part()) all.push_back(std::move(entry));
+  for (detail::BuiltinList part :
+       {detail::sampling_builtins(), detail::tensor_cache_builtins(std::move(context))}) {
+    for (auto& entry : part) all.push_back(std::move(entry));
   }
-  for (auto& entry : detail::tensor_cache_builtins(std::move(context)))
-    all.push_back(std::move(entry));
   return all;
 }
 

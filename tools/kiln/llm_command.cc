@@ -18,6 +18,7 @@
 #include "kiln/llm/engine.h"
 #include "kiln/llm/sampling.h"
 #include "kiln/profiling/profiler.h"
+#include "kiln/statistics.h"
 #include "output_file.h"
 #include "run_command.h"
 
@@ -95,15 +96,6 @@ int run_generate(const LlmOptions& options, const Runtime& runtime) {
   return kExitOk;
 }
 
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-Spread spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return {n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
-}
-
 int64_t peak_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -148,15 +140,15 @@ int run_bench(const LlmOptions& options, Runtime& runtime) {
     for (int64_t id : ids) engine.remove_sequence(id);
     if (launch == 0) continue;
     prefill_seconds.push_back(prefill_s);
-    if (!steps.empty()) decode_seconds.push_back(spread(steps).median);
+    if (!steps.empty()) decode_seconds.push_back(stats::summarize(steps).median);
   }
 
   const double tokens = static_cast<double>(options.batch * options.prompt_length);
   std::vector<double> prefill_rates;
   prefill_rates.reserve(prefill_seconds.size());
   for (double s : prefill_seconds) prefill_rates.push_back(tokens / s);
-  const Spread prefill = spread(prefill_rates);
-  const Spread decode = decode_seconds.empty() ? Spread{} : spread(decode_seconds);
+  const stats::Summary prefill = stats::summarize(prefill_rates);
+  const stats::Summary decode = stats::summarize(decode_seconds);  // zero when empty
   const std::string device = runtime.device_str(engine.device());
   const double mib = 1024.0 * 1024.0;
   if (options.json) {
