@@ -27,6 +27,12 @@ def _kiln(*args, check=True):
     return done
 
 
+def _nested_in(table, parent):
+    """The names of the profile table's rows whose "Nested in" column is `parent`."""
+    return {row[0] for row in (line.split() for line in table.splitlines())
+            if len(row) > 1 and row[-1] == parent}
+
+
 @pytest.fixture(scope="module")
 def model(llm_fixture_dir):
     if not KILN_TOOL.is_file():
@@ -70,11 +76,7 @@ def test_bench_prints_figures_with_their_range_and_profiles_a_decode_step(model,
     assert "tokens/s median (range" in text and "ms/step median (range" in text
     assert "KV cache" in text and "peak RSS" in text
     # The profile: the VM's rows and the KV cache's kernels nested in the builtin that ran them.
-    nested = [line for line in text.splitlines()
-              if line.rstrip().endswith("decode step") is False
-              and "vm.builtin.attention_kv_cache_attention_with_fused_qkv" in line
-              and line.split()[0] != "vm.builtin.attention_kv_cache_attention_with_fused_qkv"]
-    names = {line.split()[0] for line in nested}
+    names = _nested_in(text, "vm.builtin.attention_kv_cache_attention_with_fused_qkv")
     assert "batch_decode_paged_kv_cpu" in names, text
     assert "tir_kv_cache_transpose_append" in names, text
     doc = json.loads(out.read_text())
@@ -136,7 +138,5 @@ def test_generate_and_profile_on_opencl_give_the_cpu_tokens(model, llm_fixture_d
     text = _kiln("bench", lib, "--weights", params, "--device", "opencl", "--prompt-length", 8,
                  "--decode-tokens", 2, "--repeats", 3, "--profile").stdout
     assert "on opencl:0" in text
-    rows = [line.split() for line in text.splitlines()]
-    nested = {r[0] for r in rows
-              if r and r[-1] == "vm.builtin.attention_kv_cache_attention_with_fused_qkv"}
+    nested = _nested_in(text, "vm.builtin.attention_kv_cache_attention_with_fused_qkv")
     assert "batch_decode_paged_kv" in nested, text
