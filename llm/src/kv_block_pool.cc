@@ -4,19 +4,66 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "kiln/error.h"
 
 namespace kiln::llm {
+namespace {
+
+constexpr const char* kEnableSliding =
+    "vm.builtin.attention_kv_cache_enable_sliding_window_for_seq";
+// A page a sliding sequence borrows while it grows, before its window frees pages (TVM's
+// temporary page): replaced by a real page once the window has slid.
+constexpr int32_t kBorrowedPage = -1;
+
+// Slides the last block `block` of `seq` (whose length already counts the new tokens) so that
+// the sequence holds no more than its window: the pages wholly outside the sink and the window
+// go to `release` (in order), and the window's start moves. Nothing for a sequence that does not
+// slide or fits its window. plan() has checked that the block holds the excess.
+void slide(KvSequence& seq, KvBlock& block, int64_t page_size,
+           const std::function<void(int32_t)>& release) {
+  if (seq.window == -1 || seq.length <= seq.window) return;
+  const int64_t excess = seq.length - seq.window;
+  if (seq.last_block_sink > 0 && block.sink_length == 0) {
+    // The first slide pins the sink: the window starts right after it.
+    block.sink_length = seq.last_block_sink;
+    block.window_offset = seq.last_block_sink;
+  }
+  const int64_t sink_pages = (block.sink_length + page_size - 1) / page_size;
+  int64_t first_page = (block.window_offset + excess) / page_size;
+  const int64_t start_in_page = (block.window_offset + excess) % page_size;
+  while (first_page > sink_pages) {
+    const auto freed = block.pages.begin() + static_cast<std::ptrdiff_t>(sink_pages);
+    if (*freed != kBorrowedPage) release(*freed);
+    block.pages.erase(freed);
+    --first_page;
+  }
+  seq.length = seq.window;
+  block.length -= static_cast<int32_t>(excess);
+  block.window_offset = static_cast<int32_t>(first_page * page_size + start_in_page);
+}
+
+// Pages `block` needs to hold its tokens and `n` more (sink and window aware).
+int64_t pages_for(const KvBlock& block, int64_t n, int64_t page_size) {
+  return (block.length - block.sink_length + block.window_offset + n + page_size - 1) / page_size;
+}
+
+}  // namespace
 
 KvBlockPool::KvBlockPool(int64_t num_pages, int64_t page_size, int64_t max_sequences,
-                         int64_t prefill_chunk)
+                         int64_t prefill_chunk, bool sliding_window)
     : num_pages_(num_pages),
       page_size_(page_size),
       max_sequences_(max_sequences),
-      prefill_chunk_(prefill_chunk) {
+      prefill_chunk_(prefill_chunk),
+      sliding_window_(sliding_window) {
   clear();
+}
+
+int64_t KvBlockPool::offset_in_block(const KvBlock& block, int64_t i) {
+  return i < block.sink_length ? i : i - block.sink_length + block.window_offset;
 }
 
 void KvBlockPool::clear() {
@@ -154,6 +201,16 @@ int32_t KvBlockPool::fork_checked(const char* who, KvSequence& parent, int64_t f
       f.start_pos += moved;
       p.length = moved;
       f.length -= moved;
+      if (parent.window != -1 && forked == parent.last_block) {
+        // The moved tokens lie in the sink (fork_sequence checked): the rest of the sink stays.
+        parent.last_block_sink -= moved;
+        if (f.sink_length > 0) {
+          // Its window has slid: the sink and the window start move with the pages. (TVM 0.27
+          // keeps both, and reads the wrong slots afterwards.)
+          f.sink_length -= moved;
+          f.window_offset -= moved;
+        }
+      }
     }
     blocks_[child].start_pos = static_cast<int32_t>(fork_pos - in_page);
     blocks_[child].length = in_page;
@@ -184,6 +241,16 @@ void KvBlockPool::fork_sequence(int64_t parent_id, int64_t child_id, int64_t for
   }
   KvSequence& parent = sequences_.at(parent_id);
   const int64_t at = fork_pos == -1 ? parent.length : fork_pos;
+  if (parent.window != -1) {
+    // Its window may have slid: only the prefix and the sink still hold every token.
+    const int64_t sink = parent.length - blocks_[parent.last_block].length + parent.last_block_sink;
+    if (at > sink) {
+      throw ValueError(fmt::format(
+          "vm.builtin.kv_state_fork_sequence: sequence {} has a sliding window and can be "
+          "forked only within its attention sink ({} tokens), not at position {}",
+          parent_id, sink, at));
+    }
+  }
   // The page copy runs a device kernel after the blocks are split: if it throws, the pool must
   // be as it was (else the split blocks and the copy's page are lost for good).
   const std::vector<KvBlock> saved_blocks = blocks_;
@@ -212,6 +279,23 @@ void KvBlockPool::pop_tokens(int64_t seq_id, int64_t n, const CopyPage& copy_pag
                     n, seq_id, found.length));
   }
   if (n == 0) return;
+  if (found.window != -1) {
+    const KvBlock& last = blocks_[found.last_block];
+    if (n > last.length || last.refs != 1) {
+      // Popping into a shared block re-forks the sequence, which would lose its window.
+      throw ValueError(fmt::format(
+          "vm.builtin.kv_state_popn: cannot pop {} tokens from sequence {}: it has a sliding "
+          "window and only the tokens of its last block no other sequence shares ({}) can be "
+          "popped",
+          n, seq_id, last.refs == 1 ? last.length : 0));
+    }
+    if (last.sink_length > 0 && last.length - n < last.sink_length) {
+      throw ValueError(fmt::format(
+          "vm.builtin.kv_state_popn: cannot pop {} tokens from sequence {}: its window has slid "
+          "and the cut would fall inside its attention sink of {} tokens",
+          n, seq_id, last.sink_length));
+    }
+  }
   // A refused re-fork (no page for the copy) must leave the pool as it was.
   const std::vector<KvBlock> saved_blocks = blocks_;
   const std::vector<int32_t> saved_free_blocks = free_blocks_;
@@ -234,7 +318,8 @@ void KvBlockPool::pop_tokens(int64_t seq_id, int64_t n, const CopyPage& copy_pag
         seq.last_block = parent;
         continue;
       }
-      const auto keep = static_cast<size_t>((b.length - n + page_size_ - 1) / page_size_);
+      // Pages still holding the kept tokens (past the sink, a slid window starts later).
+      const auto keep = static_cast<size_t>(pages_for(b, -n, page_size_));
       while (b.pages.size() > keep) {
         free_pages_.push_back(b.pages.back());
         b.pages.pop_back();
@@ -261,15 +346,70 @@ void KvBlockPool::pop_tokens(int64_t seq_id, int64_t n, const CopyPage& copy_pag
   }
 }
 
-int64_t KvBlockPool::pages_to_append(const KvBlock& block, int64_t n) const {
-  const int64_t needed = (block.length + n + page_size_ - 1) / page_size_;
-  return std::max<int64_t>(0, needed - static_cast<int64_t>(block.pages.size()));
+int64_t KvBlockPool::pages_to_append(const KvSequence& seq, int64_t n) const {
+  // reserve() on copies, its pages counted, not taken.
+  KvSequence s = seq;
+  KvBlock b = blocks_[seq.last_block];
+  const auto before = static_cast<int64_t>(b.pages.size());
+  const int64_t needed = pages_for(b, n, page_size_);
+  if (needed > before) b.pages.resize(static_cast<size_t>(needed), kBorrowedPage);
+  b.length += static_cast<int32_t>(n);
+  s.length += n;
+  slide(s, b, page_size_, [](int32_t) {});
+  return static_cast<int64_t>(b.pages.size()) - before;
 }
 
 void KvBlockPool::reserve(KvSequence& seq, int64_t n) {
   KvBlock& block = blocks_[seq.last_block];
-  for (int64_t i = pages_to_append(block, n); i > 0; --i) block.pages.push_back(take_page());
+  const int64_t needed = pages_for(block, n, page_size_);
+  while (static_cast<int64_t>(block.pages.size()) < needed) {
+    // A sliding sequence borrows what its window frees below (TVM's order of pages).
+    block.pages.push_back(free_pages_.empty() && seq.window != -1 ? kBorrowedPage : take_page());
+  }
   block.length += static_cast<int32_t>(n);
+  slide(seq, block, page_size_, [this](int32_t page) { free_pages_.push_back(page); });
+  for (int32_t& page : block.pages) {
+    if (page == kBorrowedPage) page = take_page();
+  }
+}
+
+void KvBlockPool::enable_sliding_window(int64_t seq_id, int64_t window, int64_t sink) {
+  if (!sliding_window_) {
+    throw ValueError(
+        fmt::format("{}: the KV cache does not support sliding window (it was created with "
+                    "support_sliding_window = 0)",
+                    kEnableSliding));
+  }
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end()) {
+    throw ValueError(fmt::format("{}: sequence {} is not in the KV cache", kEnableSliding, seq_id));
+  }
+  if (sink < 0) {
+    throw ValueError(fmt::format("{}: the attention sink size {} is negative (sequence {})",
+                                 kEnableSliding, sink, seq_id));
+  }
+  if (window < 1 || window > std::numeric_limits<int32_t>::max()) {
+    throw ValueError(fmt::format("{}: the sliding window size {} is outside [1, {}] (sequence {})",
+                                 kEnableSliding, window, std::numeric_limits<int32_t>::max(),
+                                 seq_id));
+  }
+  if (sink >= window) {
+    throw ValueError(
+        fmt::format("{}: the attention sink size {} must be less than the sliding window size {} "
+                    "(sequence {})",
+                    kEnableSliding, sink, window, seq_id));
+  }
+  KvSequence& seq = it->second;
+  if (seq.window != -1) {
+    throw ValueError(
+        fmt::format("{}: sequence {} already has a sliding window (size {}); it cannot be "
+                    "enabled twice",
+                    kEnableSliding, seq_id, seq.window));
+  }
+  // Its shared prefix never slides: it is a sink already, and counts towards the one asked for.
+  const int64_t prefix = seq.length - blocks_[seq.last_block].length;
+  seq.last_block_sink = static_cast<int32_t>(std::max<int64_t>(sink - prefix, 0));
+  seq.window = static_cast<int32_t>(window);
 }
 
 std::pair<std::vector<std::pair<int32_t, int32_t>>, bool> KvBlockPool::chunk_depth(
@@ -321,6 +461,9 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
                     who, seq_ids.size(), max_sequences_));
   }
   int64_t total = 0;
+  // Pages taken so far in the pass (reservations run in order; a sliding sequence may give
+  // pages back), and the most taken at any point: what must be free.
+  int64_t pages_taken = 0;
   int64_t pages_needed = 0;
   std::set<int64_t> seen;
   for (size_t i = 0; i < seq_ids.size(); ++i) {
@@ -337,8 +480,21 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
           "{}: sequence {} cannot grow: its last block is shared with {} forked sequence(s)", who,
           seq_ids[i], blocks_[seq.last_block].refs - 1));
     }
+    if (seq.window != -1 && seq.length + lengths[i] > seq.window) {
+      // Only the last block slides: the prefix and the sink must leave room for the rest.
+      const KvBlock& last = blocks_[seq.last_block];
+      const int64_t prefix = seq.length - last.length;
+      const int64_t sink = last.sink_length == 0 ? seq.last_block_sink : last.sink_length;
+      if (prefix + sink > seq.window) {
+        throw ValueError(fmt::format(
+            "{}: sequence {} cannot slide its window of {} tokens: its shared prefix ({} "
+            "tokens) and attention sink ({}) do not fit in it",
+            who, seq_ids[i], seq.window, prefix, sink));
+      }
+    }
     total += lengths[i];
-    pages_needed += pages_to_append(blocks_[seq.last_block], lengths[i]);
+    pages_taken += pages_to_append(seq, lengths[i]);
+    pages_needed = std::max(pages_needed, pages_taken);
   }
   if (total > prefill_chunk_) {
     throw ValueError(
@@ -385,7 +541,10 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
     plan.depths.emplace_back();
     plan.depths.back().use_decode_kernel = use_decode;
   }
-  plan.append_before_attention = plan.depths.back().use_decode_kernel;
+  // A sliding-window cache always attends before appending (TVM's rule, whatever the kernel).
+  plan.append_before_attention = !sliding_window_ && plan.depths.back().use_decode_kernel;
+  std::vector<int32_t> length_before(batch);
+  for (size_t i = 0; i < batch; ++i) length_before[i] = blocks_[seqs[i]->last_block].length;
   if (plan.append_before_attention) {
     for (size_t i = 0; i < batch; ++i) reserve(*seqs[i], lengths[i]);
   }
@@ -399,25 +558,35 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
       if (block == -1) {
         t.page_indptr.push_back(t.page_indptr.back());
         t.last_page_len.push_back(0);
+        t.window_offset.push_back(0);
+        t.sink_size.push_back(0);
         t.k_rope_offset.push_back(0);
         continue;
       }
       int64_t pages = 0;
       int64_t length = 0;
+      int32_t last = block;
       auto add = [&](int32_t b) {
         t.page_indices.insert(t.page_indices.end(), blocks_[b].pages.begin(),
                               blocks_[b].pages.end());
         pages += static_cast<int64_t>(blocks_[b].pages.size());
         length += blocks_[b].length;
+        last = b;
       };
       add(block);
       // At the last depth the entries are uncoalesced, one per sequence: its deeper blocks.
       if (d == static_cast<size_t>(kMaxDepth) - 1) {
         for (int32_t b : trailing[i]) add(b);
       }
+      // Only the last block may slide; the blocks before it hold whole pages.
+      const KvBlock& tail = blocks_[last];
       t.page_indptr.push_back(t.page_indptr.back() + static_cast<int32_t>(pages));
-      t.last_page_len.push_back(length == 0 ? 0
-                                            : static_cast<int32_t>((length - 1) % page_size_ + 1));
+      t.last_page_len.push_back(
+          length == 0 ? 0
+                      : static_cast<int32_t>(
+                            (length - tail.sink_length + tail.window_offset - 1) % page_size_ + 1));
+      t.window_offset.push_back(tail.window_offset);
+      t.sink_size.push_back(tail.sink_length);
       t.k_rope_offset.push_back(blocks_[block].start_pos);
     }
   }
@@ -430,9 +599,19 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
     plan.append_indptr.push_back(plan.append_indptr.back() + static_cast<int32_t>(lengths[i]));
     for (int64_t pos = 0; pos < lengths[i]; ++pos) {
       plan.q_positions.push_back(static_cast<int32_t>(plan.k_ragged_rope_offset[i] + pos));
+      // Where the token lands after the window slid: in the sink, nowhere (slid out already in
+      // this pass), or in the window.
       const int64_t in_block = block.length - lengths[i] + pos;
-      plan.append_slots.push_back(static_cast<int32_t>(
-          block.pages[in_block / page_size_] * page_size_ + in_block % page_size_));
+      int64_t offset = -1;
+      if (length_before[i] + pos < block.sink_length) {
+        offset = length_before[i] + pos;
+      } else if (in_block >= block.sink_length) {
+        offset = in_block - block.sink_length + block.window_offset;
+      }
+      plan.append_slots.push_back(
+          offset < 0 ? -1
+                     : static_cast<int32_t>(block.pages[offset / page_size_] * page_size_ +
+                                            offset % page_size_));
     }
   }
   return plan;
@@ -449,8 +628,9 @@ std::vector<int32_t> KvBlockPool::token_slots(int64_t seq_id, int64_t begin, int
   std::vector<int32_t> slots;
   for (int32_t b : trace(seq)) {
     for (int32_t i = 0; i < blocks_[b].length; ++i) {
-      slots.push_back(
-          static_cast<int32_t>(blocks_[b].pages[i / page_size_] * page_size_ + i % page_size_));
+      const int64_t offset = offset_in_block(blocks_[b], i);
+      slots.push_back(static_cast<int32_t>(blocks_[b].pages[offset / page_size_] * page_size_ +
+                                           offset % page_size_));
     }
   }
   return {slots.begin() + begin, slots.begin() + end};

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The paged KV cache's VM builtins under TVM 0.27's names and argument orders
 // (vm.builtin.paged_attention_kv_cache_create, vm.builtin.kv_state_*,
-// vm.builtin.attention_kv_cache_*). The features Kiln's cache does not have (sliding window,
-// token trees, MLA, disaggregation, FlashInfer kernels) are refused by name.
+// vm.builtin.attention_kv_cache_*). Sliding window is TVM's per-sequence one
+// (support_sliding_window = 1, then vm.builtin.attention_kv_cache_enable_sliding_window_for_seq):
+// every layer runs the library's sliding-window kernels (arguments 18 and 19). The features
+// Kiln's cache does not have (per-layer sliding window: the "mha_sliding" attention kind; token
+// trees, MLA, disaggregation, FlashInfer kernels) are refused by name.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -112,11 +115,18 @@ Any create(const Any* a, int32_t n) {
   c.max_total_length = cache_config[1];
   c.prefill_chunk = cache_config[2];
   c.page_size = cache_config[3];
-  if (cache_config[4] != 0) {
+  if (cache_config[4] != 0 && cache_config[4] != 1) {
     throw ValueError(
-        fmt::format("{}: sliding window support (argument 0, value 4) is not "
-                    "available in Kiln's KV cache yet",
-                    kCreate));
+        fmt::format("{}: support_sliding_window (argument 0, value 4) is {}, expected 0 or 1",
+                    kCreate, cache_config[4]));
+  }
+  c.sliding_window = cache_config[4] == 1;
+  // The per-layer window size: read by "mha_sliding" layers only (refused below), but TVM
+  // checks it whatever the layers.
+  if (cache_config.size() == 6 && cache_config[5] < 1) {
+    throw ValueError(
+        fmt::format("{}: layer_sliding_window_size (argument 0, value 5) is {}, must be at least 1",
+                    kCreate, cache_config[5]));
   }
   for (auto [value, name] :
        {std::pair{c.max_batch_size, "max_batch_size"},
@@ -155,8 +165,11 @@ Any create(const Any* a, int32_t n) {
       static constexpr const char* names[] = {"mha", "mla", "linear", "mha_sliding"};
       throw ValueError(fmt::format(
           "{}: layer {} uses attention kind {} ({}); Kiln's KV cache supports multi-head "
-          "attention (\"mha\") only",
-          kCreate, i, kinds[i], kinds[i] >= 0 && kinds[i] < 4 ? names[kinds[i]] : "unknown"));
+          "attention (\"mha\") only{}",
+          kCreate, i, kinds[i], kinds[i] >= 0 && kinds[i] < 4 ? names[kinds[i]] : "unknown",
+          kinds[i] == 3 ? " (per-layer sliding window is not supported; per-sequence sliding "
+                          "window is: support_sliding_window = 1)"
+                        : ""));
     }
   }
   if (int_arg(a[7], kCreate, 7) != 0) {
@@ -170,6 +183,8 @@ Any create(const Any* a, int32_t n) {
     throw ValueError(fmt::format("{}: unknown RoPE mode {}", kCreate, rope_mode));
   }
   c.rope_mode = static_cast<RopeMode>(rope_mode);
+  // A window's keys are re-positioned as it slides: TVM applies RoPE inline then.
+  if (c.sliding_window && c.rope_mode != RopeMode::kNone) c.rope_mode = RopeMode::kInline;
   c.rope_scale = float_arg(a[9], kCreate, 9);
   c.rope_theta = float_arg(a[10], kCreate, 10);
   std::optional<Tensor> rope_ext_factors;
@@ -178,7 +193,8 @@ Any create(const Any* a, int32_t n) {
     rope_ext_factors = a[11].cast<Tensor>();
     if (c.rope_mode != RopeMode::kNormal) {
       throw ValueError(
-          fmt::format("{}: RoPE extension factors need the normal RoPE mode", kCreate));
+          fmt::format("{}: RoPE extension factors need the normal RoPE mode{}", kCreate,
+                      c.sliding_window ? " (a sliding-window cache applies RoPE inline)" : ""));
     }
   }
   const Tensor like = tensor_arg(a[12], kCreate, 12);
@@ -187,6 +203,8 @@ Any create(const Any* a, int32_t n) {
   k.ragged_prefill = attention_kernel(a[15], "ragged prefill", 15);
   k.paged_prefill = attention_kernel(a[16], "paged prefill", 16);
   k.paged_decode = attention_kernel(a[17], "paged decode", 17);
+  k.paged_prefill_sliding = attention_kernel(a[18], "sliding-window paged prefill", 18);
+  k.paged_decode_sliding = attention_kernel(a[19], "sliding-window paged decode", 19);
   const std::vector<Any> merges = tuple_arg(a[23], "merge", 23);
   if (merges.empty()) {
     throw ValueError(fmt::format("{}: argument 23 (merge kernels) is empty", kCreate));
@@ -199,10 +217,14 @@ Any create(const Any* a, int32_t n) {
   } else {
     k.debug_get_kv = NamedKernel{"debug get-kv", Function()};
   }
-  for (const NamedKernel* needed : {&k.ragged_prefill, &k.paged_prefill, &k.paged_decode}) {
-    if (!*needed) {
-      throw ValueError(
-          fmt::format("{}: the model library passed no {} kernel", kCreate, needed->role));
+  std::vector<const NamedKernel*> needed = {&k.ragged_prefill, &k.paged_prefill, &k.paged_decode};
+  if (c.sliding_window)
+    needed.insert(needed.end(), {&k.paged_prefill_sliding, &k.paged_decode_sliding});
+  for (const NamedKernel* kernel : needed) {
+    if (!*kernel) {
+      throw ValueError(fmt::format("{}: the model library passed no {} kernel{}", kCreate,
+                                   kernel->role,
+                                   c.sliding_window ? " (support_sliding_window = 1)" : ""));
     }
   }
   return Any::object(make_object<PagedKvCache>(c, std::move(k), like, std::move(rope_ext_factors)));
@@ -299,13 +321,11 @@ BuiltinList kv_cache_builtins() {
     c.cache().debug_get_kv(c.integer(1), c.integer(2), c.integer(3), c.tensor(4), c.tensor(5));
     return Any();
   });
-  add("vm.builtin.attention_kv_cache_enable_sliding_window_for_seq", 4, 4,
-      [](const CacheCall& c) -> Any {
-        c.cache();
-        // TVM's answer for a cache created without sliding window support, which is every cache
-        // Kiln creates (create refuses support_sliding_window = 1).
-        throw ValueError(fmt::format("{}: the KV cache does not support sliding window", c.who));
-      });
+  add("vm.builtin.attention_kv_cache_enable_sliding_window_for_seq", 4, 4, [](const CacheCall& c) {
+    // (cache, seq_id, sliding_window_size, attn_sink_size), TVM's order.
+    c.cache().enable_sliding_window(c.integer(1), c.integer(2), c.integer(3));
+    return Any();
+  });
   for (auto [name, what] : {
            std::pair{"vm.builtin.attention_kv_cache_attention_with_shared_kv",
                      "attention with shared KV"},

@@ -57,7 +57,7 @@ std::vector<Tensor> PagedKvCache::held_tensors() const {
   std::vector<Tensor> held = pages_;
   for (const DeviceTables& t : depth_buffers_) {
     held.insert(held.end(),
-                {t.qo_indptr, t.page_indptr, t.page_indices, t.last_page_len, t.k_rope_offset});
+                {t.qo_indptr, t.page_indptr, t.page_indices, t.length_info, t.k_rope_offset});
   }
   held.insert(held.end(),
               {append_indptr_buf_, k_ragged_rope_buf_, q_positions_buf_, append_slots_buf_, q_buf_,
@@ -70,9 +70,11 @@ PagedKvCache::PagedKvCache(const PagedKvConfig& config, PagedKvKernels kernels, 
     : config_(config),
       kernels_(std::move(kernels)),
       rope_ext_factors_(std::move(rope_ext_factors)),
-      // One page more than the capacity needs, as TVM allocates.
-      pool_((config.max_total_length + config.page_size - 1) / config.page_size + 1,
-            config.page_size, config.max_batch_size, config.prefill_chunk) {
+      // One page more than the capacity needs, as TVM allocates, and with sliding window two
+      // more per sequence (a window's partly used first and last pages).
+      pool_((config.max_total_length + config.page_size - 1) / config.page_size + 1 +
+                (config.sliding_window ? 2 * config.max_batch_size : 0),
+            config.page_size, config.max_batch_size, config.prefill_chunk, config.sliding_window) {
   const DataType dtype = like.dtype();
   const int64_t num_pages = pool_.num_pages();
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
@@ -83,7 +85,8 @@ PagedKvCache::PagedKvCache(const PagedKvConfig& config, PagedKvKernels kernels, 
   for (int d = 0; d < KvBlockPool::kMaxDepth; ++d) {
     depth_buffers_.push_back(DeviceTables{
         empty_beside(like, {seqs + 1}, kIndexType), empty_beside(like, {seqs + 1}, kIndexType),
-        empty_beside(like, {num_pages}, kIndexType), empty_beside(like, {seqs}, kIndexType),
+        empty_beside(like, {num_pages}, kIndexType),
+        empty_beside(like, {config.sliding_window ? 3 * seqs : seqs}, kIndexType),
         empty_beside(like, {seqs}, kIndexType)});
   }
   const int64_t chunk = config.prefill_chunk;
@@ -138,9 +141,15 @@ void PagedKvCache::begin_forward(std::span<const int64_t> seq_ids,
 
 void PagedKvCache::end_forward() { in_pass_ = false; }
 
+void PagedKvCache::enable_sliding_window(int64_t seq_id, int64_t window, int64_t sink) {
+  pool_.enable_sliding_window(seq_id, window, sink);
+}
+
 void PagedKvCache::sync_tables() {
   if (!tables_dirty_) return;
   depth_tables_.resize(plan_.depths.size());
+  length_info_host_.resize(plan_.depths.size());
+  length_info_flat_.resize(plan_.depths.size());
   for (size_t d = 0; d < plan_.depths.size(); ++d) {
     const DepthTables& host = plan_.depths[d];
     const DeviceTables& buf = depth_buffers_[d];
@@ -148,7 +157,18 @@ void PagedKvCache::sync_tables() {
     upload_int32(buf.qo_indptr, host.qo_indptr, t.qo_indptr);
     upload_int32(buf.page_indptr, host.page_indptr, t.page_indptr);
     upload_int32(buf.page_indices, host.page_indices, t.page_indices);
-    upload_int32(buf.last_page_len, host.last_page_len, t.last_page_len);
+    if (config_.sliding_window) {
+      // The three rows one after the other, read as a (3, entries) tensor.
+      std::vector<int32_t>& rows = length_info_host_[d];
+      rows = host.last_page_len;
+      rows.insert(rows.end(), host.window_offset.begin(), host.window_offset.end());
+      rows.insert(rows.end(), host.sink_size.begin(), host.sink_size.end());
+      upload_int32(buf.length_info, rows, length_info_flat_[d]);
+      reuse_leading_view(buf.length_info, {3, static_cast<int64_t>(host.last_page_len.size())},
+                         t.length_info);
+    } else {
+      upload_int32(buf.length_info, host.last_page_len, t.length_info);
+    }
     upload_int32(buf.k_rope_offset, host.k_rope_offset, t.k_rope_offset);
   }
   upload_int32(append_indptr_buf_, plan_.append_indptr, append_indptr_);
@@ -194,6 +214,11 @@ bool PagedKvCache::cross_attention_into(const char* who, int64_t layer, const Te
                                         const Tensor& out, const Tensor& lse, double sm_scale,
                                         bool first) {
   const int64_t rotary_inline = config_.rope_mode == RopeMode::kInline;
+  // A sliding-window cache runs the sliding-window kernels on every layer (TVM's choice).
+  const NamedKernel& prefill =
+      config_.sliding_window ? kernels_.paged_prefill_sliding : kernels_.paged_prefill;
+  const NamedKernel& decode =
+      config_.sliding_window ? kernels_.paged_decode_sliding : kernels_.paged_decode;
   bool computed = false;
   for (size_t d = 0; d < depth_tables_.size(); ++d) {
     if (plan_.depths[d].page_indices.empty()) continue;
@@ -201,13 +226,13 @@ bool PagedKvCache::cross_attention_into(const char* who, int64_t layer, const Te
     const Tensor& depth_out = first ? out : depth_out_;
     const Tensor& depth_lse = first ? lse : depth_lse_;
     if (plan_.depths[d].use_decode_kernel) {
-      run(kernels_.paged_decode, who, q, pages_[layer], t.page_indptr, t.page_indices,
-          t.last_page_len, t.k_rope_offset, q_positions_, depth_out, depth_lse, rotary_inline,
-          config_.rope_scale, config_.rope_theta, sm_scale);
+      run(decode, who, q, pages_[layer], t.page_indptr, t.page_indices, t.length_info,
+          t.k_rope_offset, q_positions_, depth_out, depth_lse, rotary_inline, config_.rope_scale,
+          config_.rope_theta, sm_scale);
     } else {
-      run(kernels_.paged_prefill, who, q, t.qo_indptr, pages_[layer], t.page_indptr, t.page_indices,
-          t.last_page_len, t.k_rope_offset, q_positions_, depth_out, depth_lse, int64_t{0},
-          rotary_inline, config_.rope_scale, config_.rope_theta, sm_scale);
+      run(prefill, who, q, t.qo_indptr, pages_[layer], t.page_indptr, t.page_indices, t.length_info,
+          t.k_rope_offset, q_positions_, depth_out, depth_lse, int64_t{0}, rotary_inline,
+          config_.rope_scale, config_.rope_theta, sm_scale);
     }
     if (!first) run(kernels_.merge, who, out, lse, depth_out, depth_lse);
     first = false;

@@ -47,6 +47,10 @@ struct PagedKvConfig {
   int64_t num_qo_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
+  // Sequences may slide a window (support_sliding_window = 1): every layer's cross attention
+  // runs the sliding-window kernels, RoPE is applied inline (TVM's rule) and the cache has two
+  // more pages per sequence.
+  bool sliding_window = false;
   RopeMode rope_mode = RopeMode::kNone;
   double rope_scale = 1;
   double rope_theta = 10000;
@@ -54,14 +58,16 @@ struct PagedKvConfig {
 
 // The kernels of a TIR paged KV cache.
 struct PagedKvKernels {
-  NamedKernel transpose_append;  // (pages, k, v, slots)
-  NamedKernel ragged_prefill;    // new queries against new keys, causal
-  NamedKernel paged_prefill;     // queries against cached pages
-  NamedKernel paged_decode;      // one query per sequence against cached pages
-  NamedKernel merge;             // (o, lse, o_other, lse_other): merges attention states
-  NamedKernel split_rotary;      // fused qkv -> q, k, v with RoPE applied
-  NamedKernel copy_page;         // (pages, src, dst, length)
-  NamedKernel debug_get_kv;      // (pages, slots, k, v, layer); may be absent
+  NamedKernel transpose_append;       // (pages, k, v, slots)
+  NamedKernel ragged_prefill;         // new queries against new keys, causal
+  NamedKernel paged_prefill;          // queries against cached pages
+  NamedKernel paged_decode;           // one query per sequence against cached pages
+  NamedKernel paged_prefill_sliding;  // paged prefill reading the 3-row length info
+  NamedKernel paged_decode_sliding;   // paged decode reading the 3-row length info
+  NamedKernel merge;                  // (o, lse, o_other, lse_other): merges attention states
+  NamedKernel split_rotary;           // fused qkv -> q, k, v with RoPE applied
+  NamedKernel copy_page;              // (pages, src, dst, length)
+  NamedKernel debug_get_kv;           // (pages, slots, k, v, layer); may be absent
 };
 
 class PagedKvCache : public Object, public HeldTensors {
@@ -82,6 +88,9 @@ class PagedKvCache : public Object, public HeldTensors {
   void pop_tokens(int64_t seq_id, int64_t n);
   void begin_forward(std::span<const int64_t> seq_ids, std::span<const int64_t> lengths);
   void end_forward();
+  // vm.builtin.attention_kv_cache_enable_sliding_window_for_seq: the sequence keeps its last
+  // `window` tokens and its first `sink` (KvBlockPool::enable_sliding_window; its errors).
+  void enable_sliding_window(int64_t seq_id, int64_t window, int64_t sink);
 
   // Attention for layer `layer` over the pass begun last (vm.builtin.attention_kv_cache_*).
   // `qkv`: (tokens, qo_heads + 2 * kv_heads, head_dim); `out`: (tokens, qo_heads, head_dim).
@@ -114,8 +123,10 @@ class PagedKvCache : public Object, public HeldTensors {
 
  private:
   // Index arrays of the current pass on the device (views of the fixed-size buffers).
+  // length_info: (3, entries) when the cache slides windows (last_page_len, window offset,
+  // sink size, the sliding-window kernels' layout), else last_page_len.
   struct DeviceTables {
-    Tensor qo_indptr, page_indptr, page_indices, last_page_len, k_rope_offset;
+    Tensor qo_indptr, page_indptr, page_indices, length_info, k_rope_offset;
   };
   void check_layer(int64_t layer, const char* who) const;
   int64_t pass_tokens(const char* who) const;
@@ -148,6 +159,8 @@ class PagedKvCache : public Object, public HeldTensors {
   bool tables_dirty_ = false;
   ForwardPlan plan_;
   std::vector<DeviceTables> depth_tables_;
+  std::vector<std::vector<int32_t>> length_info_host_;  // per depth: the 3 rows, uploaded
+  std::vector<Tensor> length_info_flat_;                // per depth: their 1-D upload view
   Tensor append_indptr_, k_ragged_rope_, q_positions_, append_slots_;
   // Views of the scratch buffers sized for the pass, made once per pass (not per layer).
   Tensor q_, k_, v_, depth_out_, depth_lse_, merged_lse_;
