@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "rpc/session_process.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -9,13 +10,17 @@
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "kiln/error.h"
@@ -52,6 +57,60 @@ double parse_seconds(const std::string& flag, const std::string& text) {
   } catch (const std::exception&) {
   }
   throw ValueError(fmt::format("{}: '{}' is not a number of seconds", flag, text));
+}
+
+// Writes `text` to the cgroup file `path`; whether it took it.
+bool write_cgroup_file(const fs::path& path, const std::string& text) noexcept {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+// This process's cgroup v2 directory (the mount point of the unified hierarchy joined with
+// the "0::" line of /proc/self/cgroup); empty where there is none.
+fs::path own_cgroup() {
+  std::string relative;
+  {
+    std::ifstream in("/proc/self/cgroup");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("0::", 0) == 0) relative = line.substr(3);
+    }
+  }
+  if (relative.empty() || relative.find("(deleted)") != std::string::npos) return {};
+  std::ifstream mounts("/proc/self/mountinfo");
+  for (std::string line; std::getline(mounts, line);) {
+    // "<id> <parent> <dev> <root> <mount point> <options> [optional...] - <type> <source> ..."
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::vector<std::string> fields;
+    size_t at = 0;
+    for (int i = 0; i < 5 && at < dash; ++i) {
+      const size_t end = line.find(' ', at);
+      fields.push_back(line.substr(at, end - at));
+      at = end + 1;
+    }
+    if (fields.size() < 5 || fields[3] != "/") continue;  // a mount of part of the tree
+    return fs::path(fields[4]) / fs::path(relative).relative_path();
+  }
+  return {};
+}
+
+// A fresh cgroup for session `id` under this process's own, or empty where the machine does
+// not let this process make one (no cgroup v2, not writable, turned off).
+fs::path make_session_cgroup(uint64_t id) {
+  if (const char* env = std::getenv("KILN_RPC_SESSION_CGROUP");
+      env != nullptr && std::strcmp(env, "off") == 0) {
+    return {};
+  }
+  static const fs::path parent = own_cgroup();
+  if (parent.empty()) return {};
+  static std::atomic<uint64_t> serial{0};
+  const fs::path dir =
+      parent / fmt::format("kiln-session-{}-{}-{}", ::getpid(), id, serial.fetch_add(1));
+  if (::mkdir(dir.c_str(), 0755) != 0) return {};
+  return dir;
 }
 
 }  // namespace
@@ -98,6 +157,10 @@ std::vector<std::string> worker_arguments(const WorkerConfig& c) {
   for (const fs::path& p : c.hidden_files) {
     a.emplace_back("--hide");
     a.push_back(p.string());
+  }
+  if (!c.cgroup.empty()) {
+    a.emplace_back("--cgroup");
+    a.push_back(c.cgroup.string());
   }
   return a;
 }
@@ -152,6 +215,8 @@ WorkerConfig parse_worker_arguments(const std::vector<std::string>& args) {
       c.search_paths.emplace_back(v);
     } else if (flag == "--hide") {
       c.hidden_files.emplace_back(v);
+    } else if (flag == "--cgroup") {
+      c.cgroup = v;
     } else {
       throw ValueError(fmt::format("unknown argument '{}'", flag));
     }
@@ -195,7 +260,11 @@ fs::path find_session_worker(const fs::path& configured) {
       kWorkerName, where.empty() ? "nothing: libkiln's location is unknown" : where));
 }
 
-SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& config, int session_fd) {
+SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& given, int session_fd)
+    : write_timeout_(given.write_timeout_ms) {
+  WorkerConfig config = given;
+  cgroup_ = make_session_cgroup(config.id);
+  config.cgroup = cgroup_;
   std::vector<std::string> args = worker_arguments(config);
   args.insert(args.begin(), worker.string());
   std::vector<char*> argv;
@@ -233,6 +302,7 @@ SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& confi
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
     pid_ = -1;
+    end_cgroup();
     throw RuntimeError(
         fmt::format("cannot start the session worker {}: {}", worker.string(), std::strerror(rc)));
   }
@@ -245,12 +315,38 @@ SessionProcess::~SessionProcess() {
     wait(std::nullopt);
   }
   if (pidfd_ >= 0) ::close(pidfd_);
+  end_cgroup();  // a no-op when wait() removed it
 }
 
 void SessionProcess::signal(int sig) noexcept {
   if (status_ || pid_ <= 0) return;
-  // The group: processes the session spawned go too (unless they left it).
+  // The group: processes the session spawned go too (unless they left it: the cgroup, where
+  // there is one, holds those as well).
   if (::kill(-pid_, sig) != 0) ::kill(pid_, sig);
+  if (sig == SIGKILL && !cgroup_.empty()) write_cgroup_file(cgroup_ / "cgroup.kill", "1");
+}
+
+void SessionProcess::end_cgroup() noexcept {
+  if (cgroup_.empty()) return;
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  // cgroup.kill (Linux 5.14) kills the whole cgroup at once; else each process it lists,
+  // again until none is left (one may fork meanwhile).
+  const bool killed = write_cgroup_file(cgroup_ / "cgroup.kill", "1");
+  while (true) {
+    if (!killed) {
+      std::ifstream procs(cgroup_ / "cgroup.procs");
+      for (pid_t p = 0; procs >> p;) ::kill(p, SIGKILL);
+    }
+    if (::rmdir(cgroup_.c_str()) == 0 || errno == ENOENT) break;
+    if (errno != EBUSY || Clock::now() >= deadline) {
+      log(LogLevel::kWarn, "rpc-server",
+          fmt::format("cannot remove the session's cgroup {}: {}", cgroup_.string(),
+                      std::strerror(errno)));
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  cgroup_.clear();
 }
 
 std::optional<int> SessionProcess::wait(std::optional<std::chrono::milliseconds> timeout) {
@@ -261,13 +357,17 @@ std::optional<int> SessionProcess::wait(std::optional<std::chrono::milliseconds>
     const pid_t r = ::waitpid(pid_, &status, timeout ? WNOHANG : 0);
     if (r == pid_) {
       status_ = status;
-      // The group's leftovers (a process the session started and did not wait for).
+      // The group's and the cgroup's leftovers (a process the session started that outlived
+      // the worker: it crashed or was killed before it could end them itself).
       ::kill(-pid_, SIGKILL);
+      end_cgroup();
       return status_;
     }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {  // reaped elsewhere (a SIGCHLD handler set to SIG_IGN): gone all the same
       status_ = 0;
+      ::kill(-pid_, SIGKILL);
+      end_cgroup();
       return status_;
     }
     const auto now = Clock::now();
@@ -286,111 +386,271 @@ bool crashed(int status) {
   return WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL && WTERMSIG(status) != SIGTERM;
 }
 
+namespace {
+
+// The slowest a client may take reply data: the plain path's rule (session_server.cc,
+// kMinSessionBytesPerSecond with Connection::set_min_throughput), 1 MiB/s after the write
+// timeout.
+constexpr uint64_t kRelayMinBytesPerSecond = uint64_t{1} << 20;
+
+// Bytes on their way in one direction.
+struct Pipe {
+  std::vector<uint8_t> bytes;
+  size_t at = 0;  // bytes before this one are sent
+  bool empty() const { return at == bytes.size(); }
+  size_t size() const { return bytes.size() - at; }
+  const uint8_t* data() const { return bytes.data() + at; }
+  void took(size_t n) {
+    at += n;
+    if (at == bytes.size()) {
+      bytes.clear();
+      at = 0;
+    }
+  }
+};
+
+// The deadline of reply data the relay holds for the client: from the moment some is waiting,
+// the write timeout plus 1 s per kRelayMinBytesPerSecond of every byte queued until the client
+// took them all; and no wait for the client longer than the write timeout. A client that takes
+// a little now and then cannot stretch it. No deadline with a write timeout of 0.
+class ReplyDeadline {
+ public:
+  explicit ReplyDeadline(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+  // `n` more bytes wait for the client.
+  void queued(size_t n) {
+    if (timeout_.count() <= 0) return;
+    const auto now = Clock::now();
+    if (!deadline_) {
+      deadline_ = now + timeout_;
+      last_progress_ = now;
+    }
+    *deadline_ += std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(n) / kRelayMinBytesPerSecond));
+  }
+  // The client took some; `drained`: all that waited.
+  void took(bool drained) {
+    last_progress_ = Clock::now();
+    if (drained) deadline_.reset();
+  }
+  // The earlier of the two limits, or none.
+  std::optional<Clock::time_point> next() const {
+    if (!deadline_) return std::nullopt;
+    return std::min(*deadline_, last_progress_ + timeout_);
+  }
+  // Why the client lost its session, or "" while it is in time.
+  std::string passed(size_t waiting) const {
+    const auto limit = next();
+    if (!limit || Clock::now() < *limit) return "";
+    if (Clock::now() >= last_progress_ + timeout_) {
+      return fmt::format("the client took no reply data for {} ms ({} bytes waiting)",
+                         timeout_.count(), waiting);
+    }
+    return fmt::format(
+        "the client took reply data too slowly: it must take it within the write timeout of {} "
+        "ms plus 1 s per {} bytes ({} bytes waiting)",
+        timeout_.count(), kRelayMinBytesPerSecond, waiting);
+  }
+
+ private:
+  std::chrono::milliseconds timeout_;
+  std::optional<Clock::time_point> deadline_;
+  Clock::time_point last_progress_;
+};
+
+}  // namespace
+
 std::string relay(Connection& client, int worker_fd, const SessionProcess& worker,
                   const std::atomic<bool>& stop) {
+  using Outcome = tls::Session::Io::Outcome;
   constexpr size_t kBufferBytes = size_t{256} << 10;
-  std::vector<uint8_t> to_worker;
-  std::vector<uint8_t> to_client;
-  size_t to_worker_at = 0;
-  size_t to_client_at = 0;
-  bool client_open = true;  // the client may still send
-  bool worker_open = true;  // the worker may still send
-  bool tls_wants_write = false;
+  constexpr int kStopCheckMs = 100;  // how often `stop` is looked at while nothing happens
   tls::Session& tls = *client.tls_session();
   const int client_fd = client.fd();
   ::fcntl(client_fd, F_SETFL, ::fcntl(client_fd, F_GETFL) | O_NONBLOCK);
   ::fcntl(worker_fd, F_SETFL, ::fcntl(worker_fd, F_GETFL) | O_NONBLOCK);
+  Pipe to_worker;
+  Pipe to_client;
+  ReplyDeadline reply_deadline(worker.write_timeout());
+  bool client_sends = true;    // no close_notify, EOF or failure from the client yet
+  bool worker_sends = true;    // the worker's end may still give bytes
+  bool worker_takes = true;    // the worker's end still takes bytes
+  bool worker_exited = false;  // its pidfd polled readable (without one, its end's EOF tells)
+  // What the last TLS read / write waits for on the client's socket (0: nothing).
+  short read_waits = 0;
+  short write_waits = 0;
   std::vector<uint8_t> chunk(size_t{64} << 10);
   while (!stop.load()) {
-    bool moved = false;  // bytes moved this round: go on without waiting in poll
+    bool moved = false;  // something happened this round: go on without waiting in poll
     // Client -> worker: decrypt what arrived (and what TLS already holds).
-    if (client_open && to_worker.size() < kBufferBytes) {
-      tls_wants_write = false;  // as the last TLS call says, below
-      const ssize_t got = tls.recv(chunk.data(), chunk.size());
-      if (got > 0) {
-        moved = true;
-        to_worker.insert(to_worker.end(), chunk.begin(), chunk.begin() + got);
-      } else if (got == 0) {
-        client_open = false;
-        ::shutdown(worker_fd, SHUT_WR);
-      } else if (errno == EPROTO) {
-        return fmt::format("the encrypted channel failed its integrity check ({})", tls.error());
-      } else if (errno != EAGAIN && errno != EINTR) {
-        return fmt::format("the client's connection failed: {}", std::strerror(errno));
-      } else {
-        tls_wants_write = tls.wants_write();
+    read_waits = 0;
+    if (client_sends && worker_takes && to_worker.size() < kBufferBytes) {
+      const tls::Session::Io io = tls.read(chunk.data(), chunk.size());
+      switch (io.outcome) {
+        case Outcome::kData:
+          moved = true;
+          to_worker.bytes.insert(to_worker.bytes.end(), chunk.begin(),
+                                 chunk.begin() + static_cast<ptrdiff_t>(io.bytes));
+          break;
+        case Outcome::kWouldBlock:
+          read_waits = io.wants_write ? POLLOUT : POLLIN;
+          break;
+        case Outcome::kPeerClosed:
+          // close_notify or a half-close: the client sends no more, but may still read. The
+          // worker sees the end of its input and ends the session; replies until then go out.
+          moved = true;
+          client_sends = false;
+          break;
+        case Outcome::kFailed:
+          if (io.error == EPROTO) {
+            return fmt::format("the encrypted channel failed its integrity check ({})",
+                               tls.error());
+          }
+          return fmt::format("the client's connection failed: {}", std::strerror(io.error));
       }
     }
-    if (to_worker_at < to_worker.size()) {
-      const ssize_t n = ::send(worker_fd, to_worker.data() + to_worker_at,
-                               to_worker.size() - to_worker_at, MSG_NOSIGNAL);
+    if (!client_sends && to_worker.empty() && worker_takes) {
+      ::shutdown(worker_fd, SHUT_WR);
+      worker_takes = false;
+    }
+    if (!to_worker.empty() && worker_takes) {
+      const ssize_t n = ::send(worker_fd, to_worker.data(), to_worker.size(), MSG_NOSIGNAL);
       if (n > 0) {
-        to_worker_at += static_cast<size_t>(n);
+        to_worker.took(static_cast<size_t>(n));
         moved = true;
-      }
-      if (n < 0 && errno != EAGAIN && errno != EINTR) return "the session worker stopped reading";
-      if (to_worker_at == to_worker.size()) {
-        to_worker.clear();
-        to_worker_at = 0;
+      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        // The worker's end closed: what the client sends now has nobody to go to.
+        worker_takes = false;
+        to_worker = Pipe();
+        moved = true;
       }
     }
     // Worker -> client.
-    if (worker_open && to_client.size() < kBufferBytes) {
+    if (worker_sends && to_client.size() < kBufferBytes) {
       const ssize_t got = ::recv(worker_fd, chunk.data(), chunk.size(), 0);
       if (got > 0) {
         moved = true;
-        to_client.insert(to_client.end(), chunk.begin(), chunk.begin() + got);
-      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-        worker_open = false;  // it ended the session, or its end of the pair failed
-      }
-    }
-    if (to_client_at < to_client.size()) {
-      tls_wants_write = false;
-      const ssize_t n = tls.send(to_client.data() + to_client_at, to_client.size() - to_client_at);
-      if (n > 0) {
-        to_client_at += static_cast<size_t>(n);
+        to_client.bytes.insert(to_client.bytes.end(), chunk.begin(), chunk.begin() + got);
+        reply_deadline.queued(static_cast<size_t>(got));
+      } else if (got == 0 || (errno != EAGAIN && errno != EINTR) || worker_exited) {
+        // It ended the session, its end failed, or it exited and all it wrote is here (a
+        // process it started may hold its end open: that must not keep the session).
+        worker_sends = false;
         moved = true;
       }
-      if (n < 0) {
-        if (errno == EPROTO) {
-          return fmt::format("the encrypted channel failed ({})", tls.error());
-        }
-        if (errno != EAGAIN && errno != EINTR) return "the client's connection closed";
-        tls_wants_write = tls.wants_write();
-      }
-      if (to_client_at == to_client.size()) {
-        to_client.clear();
-        to_client_at = 0;
+    }
+    write_waits = 0;
+    if (!to_client.empty()) {
+      const tls::Session::Io io = tls.write(to_client.data(), to_client.size());
+      switch (io.outcome) {
+        case Outcome::kData:
+          moved = true;
+          to_client.took(io.bytes);
+          reply_deadline.took(to_client.empty());
+          break;
+        case Outcome::kWouldBlock:
+          write_waits = io.wants_write ? POLLOUT : POLLIN;
+          break;
+        case Outcome::kPeerClosed:
+          return "the client closed the connection";
+        case Outcome::kFailed:
+          if (io.error == EPROTO) {
+            return fmt::format("the encrypted channel failed ({})", tls.error());
+          }
+          return fmt::format("the client's connection failed: {}", std::strerror(io.error));
       }
     }
-    if (!worker_open && to_client.empty()) return "the session ended";
-    if (!client_open && !worker_open) return "the client closed the connection";
+    if (!worker_sends && to_client.empty()) return "the session ended";
+    if (std::string late = reply_deadline.passed(to_client.size()); !late.empty()) return late;
     if (moved) continue;
-    // Wait for something to do.
+
+    // Nothing to do now: wait for one of the sockets or the worker's exit. A descriptor is
+    // polled only for what would let the relay go on, so that a hang-up that changes nothing
+    // (reported whatever is asked) cannot wake it again and again.
     pollfd fds[3];
-    nfds_t count = 0;
-    short client_events = 0;
-    if ((client_open && to_worker.size() < kBufferBytes) || tls_wants_write)
-      client_events |= POLLIN;
-    if (!to_client.empty() || tls_wants_write) client_events |= POLLOUT;
-    fds[count++] = {client_fd, client_events, 0};
+    short client_events = static_cast<short>(read_waits | write_waits);
+    const bool decrypted_waits =
+        client_sends && worker_takes && to_worker.size() < kBufferBytes && tls.pending() > 0;
+    if (decrypted_waits) continue;
+    // The client's socket is always watched: POLLHUP / POLLERR there end the relay.
+    fds[0] = {client_fd, client_events, 0};
     short worker_events = 0;
-    if (worker_open && to_client.size() < kBufferBytes) worker_events |= POLLIN;
-    if (!to_worker.empty()) worker_events |= POLLOUT;
-    fds[count++] = {worker_fd, worker_events, 0};
-    if (worker.exit_fd() >= 0) fds[count++] = {worker.exit_fd(), POLLIN, 0};
-    if (client_open && to_worker.size() < kBufferBytes && tls.pending() > 0) {
-      continue;  // decrypted bytes wait already
+    if (worker_sends && to_client.size() < kBufferBytes) worker_events |= POLLIN;
+    if (!to_worker.empty() && worker_takes) worker_events |= POLLOUT;
+    fds[1] = {worker_events != 0 ? worker_fd : -1, worker_events, 0};
+    fds[2] = {worker_exited ? -1 : worker.exit_fd(), POLLIN, 0};
+    int wait_ms = kStopCheckMs;
+    if (const auto limit = reply_deadline.next()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*limit - Clock::now());
+      wait_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, kStopCheckMs));
     }
-    const int r = ::poll(fds, count, 100);
+    const int r = ::poll(fds, 3, wait_ms);
     if (r < 0 && errno != EINTR) return fmt::format("poll failed: {}", std::strerror(errno));
-    if ((fds[0].revents & (POLLERR | POLLHUP)) != 0 && (fds[0].revents & POLLIN) == 0) {
-      client_open = false;
-      ::shutdown(worker_fd, SHUT_WR);
-      if (to_client.empty()) return "the client closed the connection";
+    if (r <= 0) continue;
+    if ((fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
+      // Reset, or closed in both directions: nothing can reach the client any more.
+      return "the client's connection was closed or reset";
+    }
+    if ((fds[1].revents & (POLLERR | POLLHUP)) != 0 && (worker_events & POLLIN) == 0) {
+      // Its end closed while the relay only had bytes for it: they have nobody to go to.
+      worker_takes = false;
+      to_worker = Pipe();
+    }
+    if ((fds[2].revents & POLLIN) != 0) {
+      // Exited: what it wrote is in its end already; read that, then end (above).
+      worker_exited = true;
+      worker_takes = false;
+      to_worker = Pipe();
     }
   }
   return "the server is stopping";
+}
+
+int end_descendants(std::chrono::milliseconds limit) noexcept {
+  const auto deadline = Clock::now() + limit;
+  const pid_t self = ::getpid();
+  int reaped = 0;
+  while (true) {
+    // Children (orphaned descendants among them, this process being a subreaper): killed.
+    if (DIR* proc = ::opendir("/proc")) {
+      while (const dirent* e = ::readdir(proc)) {
+        pid_t pid = 0;
+        const char* name = e->d_name;
+        const auto [end, ec] = std::from_chars(name, name + std::strlen(name), pid);
+        if (ec != std::errc() || *end != 0 || pid == self) continue;
+        char path[64];
+        std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        char stat[512];
+        const ssize_t n = ::read(fd, stat, sizeof(stat) - 1);
+        ::close(fd);
+        if (n <= 0) continue;
+        stat[n] = 0;
+        // "<pid> (<comm>) <state> <ppid> ...": comm may hold spaces and parentheses.
+        const char* close_paren = std::strrchr(stat, ')');
+        int ppid = 0;
+        char state = 0;
+        if (close_paren != nullptr && std::sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 &&
+            ppid == self) {
+          ::kill(pid, SIGKILL);
+        }
+      }
+      ::closedir(proc);
+    }
+    while (true) {
+      int status = 0;
+      const pid_t r = ::waitpid(-1, &status, WNOHANG | __WALL);
+      if (r > 0) {
+        ++reaped;
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return reaped;  // ECHILD: none left
+      break;                     // some still running (dying)
+    }
+    if (Clock::now() >= deadline) return reaped;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 void make_non_dumpable() noexcept { ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }

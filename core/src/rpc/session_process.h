@@ -52,6 +52,9 @@ struct WorkerConfig {
   // make a mount namespace of its own.
   std::vector<std::filesystem::path> hidden_files;
   pid_t server_pid = 0;  // the worker ends when this process does
+  // A cgroup v2 directory made for this session (SessionProcess does), which the worker joins
+  // first thing; empty: none (the worker's subreaper role alone keeps its descendants).
+  std::filesystem::path cgroup;
 };
 
 // `config` as command-line arguments (after the program name), and back. parse throws
@@ -64,15 +67,22 @@ WorkerConfig parse_worker_arguments(const std::vector<std::string>& args);
 // (<build>/bin/). Throws RuntimeError listing where it looked.
 std::filesystem::path find_session_worker(const std::filesystem::path& configured);
 
-// A running session worker.
+// A running session worker and everything it starts (its process tree).
+//
+// The tree ends with the session (issue 37, item 3): the worker makes its descriptor 3
+// close-on-exec (nothing it starts holds the session's socket) and is a child subreaper that
+// kills and reaps every descendant before it exits, setsid() or not. Where the machine offers a
+// writable cgroup v2 subtree (the server's own cgroup), each session also gets a cgroup of its
+// own, which is killed whole once the worker was reaped: that also catches descendants of a
+// worker that crashed or was killed. $KILN_RPC_SESSION_CGROUP=off turns the cgroup off.
 class SessionProcess {
  public:
   // Starts `worker` with `session_fd` as its descriptor 3, stdin /dev/null, stdout and stderr
-  // the server's, in a process group of its own, every other descriptor closed, signals at
-  // their defaults, and the environment without KILN_RPC_TOKEN and KILN_TRACKER_TOKEN.
-  // Throws RuntimeError when it cannot start.
+  // the server's, in a process group of its own (and a cgroup of its own where it can make
+  // one), every other descriptor closed, signals at their defaults, and the environment
+  // without KILN_RPC_TOKEN and KILN_TRACKER_TOKEN. Throws RuntimeError when it cannot start.
   SessionProcess(const std::filesystem::path& worker, const WorkerConfig& config, int session_fd);
-  // Kills (SIGKILL, the whole group) and reaps a worker still running.
+  // Kills (SIGKILL, the whole group and cgroup) and reaps a worker still running.
   ~SessionProcess();
   SessionProcess(const SessionProcess&) = delete;
   SessionProcess& operator=(const SessionProcess&) = delete;
@@ -80,16 +90,27 @@ class SessionProcess {
   pid_t pid() const { return pid_; }
   // A descriptor that polls readable once the worker exited (-1 where pidfds are missing).
   int exit_fd() const { return pidfd_; }
-  // Sends `sig` to the worker's process group (what it spawned too). No-op once reaped.
+  // The server's write timeout (0: none): relay() gives the client that long, plus 1 s per
+  // MiB, to take reply data, as a session without a token does.
+  std::chrono::milliseconds write_timeout() const { return write_timeout_; }
+  // The session's cgroup, or empty when it has none.
+  const std::filesystem::path& cgroup() const { return cgroup_; }
+  // Sends `sig` to the worker's process group (what it spawned too; SIGKILL: its cgroup as
+  // well). No-op once reaped.
   void signal(int sig) noexcept;
   // Waits up to `timeout` (nullopt: forever) for the worker to exit; its wait status, or
-  // nullopt while it runs.
+  // nullopt while it runs. Once it exited, what is left of its group and cgroup is killed and
+  // the cgroup removed.
   std::optional<int> wait(std::optional<std::chrono::milliseconds> timeout);
 
  private:
+  // Kills every process left in the cgroup and removes it (bounded: a second at most).
+  void end_cgroup() noexcept;
   pid_t pid_ = -1;
   int pidfd_ = -1;
   std::optional<int> status_;
+  std::chrono::milliseconds write_timeout_{0};
+  std::filesystem::path cgroup_;
 };
 
 // Whether the status says the worker crashed (a signal other than the server's own SIGTERM /
@@ -97,10 +118,20 @@ class SessionProcess {
 bool crashed(int status);
 
 // Relays bytes between `client` (the encrypted side) and the worker's end of a socket pair,
-// `worker_fd`, until either closes, `worker` exits (after forwarding what it wrote), `stop`
-// is set, or the channel fails its integrity check. Returns why it ended.
+// `worker_fd`, until the session is over: the worker exited (after what it wrote was
+// forwarded) or closed its end, the client hung up, reset, or can take no more data, the
+// client did not take reply data within the worker's write_timeout() plus 1 s per MiB (the
+// same rule as without a token), `stop` was set, or the channel failed its integrity check.
+// After the client's close_notify (or a half-close) replies still go out until the worker ends.
+// Never spins: every state it can be in waits in poll(). Returns why it ended; the caller
+// closes `worker_fd` and reaps the worker.
 std::string relay(Connection& client, int worker_fd, const SessionProcess& worker,
                   const std::atomic<bool>& stop);
+
+// Kills every descendant of this process and reaps them (this process must be a child
+// subreaper, so that orphaned ones became its children), for up to `limit`. Returns how many it
+// reaped. The session worker runs it as it ends.
+int end_descendants(std::chrono::milliseconds limit) noexcept;
 
 // Makes this process non-dumpable: its /proc files (memory, environment, descriptors) are
 // then closed to every process without CAP_SYS_PTRACE, same user or not. The server does it

@@ -6,7 +6,11 @@
 //      the server's token files read as empty, and the sessions' root shows only this
 //      session's directory;
 //   3. no capabilities and no new privileges: it cannot read the memory, environment or
-//      descriptors of the server or of other sessions (all non-dumpable), whoever runs them.
+//      descriptors of the server or of other sessions (all non-dumpable), whoever runs them;
+//   4. its process tree ends with it (issue 37, item 3): the session's socket is close-on-exec
+//      (a process an uploaded kernel starts does not hold it), it joins the session's cgroup
+//      where the server made one, and as a child subreaper it kills and reaps every descendant
+//      (orphaned, setsid() or not) before it exits.
 // What it could not do is logged once, and docs/rpc.md says what a session can reach then.
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -44,6 +48,8 @@ namespace {
 constexpr int kSessionFd = 3;
 // How long a call that ignores cancellation may run on once the session must end.
 constexpr auto kCancelGrace = std::chrono::seconds(2);
+// How long the worker spends killing and reaping its descendants as it ends.
+constexpr auto kEndDescendantsLimit = std::chrono::milliseconds(500);
 
 void warn(const std::string& m) { log(LogLevel::kWarn, "rpc-session", m); }
 
@@ -144,10 +150,17 @@ void watch(SessionState& state, const sigset_t& signals) {
           fmt::format("session {} with {}: a call did not return within {} s of the end of the "
                       "session; ending its process",
                       state.id, state.conn->peer(), kCancelGrace.count()));
+      end_descendants(kEndDescendantsLimit);
       std::fflush(nullptr);
       ::_exit(4);
     }
   }
+}
+
+// Joins the cgroup `dir` (its cgroup.procs); returns why not, or "".
+std::string join_cgroup(const fs::path& dir) {
+  if (write_file((dir / "cgroup.procs").c_str(), "0")) return "";
+  return fmt::format("cannot join the session's cgroup {}: {}", dir.string(), std::strerror(errno));
 }
 
 }  // namespace
@@ -155,6 +168,11 @@ void watch(SessionState& state, const sigset_t& signals) {
 int session_worker_main(int argc, char** argv) {
   make_non_dumpable();
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  // Nothing this process starts may hold the session's socket: a child that did would keep the
+  // session (and the server's slot) open after this process ended.
+  ::fcntl(kSessionFd, F_SETFD, FD_CLOEXEC);
+  // Orphaned descendants become this process's children (not init's), so that it can end them.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   WorkerConfig config;
   try {
     config = parse_worker_arguments(std::vector<std::string>(argv + 1, argv + argc));
@@ -167,6 +185,14 @@ int session_worker_main(int argc, char** argv) {
   }
   if (config.server_pid > 0 && ::getppid() != config.server_pid) return 3;  // the server is gone
   set_log_level(config.log_level);
+  // First, before anything here can start a process: all of them then belong to the cgroup.
+  if (!config.cgroup.empty()) {
+    if (std::string why = join_cgroup(config.cgroup); !why.empty()) {
+      log(LogLevel::kInfo, "rpc-session",
+          fmt::format("session {}: {}; its descendants are ended by this process alone", config.id,
+                      why));
+    }
+  }
   struct stat st {};
   if (::fstat(kSessionFd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
     std::fprintf(stderr, "kiln-rpc-session: descriptor %d is not the session's socket\n",
@@ -229,6 +255,7 @@ int session_worker_main(int argc, char** argv) {
   // process to end (it measured 100 ms per session).
   ::pthread_kill(watcher.native_handle(), SIGHUP);
   watcher.join();
+  end_descendants(kEndDescendantsLimit);
   return 0;
 }
 

@@ -6,6 +6,8 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "rpc/socket_io.h"
 
 namespace kiln::rpc::tls {
 
@@ -262,21 +265,48 @@ Session::Session(const Context& context, int fd, std::chrono::steady_clock::time
   BIO_set_fd(bio, fd, BIO_NOCLOSE);
   SSL_set_bio(ssl_, bio, bio);  // ssl_ owns it
   const bool client = context.side() == Context::Side::kClient;
+  // The handshake runs on a non-blocking socket and every wait is a poll bounded by the
+  // deadline: on a blocking one OpenSSL reads a record one socket read per piece, each with the
+  // socket's whole timeout, so a peer dripping a byte now and then held the handshake forever
+  // (issue 37, item 4). The socket's mode is restored however the handshake ends.
+  const int flags = ::fcntl(fd, F_GETFL);
+  const bool made_nonblocking =
+      flags >= 0 && (flags & O_NONBLOCK) == 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
+  const auto restore_mode = [&] {
+    if (made_nonblocking) ::fcntl(fd, F_SETFL, flags);
+  };
   while (true) {
     ERR_clear_error();
     errno = 0;
     const int r = client ? SSL_connect(ssl_) : SSL_accept(ssl_);
-    if (r == 1) return;
-    const int err = SSL_get_error(ssl_, r);
-    const int saved_errno = errno;
-    if ((err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) &&
-        std::chrono::steady_clock::now() < deadline && (saved_errno == EINTR || saved_errno == 0)) {
-      continue;  // a signal: go on while time is left
+    if (r == 1) {
+      restore_mode();
+      return;
     }
+    int err = SSL_get_error(ssl_, r);
+    int saved_errno = errno;
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      int ready = 0;
+      try {
+        // Ctrl-C in Python ends a client's wait (kiln/detail/cancellation.h).
+        ready = poll_until_interruptible(fd, err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN,
+                                         deadline);
+      } catch (...) {
+        restore_mode();
+        SSL_free(ssl_);
+        ssl_ = nullptr;
+        throw;
+      }
+      if (ready > 0) continue;  // readable, writable, or an error the next call reports
+      if (ready < 0) {
+        saved_errno = errno;
+        err = SSL_ERROR_SYSCALL;
+      }
+    }
+    restore_mode();
     HandshakeError::Kind kind = HandshakeError::Kind::kWrongKey;
     std::string why;
-    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ||
-        std::chrono::steady_clock::now() >= deadline) {
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
       kind = HandshakeError::Kind::kTimedOut;
       why = "no answer in time";
     } else if (err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN) {
@@ -302,43 +332,91 @@ Session::Session(const Context& context, int fd, std::chrono::steady_clock::time
 
 Session::~Session() { SSL_free(ssl_); }
 
-ssize_t Session::finish_io(int result, bool sending) {
-  if (result > 0) return result;
+Session::Io Session::finish_io(int result) {
   const int saved_errno = errno;
   const int err = SSL_get_error(ssl_, result);
+  Io io;
   switch (err) {
     case SSL_ERROR_ZERO_RETURN:
-      return 0;
+      // close_notify received; for a write, also a socket error after it (OpenSSL reports
+      // that as ZERO_RETURN too): either way the peer is done.
+      io.outcome = Io::Outcome::kPeerClosed;
+      return io;
     case SSL_ERROR_WANT_READ:
     case SSL_ERROR_WANT_WRITE:
-      errno = saved_errno == EINTR ? EINTR : EAGAIN;
-      return -1;
+      io.outcome = Io::Outcome::kWouldBlock;
+      io.wants_write = err == SSL_ERROR_WANT_WRITE;
+      io.error = saved_errno == EINTR ? EINTR : EAGAIN;
+      return io;
     case SSL_ERROR_SYSCALL:
       ERR_clear_error();
-      if (saved_errno == 0) return sending ? (errno = EPIPE, -1) : 0;  // closed without notify
-      errno = saved_errno;
-      return -1;
+      if (saved_errno == 0 || saved_errno == EPIPE || saved_errno == ECONNRESET) {
+        io.outcome = Io::Outcome::kPeerClosed;  // closed without close_notify, or reset
+        return io;
+      }
+      io.outcome = Io::Outcome::kFailed;
+      io.error = saved_errno;
+      return io;
     default:
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+      // OpenSSL 3 reports a TCP close without close_notify as an error: it is a close, not
+      // an altered record.
+      if (const unsigned long e = ERR_peek_error();
+          ERR_GET_LIB(e) == ERR_LIB_SSL &&
+          ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+        ERR_clear_error();
+        io.outcome = Io::Outcome::kPeerClosed;
+        return io;
+      }
+#endif
       error_ = openssl_errors();
-      errno = EPROTO;
+      io.outcome = Io::Outcome::kFailed;
+      io.error = EPROTO;
+      return io;
+  }
+}
+
+Session::Io Session::read(void* data, size_t n) {
+  ERR_clear_error();
+  errno = 0;
+  size_t got = 0;
+  if (SSL_read_ex(ssl_, data, n, &got) == 1) return Io{Io::Outcome::kData, got, false, 0};
+  return finish_io(0);
+}
+
+Session::Io Session::write(const void* data, size_t n) {
+  ERR_clear_error();
+  errno = 0;
+  size_t sent = 0;
+  if (SSL_write_ex(ssl_, data, n, &sent) == 1) return Io{Io::Outcome::kData, sent, false, 0};
+  return finish_io(0);
+}
+
+ssize_t Session::recv(void* data, size_t n) {
+  const Io io = read(data, n);
+  switch (io.outcome) {
+    case Io::Outcome::kData:
+      return static_cast<ssize_t>(io.bytes);
+    case Io::Outcome::kPeerClosed:
+      return 0;
+    default:
+      errno = io.error;
       return -1;
   }
 }
 
-ssize_t Session::recv(void* data, size_t n) {
-  ERR_clear_error();
-  errno = 0;
-  size_t got = 0;
-  const int r = SSL_read_ex(ssl_, data, n, &got);
-  return r == 1 ? static_cast<ssize_t>(got) : finish_io(r, false);
-}
-
 ssize_t Session::send(const void* data, size_t n) {
-  ERR_clear_error();
-  errno = 0;
-  size_t sent = 0;
-  const int r = SSL_write_ex(ssl_, data, n, &sent);
-  return r == 1 ? static_cast<ssize_t>(sent) : finish_io(r, true);
+  const Io io = write(data, n);
+  switch (io.outcome) {
+    case Io::Outcome::kData:
+      return static_cast<ssize_t>(io.bytes);
+    case Io::Outcome::kPeerClosed:
+      errno = EPIPE;  // a send to a blocking socket never returns 0: callers would spin on it
+      return -1;
+    default:
+      errno = io.error;
+      return -1;
+  }
 }
 
 size_t Session::pending() const { return static_cast<size_t>(SSL_pending(ssl_)); }

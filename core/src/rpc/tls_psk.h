@@ -79,9 +79,29 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Like recv/send on a blocking socket: the byte count; 0 at an orderly close (recv);
-  // -1 with errno EAGAIN (time limit), EINTR (a signal: call again), or EPROTO (the record
-  // failed its integrity check or the protocol broke: error() says how).
+  // What one read or write came to: every return of OpenSSL is one of these outcomes, so a
+  // caller cannot mistake a peer that closed for "try again" (issue 37, item 1).
+  struct Io {
+    enum class Outcome {
+      kData,        // `bytes` (> 0) were read or taken
+      kWouldBlock,  // nothing now: wait for the socket (POLLOUT if wants_write, else POLLIN)
+      kPeerClosed,  // the peer sent close_notify, or closed the connection without one; for a
+                    // write: the peer can no longer receive
+      kFailed,      // the connection failed: `error` is the errno (EPROTO: a record failed its
+                    // integrity check or the protocol broke, error() says how)
+    };
+    Outcome outcome = Outcome::kFailed;
+    size_t bytes = 0;
+    bool wants_write = false;  // kWouldBlock: TLS waits for the socket to take data
+    int error = 0;  // kWouldBlock: EAGAIN (time limit or non-blocking) or EINTR; kFailed: errno
+  };
+  // One read into `data` (up to `n` bytes) / one write of up to `n` bytes of `data`.
+  Io read(void* data, size_t n);
+  Io write(const void* data, size_t n);
+  // read/write shaped like recv/send on a blocking socket (Connection uses them): the byte
+  // count; recv returns 0 once the peer closed; otherwise -1 with errno EAGAIN (time limit),
+  // EINTR (a signal: call again), EPIPE (send: the peer closed), or EPROTO (error() says how).
+  // send never returns 0.
   ssize_t recv(void* data, size_t n);
   ssize_t send(const void* data, size_t n);
   // Bytes decrypted and waiting to be read.
@@ -95,7 +115,8 @@ class Session {
   void close_notify() noexcept;
 
  private:
-  ssize_t finish_io(int result, bool sending);
+  // The outcome of an SSL_read_ex / SSL_write_ex that returned `result` (not 1).
+  Io finish_io(int result);
   SSL* ssl_ = nullptr;
   std::string error_;
 };
