@@ -204,6 +204,52 @@ def verdicts(kiln):
         ok &= expect(kiln, 2, ["--threshold: expected a percentage"], a, same,
                      "--threshold", "lots")
         ok &= expect(kiln, 2, ["--metric"], a, same, "--metric", "p90")
+        ok &= refused_times(kiln, d, a)
+        ok &= escaped_names(kiln, d)
+    return ok
+
+
+def refused_times(kiln, d, a):
+    """Issue 37: a contender (or baseline) with a time of 0 or less is refused (exit 2, naming
+    the file and the entry), never 'faster' with exit 0; aggregates too."""
+    ok = True
+    for label, times in (("zero", [0.0] * 8), ("negative", [-100.0, 102, 99, 101, 100, 98, 101,
+                                                             99])):
+        bad = write(d, f"{label}.json", gbench({"k/1024/float32/cpu:0": times}))
+        ok &= expect(kiln, 2, [f"{bad}: benchmarks[0] ('k/1024/float32/cpu:0')",
+                               "a time of 0 or less"], a, bad)
+        ok &= expect(kiln, 2, [f"{bad}: benchmarks[0]", "a time of 0 or less"], bad, a)
+    zero_aggregate = write(d, "zero_agg.json", {"benchmarks": [
+        {"name": "k/1024/float32/cpu:0_median", "run_name": "k/1024/float32/cpu:0",
+         "run_type": "aggregate", "aggregate_name": "median", "real_time": 0,
+         "cpu_time": 0, "time_unit": "ns"}]})
+    ok &= expect(kiln, 2, [f"{zero_aggregate}: benchmarks[0]", "a time of 0 or less"], a,
+                 zero_aggregate)
+    return ok
+
+
+def escaped_names(kiln, d):
+    """Issue 37: ANSI escapes and other control characters in benchmark names and error
+    messages never reach the terminal from the text report: they are written out (\\x1b);
+    the JSON report keeps the names as they are (its encoder escapes them)."""
+    evil = "k\x1b[2J\x1b]0;owned\x07\u009b31m\r"
+    base = [100.0, 102, 99, 101, 100.5, 98.5, 101.5, 99.5]
+    a = write(d, "evil_a.json", gbench({evil: base, "gone\x1b[1A": base}))
+    b_doc = gbench({evil: [t * 1.2 for t in base]})
+    b_doc["benchmarks"].append({"name": "gone\x1b[1A", "run_name": "gone\x1b[1A",
+                                "error_occurred": True, "error_message": "died\x1b[31m red"})
+    b = write(d, "evil_b.json", b_doc)
+    got, text = compare(kiln, a, b)
+    ok = got == 1 and "\x1b" not in text and "\x07" not in text and "\r" not in text \
+        and "\u009b" not in text and "k\\x1b[2J\\x1b]0;owned\\x07\\u009b31m\\x0d" in text \
+        and "failed in B: gone\\x1b[1A: died\\x1b[31m red" in text
+    if not ok:
+        print(f"FAIL: control characters in names: exit {got}:\n{text!r}")
+    got, text = compare(kiln, "--json", a, b)
+    doc = json.loads(text) if got == 1 else {}
+    if doc.get("regressions") != [evil]:
+        print(f"FAIL: --json must keep the name as it is: exit {got}:\n{text!r}")
+        ok = False
     return ok
 
 

@@ -18,6 +18,7 @@
 #include "kiln/ab_run.h"
 #include "kiln/statistics.h"
 #include "run_command.h"
+#include "terminal_text.h"
 
 namespace kiln::tool {
 namespace {
@@ -193,16 +194,18 @@ int run_ab(const AbCommandOptions& options, const GlobalOptions& global) {
       const Prepared& p = *side->prepared;
       const auto& seconds = side == &a ? r.a_seconds : r.b_seconds;
       const testing::ModuleIdentity& id = side == &a ? r.a_module : r.b_module;
-      std::cout << fmt::format("{}: {}  {} on {}  median {}\n", side->name, p.spec.file.string(),
-                               p.function, side->runtime.device_str(p.device),
+      // A module's entry name and the paths are not ours: control characters are written out.
+      std::cout << fmt::format("{}: {}  {} on {}  median {}\n", side->name,
+                               printable(p.spec.file.string()), printable(p.function),
+                               side->runtime.device_str(p.device),
                                format_time_ns(stats::summarize(seconds).median * 1e9));
-      std::cout << fmt::format("   module {}  sha256 {}\n", p.spec.module.string(),
+      std::cout << fmt::format("   module {}  sha256 {}\n", printable(p.spec.module.string()),
                                id.sha256.empty() ? "-" : id.sha256);
     }
     if (r.same_module && !r.differences.empty()) {
       std::cout << fmt::format("A and B are the same module (sha256 {}); the sides differ in: {}\n",
                                r.a_module.sha256.empty() ? "not hashed" : r.a_module.sha256,
-                               differences_text(r.differences));
+                               printable(differences_text(r.differences)));
     }
     std::cout << fmt::format("{} rounds, A and B in random order per round (seed {})", rounds,
                              r.seed);

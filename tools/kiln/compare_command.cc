@@ -34,6 +34,7 @@
 #include "kiln/detail/ratio_interval.h"
 #include "kiln/statistics.h"
 #include "progress.h"
+#include "terminal_text.h"
 
 namespace kiln::tool {
 namespace {
@@ -58,9 +59,18 @@ struct Document {
   std::optional<double> load_per_cpu;
 };
 
+// The time `field` of entry `b` in nanoseconds. A time of 0 or less is refused (UsageError
+// naming the entry): no call takes no time, so such a file's timer was broken, and a ratio to
+// it would call anything faster or slower.
 double to_ns(const nlohmann::json& b, const std::string& field, const std::string& where) {
   if (!b.contains(field) || !b[field].is_number()) {
     throw UsageError(fmt::format("{}: has no numeric \"{}\"", where, field));
+  }
+  if (!(b[field].get<double>() > 0)) {
+    throw UsageError(fmt::format(
+        "{} ('{}'): its {} is {}: a time of 0 or less is not a measurement (the timer that "
+        "took it is broken); compare refuses it rather than call anything faster or slower",
+        where, printable(b["name"].get<std::string>()), field, b[field].dump()));
   }
   const std::string unit = b.value("time_unit", "ns");
   const double scale = unit == "ns"   ? 1.0
@@ -240,8 +250,9 @@ int run_compare(const CompareOptions& options) {
     // What a file holds, for the message: its benchmarks, or that it has none (and how many
     // failed, for a sweep whose every point failed).
     auto holds = [](const auto& file) {
-      std::string text = file.order.empty() ? std::string("no results")
-                                            : fmt::format("{}", fmt::join(file.order, ", "));
+      std::string text = file.order.empty()
+                             ? std::string("no results")
+                             : printable(fmt::format("{}", fmt::join(file.order, ", ")));
       if (!file.errors.empty()) text += fmt::format(" ({} failed)", file.errors.size());
       return text;
     };
@@ -263,10 +274,8 @@ int run_compare(const CompareOptions& options) {
     if (r.a && r.b && *r.a > 0) r.change = (*r.b - *r.a) / *r.a;
     r.noise = noise_band(a, ea, b, eb);
     r.band = r.noise.band;
-    const bool positive =
-        std::all_of(ea.samples_ns.begin(), ea.samples_ns.end(), [](double t) { return t > 0; }) &&
-        std::all_of(eb.samples_ns.begin(), eb.samples_ns.end(), [](double t) { return t > 0; });
-    if (r.n_a > 0 && r.n_b > 0 && positive && r.change) {
+    // Every time is > 0 (read_document refuses the others).
+    if (r.n_a > 0 && r.n_b > 0 && r.change) {
       // Enough repeats: each run's blocks, so that the drift within a run widens the interval
       // and the band instead of being averaged away. A busy machine (pressure above the noise
       // verdict's threshold) is then judged by what its blocks show; with fewer repeats it can
@@ -340,11 +349,9 @@ int run_compare(const CompareOptions& options) {
       r.verdict = direction + ", untested";
       // A change beyond the threshold that cannot be tested is one the files could not tell.
       r.could_not_tell = direction == "slower";
-      r.note = r.n_a > 0 && r.n_b > 0
-                   ? "a time of 0 or less in a file: no ratio, so no test (a slowdown here is "
-                     "could not tell, never a regression)"
-                   : "no per-repeat times in both files, so no U-test (a slowdown here is could "
-                     "not tell, never a regression)";
+      r.note =
+          "no per-repeat times in both files, so no U-test (a slowdown here is could not tell, "
+          "never a regression)";
     } else {
       r.verdict = fmt::format("no {} in both files", options.metric);
     }
@@ -408,8 +415,13 @@ int run_compare(const CompareOptions& options) {
     out["could_not_tell"] = undecided;
     std::cout << out.dump(2) << "\n";
   } else {
+    // Names and errors come from the files: their control characters are written out, never
+    // sent to the terminal (an ANSI escape in a name would rewrite the report).
+    const auto names = [](const std::vector<std::string>& list) {
+      return printable(fmt::format("{}", fmt::join(list, ", ")));
+    };
     size_t width = 9;
-    for (const Row& r : rows) width = std::max(width, r.name.size());
+    for (const Row& r : rows) width = std::max(width, printable(r.name).size());
     // B / A's interval, the noise band and the smallest change the data could call.
     const auto interval_text = [](const Row& r) {
       if (!r.interval) return std::string("-");
@@ -427,7 +439,7 @@ int run_compare(const CompareOptions& options) {
                              "change", ci, "p-value", "noise", "detectable", "verdict");
     for (const Row& r : rows) {
       std::cout << fmt::format("{:<{}}  {:>11}  {:>11}  {:>8}  {:>13}  {:>8}  {:>6}  {:>10}  {}\n",
-                               r.name, width, r.a ? format_time_ns(*r.a) : "-",
+                               printable(r.name), width, r.a ? format_time_ns(*r.a) : "-",
                                r.b ? format_time_ns(*r.b) : "-",
                                r.change ? fmt::format("{:+.1f}%", *r.change * 100) : "-",
                                interval_text(r), r.p ? fmt::format("{:.3g}", *r.p) : "-",
@@ -437,15 +449,15 @@ int run_compare(const CompareOptions& options) {
                                detectable_text(r), r.verdict);
     }
     for (const Row& r : rows) {
-      if (!r.note.empty()) std::cout << fmt::format("note: {}: {}\n", r.name, r.note);
+      if (!r.note.empty()) std::cout << fmt::format("note: {}: {}\n", printable(r.name), r.note);
     }
-    for (const auto& n : only_a) std::cout << fmt::format("only in A: {}\n", n);
-    for (const auto& n : only_b) std::cout << fmt::format("only in B: {}\n", n);
+    for (const auto& n : only_a) std::cout << fmt::format("only in A: {}\n", printable(n));
+    for (const auto& n : only_b) std::cout << fmt::format("only in B: {}\n", printable(n));
     for (const auto& n : failed_a) {
-      std::cout << fmt::format("failed in A: {}: {}\n", n, a.errors.at(n));
+      std::cout << fmt::format("failed in A: {}: {}\n", printable(n), printable(a.errors.at(n)));
     }
     for (const auto& n : failed_b) {
-      std::cout << fmt::format("failed in B: {}: {}\n", n, b.errors.at(n));
+      std::cout << fmt::format("failed in B: {}: {}\n", printable(n), printable(b.errors.at(n)));
     }
     std::cout << fmt::format(
         "{} benchmark{} compared by {} (threshold {} or the noise band, two-sided Mann-Whitney "
@@ -468,18 +480,18 @@ int run_compare(const CompareOptions& options) {
       std::cout << fmt::format(
           "could not tell for {} benchmark{}: {} (the notes say what would decide); no "
           "significant regression among the others\n",
-          undecided.size(), undecided.size() == 1 ? "" : "s", fmt::join(undecided, ", "));
+          undecided.size(), undecided.size() == 1 ? "" : "s", names(undecided));
     } else {
       std::cout << fmt::format("{} significant regression{}: {}\n", regressions.size(),
-                               regressions.size() == 1 ? "" : "s", fmt::join(regressions, ", "));
+                               regressions.size() == 1 ? "" : "s", names(regressions));
       if (!undecided.empty()) {
         std::cout << fmt::format("could not tell for {} more: {}\n", undecided.size(),
-                                 fmt::join(undecided, ", "));
+                                 names(undecided));
       }
     }
     if (!failed_b.empty()) {
       std::cout << fmt::format("{} benchmark{} of A failed in B: {}\n", failed_b.size(),
-                               failed_b.size() == 1 ? "" : "s", fmt::join(failed_b, ", "));
+                               failed_b.size() == 1 ? "" : "s", names(failed_b));
     }
   }
   if (!regressions.empty() || !failed_b.empty()) return kExitCheckFailed;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "run_command.h"
+#include "terminal_text.h"
 
 namespace kiln::tool {
 namespace {
@@ -30,7 +31,9 @@ const std::vector<Column>& columns() {
 
 // The cells of a point's row.
 std::vector<std::string> row_of(const PointRun& r) {
-  std::vector<std::string> row = {std::to_string(r.point->index + 1), r.point->label, r.name};
+  // Names and errors may come from a module or a server: control characters written out.
+  std::vector<std::string> row = {std::to_string(r.point->index + 1), printable(r.point->label),
+                                  printable(r.name)};
   if (r.outcome) {
     const Outcome& o = *r.outcome;
     const stats::Summary& sum = o.verdict.summary;
@@ -94,23 +97,24 @@ void print_errors(const std::vector<PointRun>& runs) {
   for (const auto& [error, points] : errors) {
     if (points.size() == 1) {
       std::cout << fmt::format("point {} ({}): {}\n", points[0]->point->index + 1,
-                               points[0]->point->label, error);
+                               printable(points[0]->point->label), printable(error));
       continue;
     }
     if (points.size() == runs.size()) {
-      std::cout << fmt::format("every point: {}\n", error);
+      std::cout << fmt::format("every point: {}\n", printable(error));
       continue;
     }
     std::vector<size_t> numbers;
     for (const PointRun* r : points) numbers.push_back(r->point->index + 1);
-    std::cout << fmt::format("points {}: {}\n", fmt::join(numbers, ", "), error);
+    std::cout << fmt::format("points {}: {}\n", fmt::join(numbers, ", "), printable(error));
   }
 }
 
 // Each measured point's noise verdict and check summary.
 void print_verdicts(const std::vector<PointRun>& runs) {
   for (const PointRun& r : runs) {
-    const std::string which = fmt::format("point {} ({})", r.point->index + 1, r.point->label);
+    const std::string which =
+        fmt::format("point {} ({})", r.point->index + 1, printable(r.point->label));
     if (!r.outcome) continue;
     if (!r.outcome->server.empty()) {
       std::cout << fmt::format(
