@@ -14,9 +14,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -32,6 +34,7 @@
 #include "kiln/rpc/tracker.h"
 #include "rpc/rpc_test_util.h"
 #include "rpc/socket_io.h"
+#include "rpc/tls_psk.h"
 #include "rpc/tracker_wire.h"
 
 namespace kiln::rpc {
@@ -122,9 +125,69 @@ class Peer {
       if (got == 0 || (got < 0 && errno == ECONNRESET)) return true;
     }
   }
+  // The connected socket (owned by the peer).
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
+};
+
+// A peer that holds the tracker token, from loopback address `source`: the TLS handshake keyed
+// by `token` on construction (HandshakeError when it fails), then the tracker protocol inside
+// TLS, magic and messages only when asked. Each wait is bounded by 10 s.
+class TlsPeer {
+ public:
+  TlsPeer(int port, const std::string& source, const std::string& token) : raw_(port, source) {
+    const timeval tv{10, 0};
+    ::setsockopt(raw_.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(raw_.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    session_ = std::make_unique<tls::Session>(*tls::client_context(tls::Purpose::kTracker, token),
+                                              raw_.fd(), std::chrono::steady_clock::now() + 10s);
+  }
+
+  bool send(const std::string& bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = session_->send(bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  std::optional<std::string> recv_exact(size_t n) {
+    std::string out(n, '\0');
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t got = session_->recv(out.data() + done, n - done);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return std::nullopt;  // closed, the time limit, or a broken record
+      done += static_cast<size_t>(got);
+    }
+    return out;
+  }
+  // The magic, answered.
+  bool handshake() {
+    if (!send(le32(kTrackerMagic))) return false;
+    const auto magic = recv_exact(4);
+    return magic && tracker_wire::decode_int32(
+                        reinterpret_cast<const unsigned char*>(magic->data())) == kTrackerMagic;
+  }
+  std::optional<Json> call(const std::string& text) {
+    if (!send(le32(static_cast<int32_t>(text.size())) + text)) return std::nullopt;
+    const auto header = recv_exact(4);
+    if (!header) return std::nullopt;
+    const int32_t n =
+        tracker_wire::decode_int32(reinterpret_cast<const unsigned char*>(header->data()));
+    if (n <= 0) return std::nullopt;
+    const auto body = recv_exact(static_cast<size_t>(n));
+    if (!body) return std::nullopt;
+    return Json::parse(*body);
+  }
+
+ private:
+  Peer raw_;  // outlives session_, which uses its socket
+  std::unique_ptr<tls::Session> session_;
 };
 
 RegistrationOptions registration(int tracker_port, const std::string& key,
@@ -295,6 +358,89 @@ TEST(TrackerFairness, OneAddressCannotFillTheSummaryBudget) {
   EXPECT_THAT(tracker.process->log(), HasSubstr("one address may take"));
 }
 
+// Issue 37, item 8: 16 info connections from each of 16 addresses that keep PINGing (so they
+// are never idle) with ~4 KiB UPDATE_INFOs, and PUTs of one-letter keys from 4 more addresses
+// that top SUMMARY's 768 KiB up, kept every new key out for 75 s and more: no address passed
+// its share, and none of them ever went idle. An info connection that serves nothing (it never
+// PUT) and waits for nothing now gives way, oldest first, to a key or an info that needs the
+// room; a server whose value is handed out (it is serving a session) and a waiting client
+// keep theirs.
+TEST(TrackerFairness, InfoConnectionsFromManyAddressesCannotLockNewKeysOut) {
+  auto tracker = kiln::test::start_tracker();
+  // A server as TVM's: UPDATE_INFO, then PUT; a client takes its value, so it holds none.
+  Peer busy(tracker.port, "127.0.0.30");
+  ASSERT_TRUE(busy.handshake());
+  ASSERT_EQ(busy.call(R"([5, {"key": "server:busy", "addr": [null, 9000]}])"), Json(0));
+  ASSERT_EQ(busy.call(R"([3, "busy", [9000, "busy:1"], null])"), Json(0));
+  Peer user(tracker.port, "127.0.0.31");
+  ASSERT_TRUE(user.handshake());
+  ASSERT_EQ(user.call(R"([4, "busy", "", 1])"),
+            Json::parse(R"([0, ["127.0.0.30", 9000, "busy:1"]])"));
+  // A client with an info whose request waits.
+  Peer waiting(tracker.port, "127.0.0.32");
+  ASSERT_TRUE(waiting.handshake());
+  ASSERT_EQ(waiting.call(R"([5, {"key": "client:waiting", "addr": [null, 0]}])"), Json(0));
+  ASSERT_TRUE(waiting.send_json(R"([4, "later", "", 1])"));
+
+  // The flood: 16 x 16 infos of ~3,960 bytes (63 KB per address, inside its 64 KiB share).
+  std::vector<std::unique_ptr<Peer>> flood;
+  for (int a = 0; a < 16; ++a) {
+    for (int i = 0; i < 16; ++i) {
+      auto peer = std::make_unique<Peer>(tracker.port, fmt::format("127.0.0.{}", 2 + a));
+      ASSERT_TRUE(peer->handshake()) << a << "/" << i;
+      const std::string info =
+          fmt::format(R"([5, {{"key": "server:flood-{}-{}", "addr": [null, 9000], "pad": "{}"}}])",
+                      a, i, std::string(3900, 'x'));
+      if (peer->call(info) != Json(0)) peer.reset();  // refused (and closed): SUMMARY is full
+      flood.push_back(std::move(peer));
+    }
+  }
+  // The top-up: one-letter keys, then two-letter ones, PUT from 4 more addresses (a connection
+  // each), until one is refused: what SUMMARY has left is less than any key takes.
+  std::vector<std::unique_ptr<Peer>> puts;
+  for (int k = 0; k < 150; ++k) {
+    const std::string letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    const std::string key =
+        k < 52 ? letters.substr(k, 1) : letters.substr(k % 52, 1) + letters.substr(k / 52, 1);
+    auto peer = std::make_unique<Peer>(tracker.port, fmt::format("127.0.0.{}", 18 + k % 4));
+    ASSERT_TRUE(peer->handshake()) << key;
+    if (peer->call(fmt::format(R"([3, "{}", [9000, "{}:1"], null])", key, key)) != Json(0)) break;
+    puts.push_back(std::move(peer));
+  }
+
+  // A new server registers while the flood keeps PINGing.
+  const auto ping_flood = [&] {
+    for (auto& peer : flood) {
+      if (peer && peer->call("[1]", 2s) != Json(0)) peer.reset();
+    }
+  };
+  TrackerRegistration server(registration(tracker.port, "new-key"));
+  bool registered = false;
+  for (const auto until = std::chrono::steady_clock::now() + 15s;
+       !registered && std::chrono::steady_clock::now() < until;) {
+    ping_flood();
+    server.maintain(1);
+    registered = server.connected() && server.outstanding().size() == 1;
+    if (!registered) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(registered) << "a new key is kept out of SUMMARY\n" << tracker.process->log();
+  TrackerSession client = TrackerSession::connect("127.0.0.1", tracker.port, 10s);
+  EXPECT_EQ(client.request_server("new-key", 1, 10s).matchkey, server.outstanding().at(0));
+  // The serving server and the waiting client kept their infos and connections.
+  std::vector<std::string> listed;
+  for (const auto& s : client.summary().servers) listed.push_back(s.key);
+  EXPECT_THAT(listed, ::testing::IsSupersetOf({"server:busy", "server:new-key"}));
+  EXPECT_EQ(busy.call("[7]"), Json::array()) << "the serving server stays";
+  EXPECT_EQ(waiting.call("[1]"), Json(0)) << "the waiting client stays";
+  // Only the room needed was taken, oldest first: most of the flood is still there.
+  ping_flood();
+  const auto left =
+      std::count_if(flood.begin(), flood.end(), [](const auto& p) { return p != nullptr; });
+  EXPECT_GT(left, 150) << "flood connections still open";
+  EXPECT_FALSE(flood.front()) << "the oldest flood connection gave way";
+  EXPECT_THAT(tracker.process->log(), HasSubstr("SUMMARY is full"));
+}
+
 // Item 8: the registration forgot no match key it ever offered (~110 bytes per session of a
 // long-running server). It keeps the outstanding ones and the latest retired ones.
 TEST(TrackerFairness, ARegistrationRemembersABoundedNumberOfMatchKeys) {
@@ -461,6 +607,65 @@ TEST(TrackerToken, ServersAndClientsWithTheTokenWorkEndToEnd) {
     EXPECT_THAT(e.what(), HasSubstr("requires a tracker token"));
   }
   ::unsetenv("KILN_TRACKER_TOKEN");
+}
+
+// Issue 37, item 8: a churn of raw connections from other addresses evicted token holders that
+// had finished the TLS handshake (11 of 15 served): they were the least recently active. Now
+// connections that have not completed the TLS handshake go first, oldest first.
+TEST(TrackerToken, AChurnOfUnauthenticatedConnectionsDoesNotEvictTokenHolders) {
+  raise_descriptors();
+  TokenFiles files;
+  auto tracker =
+      kiln::test::start_tracker({"--token-file", files.good.string(), "--max-connections", "128"});
+  // 10 token holders that talked, 5 that only finished the TLS handshake.
+  std::vector<std::unique_ptr<TlsPeer>> holders;
+  for (int i = 0; i < 15; ++i) {
+    holders.push_back(std::make_unique<TlsPeer>(tracker.port, "127.0.0.1", files.token));
+    if (i < 10) {
+      ASSERT_TRUE(holders.back()->handshake()) << i;
+      ASSERT_EQ(holders.back()->call("[1]"), Json(0)) << i;
+    }
+  }
+  // 400 raw connections from 16 other addresses that send nothing: the table (128) is full
+  // and every new one closes another.
+  std::vector<std::unique_ptr<Peer>> churn;
+  for (int i = 0; i < 400; ++i)
+    churn.push_back(std::make_unique<Peer>(tracker.port, flood_address(i)));
+  EXPECT_TRUE(churn.front()->closed_within(10s)) << "the oldest raw connection made room";
+  EXPECT_TRUE(churn.at(churn.size() - 129)->closed_within(10s)) << "all 400 were accepted";
+  int served = 0;
+  for (size_t i = 0; i < holders.size(); ++i) {
+    if (i >= 10 && !holders[i]->handshake()) continue;
+    if (holders[i]->call("[1]") == Json(0)) ++served;
+  }
+  EXPECT_EQ(served, 15) << "token holders still connected\n" << tracker.process->log();
+
+  // While raw connections keep coming, new token holders connect and query.
+  std::atomic<bool> stop{false};
+  std::thread churner([&] {
+    std::deque<std::unique_ptr<Peer>> open;
+    for (int i = 0; !stop; ++i) {
+      try {
+        open.push_back(std::make_unique<Peer>(tracker.port, flood_address(i)));
+      } catch (const std::exception&) {
+      }
+      if (open.size() > 300) open.pop_front();
+      std::this_thread::sleep_for(100us);
+    }
+  });
+  int fresh = 0;
+  for (int i = 0; i < 15; ++i) {
+    try {
+      TrackerSession session = TrackerSession::connect("127.0.0.1", tracker.port, 10s, files.token);
+      session.summary();
+      ++fresh;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "token holder " << i << ": " << e.what();
+    }
+  }
+  stop = true;
+  churner.join();
+  EXPECT_EQ(fresh, 15);
 }
 
 // `kiln run` with `remote: tracker_token_file`.

@@ -171,12 +171,19 @@ struct Connection {
   size_t held_bytes = 0;                                  // of its free values and waiting requests
   size_t info_bytes = 0;  // of `info` as JSON text, charged to Impl::summary_bytes
   bool greeted = false;   // it sent the magic and a first complete message
+  // Under a tracker token: it completed the TLS handshake (it holds the token). Connections
+  // that have not are the first closed to make room (idle_victim).
+  bool authenticated = false;
   std::unique_ptr<asio::steady_timer> handshake_timer;
   bool sent_put = false;                         // a server: exempt from the idle deadline
   Clock::time_point last_active;                 // when its last complete message arrived
   std::list<Connection*>::iterator by_activity;  // its place in Impl::by_activity
 
   bool is_server() const { return info.contains("key"); }
+  // Whether its info may keep its place in SUMMARY when room is needed there: it serves (it
+  // sent PUT; a server whose values are all handed out is serving sessions and PUTs again) or
+  // waits for a server.
+  bool entitled_to_summary() const { return sent_put || !requests.empty(); }
   // Whether closing it would take something from a peer that waits on the tracker: free
   // servers it offers, or requests waiting for one.
   bool holds_resources() const { return !free_values.empty() || !requests.empty(); }
@@ -252,6 +259,8 @@ struct Tracker::Impl {
   LogThrottle evictions{LogLevel::kWarn, "tracker", "connections closed to make room"};
   LogThrottle idle_closes{LogLevel::kInfo, "tracker", "idle connections closed"};
   LogThrottle peer_warnings{LogLevel::kWarn, "tracker", "connections closed for what they sent"};
+  LogThrottle summary_reclaims{LogLevel::kWarn, "tracker",
+                               "connections closed to make room in SUMMARY"};
 
   void bind();
   void run();
@@ -283,8 +292,9 @@ struct Tracker::Impl {
   // A complete message arrived from `c`: it moves to the back of by_activity.
   void touch(Connection& c);
   // The connection to close for a new one when the table (or the descriptors) ran out: the
-  // least recently active one that holds no free servers and no waiting requests, clients
-  // before servers; null when every connection holds something.
+  // least recently active one that holds no free servers and no waiting requests; under a
+  // tracker token those that have not completed the TLS handshake first, then clients, then
+  // servers; null when every connection holds something.
   std::shared_ptr<Connection> idle_victim();
   // Closes connections idle for longer than options.idle_timeout that are neither servers
   // (they sent PUT) nor waiting for a server; then runs again after a while.
@@ -299,10 +309,19 @@ struct Tracker::Impl {
   size_t address_free_values_limit() const {
     return std::max(options.max_free_values / kAddressShareDivisor, kMaxFreeValuesPerConnection);
   }
-  // Changes what `ip` adds to SUMMARY from `old_bytes` to `new_bytes` (a queue key: 0 to its
-  // cost; an info: its old size to its new one); BadMessage when the tracker's or the
-  // address's share would be passed even after dropping empty queues.
-  void charge_summary(const std::string& ip, size_t old_bytes, size_t new_bytes);
+  // Changes what `c`'s address adds to SUMMARY from `old_bytes` to `new_bytes` for `what`
+  // (a queue key of its PUT or REQUEST: 0 to its cost; its info: its old size to its new
+  // one). `entitled`: whether `c` serves or waits (a PUT or REQUEST does; for an info,
+  // Connection::entitled_to_summary). When SUMMARY is full, closes connections whose info is
+  // not entitled to its place (reclaim_summary). BadMessage when the address's share would be
+  // passed even after dropping empty queues, or the tracker's bound even after that reclaim.
+  void charge_summary(const Connection& c, size_t old_bytes, size_t new_bytes, bool entitled,
+                      const std::string& what);
+  // Makes `needed` bytes of SUMMARY free for `what` of `c` by closing connections whose info
+  // lists no server they serve and no request (Connection::entitled_to_summary), oldest
+  // first; when `c` is not `entitled` itself, only connections older than it. Closes nothing
+  // and returns false when those cannot free `needed` bytes.
+  bool reclaim_summary(const Connection& c, size_t needed, bool entitled, const std::string& what);
   // Drops free values whose server left (from `only_ip` when given), oldest first, until
   // `fits()` holds or none is left.
   template <typename Fits>
@@ -537,6 +556,7 @@ void Tracker::Impl::start_tls(const std::shared_ptr<Connection>& c) {
                                                 c->name, e.message()));
                               return;
                             }
+                            c->authenticated = true;
                             read_magic(c);
                           });
 }
@@ -719,11 +739,18 @@ void Tracker::Impl::touch(Connection& c) {
 }
 
 std::shared_ptr<Connection> Tracker::Impl::idle_victim() {
-  // Clients (and peers still in their handshake) first: a server that sent PUT and holds no
-  // free value is serving a session and will PUT again.
-  for (const bool servers_too : {false, true}) {
+  // Under a token, connections that have not proved they hold it (still in the TLS handshake,
+  // or never starting one) go before any that did: a churn of new connections, which all
+  // start unauthenticated, closes its own kind. Then clients (and peers in their handshake),
+  // then servers: a server that sent PUT and holds no free value is serving a session and will
+  // PUT again.
+  enum Tier { kUnauthenticated, kClients, kServersToo };
+  for (const Tier tier : {kUnauthenticated, kClients, kServersToo}) {
+    if (tier == kUnauthenticated && !tls_context) continue;
     for (Connection* c : by_activity) {
-      if (c->holds_resources() || (c->sent_put && !servers_too)) continue;
+      if (c->holds_resources()) continue;
+      if (tier == kUnauthenticated && c->authenticated) continue;
+      if (tier == kClients && c->sent_put) continue;
       return connections.at(c->id);
     }
   }
@@ -773,7 +800,9 @@ void Tracker::Impl::tidy_usage(const std::string& ip) {
   if (it != per_address.end() && it->second.unused()) per_address.erase(it);
 }
 
-void Tracker::Impl::charge_summary(const std::string& ip, size_t old_bytes, size_t new_bytes) {
+void Tracker::Impl::charge_summary(const Connection& c, size_t old_bytes, size_t new_bytes,
+                                   bool entitled, const std::string& what) {
+  const std::string& ip = c.peer_ip;
   if (new_bytes <= old_bytes) {
     summary_bytes -= old_bytes - new_bytes;
     per_address[ip].summary_bytes -= old_bytes - new_bytes;
@@ -790,19 +819,46 @@ void Tracker::Impl::charge_summary(const std::string& ip, size_t old_bytes, size
       address_bytes() + more > kMaxSummaryBytesPerAddress) {
     drop_empty_queues();  // before refusing new keys and infos
   }
-  if (summary_bytes + more > kMaxSummaryBytes) {
-    throw BadMessage(
-        fmt::format("the tracker's queue keys and server infos already take {} bytes of SUMMARY",
-                    summary_bytes));
-  }
   if (address_bytes() + more > kMaxSummaryBytesPerAddress) {
     throw BadMessage(
         fmt::format("the queue keys and server infos of {} already take {} bytes of SUMMARY (one "
                     "address may take {})",
                     ip, address_bytes(), kMaxSummaryBytesPerAddress));
   }
+  if (summary_bytes + more > kMaxSummaryBytes &&
+      !reclaim_summary(c, summary_bytes + more - kMaxSummaryBytes, entitled, what)) {
+    throw BadMessage(
+        fmt::format("the tracker's queue keys and server infos already take {} bytes of SUMMARY, "
+                    "and the infos of connections that neither serve nor wait cannot make room",
+                    summary_bytes));
+  }
   summary_bytes += more;
   per_address[ip].summary_bytes += more;
+}
+
+bool Tracker::Impl::reclaim_summary(const Connection& c, size_t needed, bool entitled,
+                                    const std::string& what) {
+  // Oldest first (by arrival): an info that has sat in SUMMARY the longest without serving
+  // goes first, and a server that just sent UPDATE_INFO (it PUTs next) goes last. A requester
+  // that is not entitled itself takes room only from older ones, so infos turn over in order
+  // of arrival and a new one cannot push out one that came after it.
+  std::vector<std::shared_ptr<Connection>> victims;
+  size_t freed = 0;
+  for (const auto& [id, other] : connections) {
+    if (freed >= needed) break;
+    if (!entitled && id >= c.id) break;
+    if (id == c.id || other->info_bytes == 0 || other->entitled_to_summary()) continue;
+    victims.push_back(other);
+    freed += other->info_bytes;
+  }
+  if (freed < needed) return false;
+  for (const auto& v : victims) {
+    close(v, summary_reclaims,
+          fmt::format("SUMMARY is full ({} of {} bytes): closing {}, whose info ({} bytes) lists "
+                      "no server it serves and no request, to make room for {}",
+                      summary_bytes, kMaxSummaryBytes, v->name, v->info_bytes, what));
+  }
+  return true;
 }
 
 template <typename Fits>
@@ -914,7 +970,8 @@ Scheduler& Tracker::Impl::scheduler(const std::string& key, const Connection& c)
       throw BadMessage(fmt::format("the tracker already has {} keys", schedulers.size()));
     }
   }
-  charge_summary(c.peer_ip, 0, key.size() + kQueueSummaryOverhead);
+  charge_summary(c, 0, key.size() + kQueueSummaryOverhead, true,
+                 fmt::format("the queue key '{}' of {}", excerpt(key), c.name));
   key_order.push_back(key);
   auto& s = schedulers[key] = std::make_unique<Scheduler>();
   s->creator_ip = c.peer_ip;
@@ -1133,7 +1190,8 @@ void Tracker::Impl::on_update_info(const std::shared_ptr<Connection>& c, const J
   if (info_bytes > kMaxInfoBytes) {
     throw BadMessage(fmt::format("the info of one connection exceeds {} bytes", kMaxInfoBytes));
   }
-  charge_summary(c->peer_ip, c->info_bytes, info_bytes);
+  charge_summary(*c, c->info_bytes, info_bytes, c->entitled_to_summary(),
+                 fmt::format("the info of {}", c->name));
   c->info_bytes = info_bytes;
   c->info = std::move(merged);
   reply(c, 0);
