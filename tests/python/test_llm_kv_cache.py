@@ -10,7 +10,8 @@ both caches hand the same kernels the same tables. Then the refusals: each is a 
 the cache goes on matching TVM's afterwards. A library whose kernels were compiled for another
 layout (head dim, KV heads, page size) fails on the first kernel the cache runs, with an error
 naming the builtin and the kernel, never a crash or a wrong answer, and leaves the cache's
-bookkeeping intact; sliding window, MLA, FlashInfer kernels and KV transfer are refused by name.
+bookkeeping intact; per-layer sliding window, MLA, FlashInfer kernels and KV transfer are refused
+by name (per-sequence sliding window is tests/python/test_llm_sliding_window.py).
 The bookkeeping alone (KvBlockPool) is tests/llm/kv_block_pool_test.cc.
 """
 
@@ -488,9 +489,10 @@ def test_unsupported_cache_features_are_refused_by_name(kernel_library: pathlib.
     create_name = r"vm\.builtin\.paged_attention_kv_cache_create: "
     with pytest.raises(
         ValueError,
-        match=create_name + r"sliding window support \(argument 0, value 4\) is not available",
+        match=create_name + r"the model library passed no sliding-window paged prefill kernel "
+        r"\(support_sliding_window = 1\)",
     ):
-        create(config=[MAX_SEQS, MAX_TOTAL, CHUNK, PAGE, 1])
+        create(config=[MAX_SEQS, MAX_TOTAL, CHUNK, PAGE, 1])  # a library without them
     with pytest.raises(
         ValueError,
         match=create_name + r"layer 0 uses attention kind 1 \(mla\); Kiln's KV cache supports "
