@@ -107,6 +107,65 @@ Guess guess_from(const char* source, int port, const std::string& token) {
   return result;
 }
 
+// A whole session handshake (TLS with `token`, then the hello) from `source`: the server's key
+// when it accepted the session, else what went wrong. The session ends when this returns.
+std::string session_from(const char* source, int port, const std::string& token = kToken) {
+  const int fd = connect_from(source, port);
+  if (fd < 0) return "no connection";
+  auto conn = Connection::adopt(fd, fmt::format("127.0.0.1:{}", port));
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  conn->set_deadline(deadline);
+  try {
+    return handshake::client(*conn, client(token), deadline);
+  } catch (const std::exception& e) {
+    return std::string("refused: ") + e.what();
+  }
+}
+
+// Whether the peer closed `fd` by `deadline` (what it sent before is skipped).
+bool closed_by(int fd, std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char buf[512];
+    const ssize_t got = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
+}
+
+// Connections from one address that start a TLS ClientHello (a record of 512 bytes) and send
+// it one byte every 200 ms, each, for at most 10 s.
+class TlsDripper {
+ public:
+  TlsDripper(int port, const char* source, int count) {
+    for (int i = 0; i < count; ++i) {
+      const int fd = connect_from(source, port);
+      if (fd >= 0) fds_.push_back(fd);
+    }
+    thread_ = std::thread([this] {
+      const uint8_t header[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01};  // a record, ClientHello
+      for (size_t step = 0; step < 50 && !stop_; ++step) {
+        const uint8_t byte = step < sizeof(header) ? header[step] : 0;
+        for (const int fd : fds_) ::send(fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        for (int i = 0; i < 4 && !stop_; ++i) std::this_thread::sleep_for(50ms);
+      }
+    });
+  }
+  ~TlsDripper() {
+    stop_ = true;
+    thread_.join();
+    for (const int fd : fds_) ::close(fd);
+  }
+  const std::vector<int>& fds() const { return fds_; }
+
+ private:
+  std::vector<int> fds_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // A man in the middle on loopback: accepts one client, connects it to 127.0.0.1:`target`, and
 // forwards both ways, keeping a copy of every byte. `tamper(direction, offset, byte)` may
 // change a byte on the way (direction 0: client to server, 1: server to client).
@@ -124,6 +183,8 @@ class Relay {
     ::close(listener_);
   }
   int port() const { return port_; }
+  // From now on, forwards what the client sends one byte every 200 ms (a peer that drips).
+  void drip() { drip_ = true; }
   // Everything that went through, both directions.
   std::string seen() {
     std::lock_guard lock(mu_);
@@ -162,7 +223,11 @@ class Relay {
           std::lock_guard lock(mu_);
           seen_.append(buf, static_cast<size_t>(n));
         }
-        if (::send(to, buf, static_cast<size_t>(n), MSG_NOSIGNAL) != n) closed = true;
+        if (dir == 0 && drip_) {
+          closed = !drip_to_server(buf, static_cast<size_t>(n), b);
+        } else if (::send(to, buf, static_cast<size_t>(n), MSG_NOSIGNAL) != n) {
+          closed = true;
+        }
       }
       if (closed) break;
     }
@@ -170,8 +235,22 @@ class Relay {
     ::close(b);
   }
 
+  // Sends `n` bytes to the server (`b`) one every 200 ms; false once the server closed.
+  bool drip_to_server(const char* data, size_t n, int b) {
+    for (size_t i = 0; i < n && !stop_; ++i) {
+      if (::send(b, data + i, 1, MSG_NOSIGNAL) != 1) return false;
+      pollfd p{b, POLLIN, 0};
+      if (::poll(&p, 1, 200) > 0) {
+        char scratch[256];
+        if (::recv(b, scratch, sizeof(scratch), MSG_DONTWAIT) <= 0) return false;
+      }
+    }
+    return true;
+  }
+
   int target_;
   Tamper tamper_;
+  std::atomic<bool> drip_{false};
   int listener_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
@@ -364,6 +443,146 @@ TEST(SecureChannel, GuessesFromOtherAddressesDoNotLockOutTheTokenHolder) {
   guess_from("127.0.10.1", server.port(), "guess-token-0123456789");
   guess_from("127.0.10.1", server.port(), "guess-token-0123456789");
   EXPECT_GE(std::chrono::steady_clock::now() - start, 1500ms);
+}
+
+// Issue 37, defect 4: the TLS handshake had a deadline per read, not in all. Connections that
+// drip a ClientHello one byte at a time were never closed, and the 8 of them held every
+// handshake their address may have at once: a token holder from that address was refused.
+TEST(SecureChannel, ADrippedTlsHandshakeEndsAtItsDeadlineAndFreesItsAddress) {
+  ServerOptions o = with_token();
+  o.handshake_timeout_s = 1;
+  Server server(o);
+  const auto start = std::chrono::steady_clock::now();
+  TlsDripper dripper(server.port(), "127.0.14.1", 8);
+  ASSERT_EQ(dripper.fds().size(), 8u);
+  std::this_thread::sleep_for(300ms);
+  // While they drip, a token holder from the same address is served.
+  EXPECT_EQ(session_from("127.0.14.1", server.port()), "server:board");
+  // Every one of them is closed at its deadline (1 s; 3 s of margin), bytes or not.
+  for (const int fd : dripper.fds()) EXPECT_TRUE(closed_by(fd, start + 4s));
+}
+
+// Issue 37, defect 4: after the TLS handshake, a hello dripped inside the encrypted channel one
+// byte at a time: each read waited for the next byte, so the handshake lasted as long as the
+// client liked (here 12 s of dripping; the deadline is 1 s).
+TEST(SecureChannel, AHelloDrippedInsideTlsEndsAtTheHandshakeDeadline) {
+  ServerOptions o = with_token();
+  o.handshake_timeout_s = 1;
+  Server server(o);
+  Relay relay(server.port());
+  const int fd = connect_from("127.0.0.1", relay.port());
+  ASSERT_GE(fd, 0);
+  const auto start = std::chrono::steady_clock::now();
+  const tls::Context context(tls::Context::Side::kClient, tls::Purpose::kSession, kToken);
+  tls::Session session(context, fd, start + 10s);
+  relay.drip();
+  std::vector<uint8_t> hello(wire::kMagic, wire::kMagic + sizeof(wire::kMagic));
+  wire::Writer w(hello);
+  w.u16(wire::kProtocolVersion);
+  w.u16(0);
+  w.str("client:board");
+  w.f64(0);
+  ASSERT_EQ(session.send(hello.data(), hello.size()), static_cast<ssize_t>(hello.size()));
+  EXPECT_TRUE(closed_by(fd, start + 4s));
+  ::close(fd);
+}
+
+// Issue 37, defect 5: wrong tokens from 40 addresses spent the overall guess budget, and every
+// token holder that had not connected within the hour was refused with them. A holder whose
+// address never guessed wrong is checked at once, however many other addresses guess.
+TEST(SecureChannel, GuessesFromManyAddressesDoNotLockOutANewTokenHolder) {
+  ServerOptions o = with_token();
+  o.handshake_timeout_s = 2;
+  Server server(o);
+  const int port = server.port();
+  const tls::Context wrong(tls::Context::Side::kClient, tls::Purpose::kSession,
+                           "guess-token-0123456789");
+  std::atomic<bool> stop{false};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> guessers;
+  for (int i = 1; i <= 40; ++i) {
+    guessers.emplace_back([&, i] {
+      const std::string source = fmt::format("127.0.15.{}", i);
+      while (!stop) {
+        const int fd = connect_from(source.c_str(), port);
+        if (fd >= 0) {
+          try {
+            tls::Session s(wrong, fd, std::chrono::steady_clock::now() + 5s);
+          } catch (const tls::HandshakeError&) {
+            ++refused;
+          }
+          ::close(fd);
+        }
+        std::this_thread::sleep_for(20ms);
+      }
+    });
+  }
+  // Past the overall budget (50 wrong tokens), and a queue of checks up to the deadline.
+  EXPECT_TRUE(kiln::test::wait_until([&] { return refused >= 150; }, 60s)) << refused;
+  int served = 0;
+  std::string last;
+  for (int i = 1; i <= 5; ++i) {
+    const std::string source = fmt::format("127.0.16.{}", i);
+    last = session_from(source.c_str(), port);
+    served += last == "server:board";
+    std::this_thread::sleep_for(200ms);  // the server frees the session's slot
+  }
+  stop = true;
+  for (auto& t : guessers) t.join();
+  EXPECT_EQ(served, 5) << last;
+}
+
+// The guess budget, on its own clock: per source, with a lane for sources that never guessed
+// wrong, and the overall limit only for sources that did.
+TEST(AuthThrottleRules, OnlySourcesThatGuessedWrongWaitForTheOverallBudget) {
+  AuthThrottle throttle;
+  auto now = AuthThrottle::Clock::now();
+  const auto deadline = [&] { return now + 10s; };
+  // 60 sources each guess wrong once: the overall budget is spent.
+  for (int i = 0; i < 60; ++i) {
+    const std::string ip = fmt::format("10.0.0.{}", i);
+    ASSERT_EQ(throttle.admit(ip, now, deadline()), now);
+    throttle.record(ip, AuthThrottle::Outcome::kWrong, now);
+  }
+  // A source that never guessed wrong is checked now; one that did waits its turn overall.
+  EXPECT_EQ(throttle.admit("10.0.1.1", now, deadline()), now);
+  throttle.record("10.0.1.1", AuthThrottle::Outcome::kRight, now);
+  const auto second = throttle.admit("10.0.0.1", now, deadline());
+  ASSERT_TRUE(second);
+  const auto third = throttle.admit("10.0.0.2", now, deadline());
+  ASSERT_TRUE(third);
+  EXPECT_GE(*third - *second, AuthThrottle::kGlobalSpacing);
+  // A check that cannot start before the deadline reserves nothing.
+  EXPECT_FALSE(throttle.admit("10.0.0.3", now, now + 1ms));
+}
+
+TEST(AuthThrottleRules, ACheckInProgressPutsItsSourceInTheGuessingLane) {
+  AuthThrottle throttle;
+  const auto now = AuthThrottle::Clock::now();
+  for (int i = 0; i < 60; ++i) {
+    const std::string ip = fmt::format("10.0.0.{}", i);
+    ASSERT_TRUE(throttle.admit(ip, now, now + 10s));
+    throttle.record(ip, AuthThrottle::Outcome::kWrong, now);
+  }
+  // A fresh source opens two connections at once: the first is checked now, in its own lane;
+  // the second waits its turn in the guessing lane, behind a guesser's check.
+  EXPECT_EQ(throttle.admit("10.0.2.1", now, now + 10s), now);
+  ASSERT_TRUE(throttle.admit("10.0.0.5", now, now + 10s));
+  const auto second = throttle.admit("10.0.2.1", now, now + 10s);
+  ASSERT_TRUE(second);
+  EXPECT_GE(*second - now, AuthThrottle::kGlobalSpacing);
+  // Checks that ended without an answer (the peer left) give their places back.
+  throttle.record("10.0.2.1", AuthThrottle::Outcome::kUndecided, now);
+  throttle.record("10.0.2.1", AuthThrottle::Outcome::kUndecided, now);
+  EXPECT_EQ(throttle.admit("10.0.2.1", now, now + 10s), now);
+}
+
+TEST(AuthThrottleRules, AnIpv6SourceIsItsSlash64) {
+  EXPECT_EQ(AuthThrottle::source_of("2001:db8:1:2:3:4:5:6"),
+            AuthThrottle::source_of("2001:db8:1:2:ffff::1"));
+  EXPECT_NE(AuthThrottle::source_of("2001:db8:1:2::1"), AuthThrottle::source_of("2001:db8:1:3::1"));
+  EXPECT_EQ(AuthThrottle::source_of("127.0.0.2"), "127.0.0.2");
+  EXPECT_NE(AuthThrottle::source_of("127.0.0.2"), AuthThrottle::source_of("127.0.0.3"));
 }
 
 // Refusals are logged at most 10 per 10 s, then summed up: a flood does not flood the log.

@@ -150,6 +150,24 @@ TEST(RpcHardening, SlowLorisFromOneAddressCannotLockOutAClient) {
   for (const int fd : loris.fds()) EXPECT_TRUE(closed_within(fd, 10s));
 }
 
+// Issue 37, item 4: the 8 handshakes one address may have at once, all held by peers dripping
+// bytes, refused every other client from that address until they stopped. The address's
+// oldest handshake now makes room for a new one.
+TEST(RpcHardening, SlowLorisCannotLockOutAClientFromItsOwnAddress) {
+  ServerOptions o = loopback();
+  o.handshake_timeout_s = 30;  // not their deadline: the room a new handshake makes
+  Server server(o);
+  SlowLoris loris(server.port(), std::vector<std::string>(8, "127.0.5.3"));
+  ASSERT_EQ(loris.fds().size(), 8u);
+  std::this_thread::sleep_for(300ms);
+  const int fd = raw_connect(server.port(), "127.0.5.3");
+  ASSERT_GE(fd, 0);
+  auto conn = Connection::adopt(fd, fmt::format("127.0.0.1:{}", server.port()));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  conn->set_deadline(deadline);
+  EXPECT_EQ(handshake::client(*conn, with_key("test"), deadline), "server:test");
+}
+
 TEST(RpcHardening, SlowLorisFromManyAddressesCannotLockOutAClient) {
   ServerOptions o = loopback();
   o.handshake_timeout_s = 30;  // the eviction of the oldest handshake lets the client in

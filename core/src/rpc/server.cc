@@ -49,11 +49,19 @@ namespace {
 void info(const std::string& message) { log(LogLevel::kInfo, "rpc-server", message); }
 void warn(const std::string& message) { log(LogLevel::kWarn, "rpc-server", message); }
 
-// At most this many connections may be in their handshake at once; more are closed at once,
-// so a flood of idle connections cannot exhaust threads.
+// At most this many connections may be in their handshake at once; when full, the oldest is
+// ended to make room for a new one, so a flood of idle connections cannot exhaust threads and
+// a client that completes its handshake at once always gets a slot.
 constexpr int kMaxHandshakes = 32;
-// Handshakes from one peer address at once: one host cannot take every handshake slot.
+// Handshakes from one peer address at once: one host cannot take every handshake slot. When
+// an address is at its limit its oldest handshake is ended for the new one, so that peers
+// dripping bytes cannot shut out clients from the same address.
 constexpr int kMaxHandshakesPerAddress = 8;
+// Connections ended to make room are counted until their threads leave (at once: their
+// sockets are shut down). Past these counts new connections are refused, which bounds the
+// threads a burst of connections can start.
+constexpr int kMaxHandshakeThreads = 2 * kMaxHandshakes;
+constexpr int kMaxHandshakeThreadsPerAddress = 2 * kMaxHandshakesPerAddress;
 constexpr auto kHousekeepingPeriod = std::chrono::milliseconds(100);
 // How long past its deadline a session worker may run before it is killed: it ends itself at
 // the deadline, and a call that ignores cancellation gets 2 s (session_worker.cc).
@@ -180,33 +188,25 @@ struct Server::Impl {
     if (stopping) return;
     // find(), not []: a refused address must not leave an entry behind.
     const auto from_here = handshakes_by_address.find(ip);
-    if (from_here != handshakes_by_address.end() && from_here->second >= kMaxHandshakesPerAddress) {
-      refusals.log(
-          fmt::format("{} handshakes from {} are in progress; closing the connection from {}",
-                      from_here->second, ip, peer));
+    const int here = from_here != handshakes_by_address.end() ? from_here->second : 0;
+    if (here >= kMaxHandshakeThreadsPerAddress || handshakes >= kMaxHandshakeThreads) {
+      refusals.log(fmt::format(
+          "{} handshakes are in progress or ending ({} from {}); closing the connection from {}",
+          handshakes, here, ip, peer));
       return;
     }
-    if (handshakes >= kMaxHandshakes) {
-      // Full: the oldest handshake makes room. A client that completes its handshake at once
-      // always gets a slot; peers that drip bytes lose theirs to it.
-      Running* oldest = nullptr;
-      for (auto& r : connections) {
-        if (r.state->in_handshake &&
-            (oldest == nullptr || r.state->handshake_started < oldest->state->handshake_started)) {
-          oldest = &r;
-        }
-      }
-      if (oldest == nullptr) {
-        refusals.log(fmt::format("{} handshakes are in progress; closing the connection from {}",
-                                 handshakes, peer));
-        return;
-      }
-      refusals.log(
-          fmt::format("{} handshakes are in progress: ending the oldest, from {}, to make room "
-                      "for {}",
-                      handshakes, oldest->state->conn->peer(), peer));
-      oldest->state->in_handshake = false;  // counted until its thread leaves
-      oldest->state->conn->shutdown();
+    // Full, for the address or overall: the oldest handshake (from that address, or from any)
+    // makes room. A client that completes its handshake at once always gets a slot; peers
+    // that drip bytes lose theirs to it.
+    if (here >= kMaxHandshakesPerAddress &&
+        !end_oldest_handshake(&ip, fmt::format("{} handshakes from {} are in progress", here, ip),
+                              peer)) {
+      return;
+    }
+    if (handshakes >= kMaxHandshakes &&
+        !end_oldest_handshake(nullptr, fmt::format("{} handshakes are in progress", handshakes),
+                              peer)) {
+      return;
     }
     ++handshakes;
     ++handshakes_by_address[ip];
@@ -225,6 +225,34 @@ struct Server::Impl {
     state->enable_echo = options.test_hooks.echo_function;
     connections.push_back(Running{state, {}});
     connections.back().thread = std::thread([this, state] { run_connection(*state); });
+  }
+
+  // Ends the oldest connection still in its handshake (from address `ip`, or from any when
+  // null) to make room for `peer`; false, having logged why, when there is none (under `mu`).
+  bool end_oldest_handshake(const std::string* ip, const std::string& why,
+                            const std::string& peer) {
+    Running* oldest = nullptr;
+    for (auto& r : connections) {
+      if (r.state->in_handshake && (ip == nullptr || r.state->peer_ip == *ip) &&
+          (oldest == nullptr || r.state->handshake_started < oldest->state->handshake_started)) {
+        oldest = &r;
+      }
+    }
+    if (oldest == nullptr) {
+      refusals.log(fmt::format("{}; closing the connection from {}", why, peer));
+      return false;
+    }
+    refusals.log(fmt::format("{}: ending the oldest, from {}, to make room for {}", why,
+                             oldest->state->conn->peer(), peer));
+    oldest->state->in_handshake = false;  // counted until its thread leaves
+    oldest->state->conn->shutdown();
+    return true;
+  }
+
+  // The end of `state`'s handshake: one deadline from its connection's acceptance for all of
+  // it (the TLS handshake, the throttle's wait, the hello), however the bytes come.
+  std::chrono::steady_clock::time_point handshake_deadline(const SessionState& state) const {
+    return state.handshake_started + seconds_to_ms(options.handshake_timeout_s);
   }
 
   // Frees the session's slot (once: a timeout frees it before the session thread returns).
@@ -269,7 +297,8 @@ struct Server::Impl {
   // throttle admits it. Returns false (having logged why) when it is refused.
   bool authenticate(SessionState& state, std::chrono::steady_clock::time_point deadline) {
     Connection& conn = *state.conn;
-    const auto admitted = auth.admit(state.peer_ip, std::chrono::steady_clock::now(), deadline);
+    const std::string source = AuthThrottle::source_of(state.peer_ip);
+    const auto admitted = auth.admit(source, std::chrono::steady_clock::now(), deadline);
     if (!admitted) {
       refusals.log(fmt::format(
           "refused {}: too many wrong tokens lately; its token cannot be checked before its "
@@ -277,6 +306,15 @@ struct Server::Impl {
           conn.peer()));
       return false;
     }
+    // Every admitted check is recorded once; one that ends without an answer gives back its
+    // place in the guessing lane.
+    AuthThrottle::Outcome outcome = AuthThrottle::Outcome::kUndecided;
+    struct Record {
+      AuthThrottle& auth;
+      const std::string& source;
+      const AuthThrottle::Outcome& outcome;
+      ~Record() { auth.record(source, outcome, std::chrono::steady_clock::now()); }
+    } record{auth, source, outcome};
     const auto at = *admitted;
     while (std::chrono::steady_clock::now() < at) {
       {
@@ -290,14 +328,14 @@ struct Server::Impl {
       conn.start_tls(*tls, deadline);
     } catch (const tls::HandshakeError& e) {
       const bool wrong_key = e.kind() == tls::HandshakeError::Kind::kWrongKey;
-      if (wrong_key) auth.record(state.peer_ip, false, std::chrono::steady_clock::now());
+      if (wrong_key) outcome = AuthThrottle::Outcome::kWrong;
       refusals.log(fmt::format("refused {}: {} ({})", conn.peer(),
                                wrong_key ? "the TLS handshake failed: it does not hold the token"
                                          : "the TLS handshake did not complete",
                                e.what()));
       return false;
     }
-    auth.record(state.peer_ip, true, std::chrono::steady_clock::now());
+    outcome = AuthThrottle::Outcome::kRight;
     return true;
   }
 
@@ -308,8 +346,9 @@ struct Server::Impl {
     Connection& conn = *state.conn;
     const auto limit = seconds_to_ms(options.handshake_timeout_s);
     conn.set_timeouts(limit, limit);
-    // One deadline for the whole handshake: dripping bytes does not extend it.
-    const auto deadline = std::chrono::steady_clock::now() + limit;
+    // One deadline for the whole handshake: dripping bytes does not extend it. Every wait here
+    // is bounded by it, and housekeeping() ends a connection still in its handshake past it.
+    const auto deadline = handshake_deadline(state);
     conn.set_deadline(deadline);
     const auto refuse = [&](wire::HelloStatus status, const std::string& message) {
       refusals.log(fmt::format("refused {}: {}", conn.peer(), message));
@@ -356,6 +395,8 @@ struct Server::Impl {
     }
     {
       std::lock_guard lock(mu);
+      // Ended to make room, or past its deadline (housekeeping): its connection is closed.
+      if (!state.in_handshake) return false;
       if (active >= options.max_sessions || (registration && !registration->claim(key))) {
         const std::string message = fmt::format("the server is busy: {} of {} sessions are running",
                                                 active, options.max_sessions);
@@ -364,6 +405,9 @@ struct Server::Impl {
         return false;
       }
       ++active;
+      // From here the connection holds a slot: neither ended for room nor by the handshake's
+      // deadline in housekeeping() (the answer below is still bounded by the deadline).
+      state.in_handshake = false;
     }
     try {
       handshake::send_server_hello(conn, wire::HelloStatus::kAccepted, server_key);
@@ -527,6 +571,12 @@ struct Server::Impl {
         if (it->state->finished) {
           done.splice(done.end(), connections, it++);
           continue;
+        }
+        if (it->state->in_handshake && now >= handshake_deadline(*it->state)) {
+          // Past its handshake deadline and still in it: whatever its thread waits for (a
+          // read, the throttle), it ends now and the address's handshake is given back.
+          it->state->in_handshake = false;  // counted until its thread leaves
+          it->state->conn->shutdown();
         }
         if (it->state->worker && it->state->deadline &&
             now >= *it->state->deadline + kWorkerKillAfterDeadline) {
