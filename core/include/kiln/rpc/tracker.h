@@ -63,9 +63,10 @@ struct TrackerOptions {
   // connection.
   size_t max_free_values = 65536;
   // Connections open at once. When full (or out of file descriptors), the connection idle the
-  // longest is closed to make room: first one that is neither a server (sent PUT) nor
-  // waiting for one, then a server that holds no free value; never one that holds free values
-  // or waiting requests. When every connection holds some, the new connection is refused.
+  // longest is closed to make room: under a token first one that has not completed TLS, then
+  // one that is neither a server (sent PUT) nor waiting for one, then a server that holds no
+  // free value; never one that holds free values or waiting requests. When every connection
+  // holds some, the new connection is refused.
   size_t max_connections = 4096;
   // Connections open at once from one peer address (`kiln tracker --max-connections-per-
   // address`); more are refused, so one host cannot take every slot.
