@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "rpc/tls_psk.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -289,8 +289,8 @@ Session::Session(const Context& context, int fd, std::chrono::steady_clock::time
       int ready = 0;
       try {
         // Ctrl-C in Python ends a client's wait (kiln/detail/cancellation.h).
-        ready = poll_until_interruptible(fd, err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN,
-                                         deadline);
+        ready =
+            poll_until_interruptible(fd, err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, deadline);
       } catch (...) {
         restore_mode();
         SSL_free(ssl_);
