@@ -47,7 +47,9 @@ def build_kernel_library(path: pathlib.Path) -> pathlib.Path:
         "transpose_append": tvm_kv._kv_cache_transpose_append(KV_HEADS, HEAD_DIM, DTYPE, PAGE),
         "debug_get_kv": tvm_kv._kv_cache_debug_get_kv(NUM_LAYERS, KV_HEADS, HEAD_DIM, DTYPE),
         "prefill": tvm_kv._attention_prefill_cpu(KV_HEADS, QO_HEADS, HEAD_DIM, DTYPE, False, {}),
-        "decode": tvm_kv._attention_decode_cpu(KV_HEADS, QO_HEADS, HEAD_DIM, DTYPE, False, {}, PAGE),
+        "decode": tvm_kv._attention_decode_cpu(
+            KV_HEADS, QO_HEADS, HEAD_DIM, DTYPE, False, {}, PAGE
+        ),
         "prefill_sliding": tvm_kv._attention_prefill_cpu(
             KV_HEADS, QO_HEADS, HEAD_DIM, DTYPE, True, {}
         ),
@@ -204,7 +206,8 @@ class Script:
         self.both("kv_state_begin_forward", seqs, counts)
         tokens = sum(counts)
         for layer in range(NUM_LAYERS):
-            qkv = self.rng.standard_normal((tokens, QO_HEADS + 2 * KV_HEADS, HEAD_DIM)).astype(DTYPE)
+            shape = (tokens, QO_HEADS + 2 * KV_HEADS, HEAD_DIM)
+            qkv = self.rng.standard_normal(shape).astype(DTYPE)
             outs = [side.attention(layer, qkv) for side in self.sides]
             np.testing.assert_array_equal(outs[1], outs[0], err_msg=f"layer {layer}, batch {batch}")
         self.both("kv_state_end_forward")
@@ -357,4 +360,5 @@ def test_create_checks_the_sliding_window_arguments(kernel_library: pathlib.Path
         create(kinds=[0, 3])
     # Two more pages per sequence, as TVM allocates: 17 + 2 * 8.
     cache = create(config=[MAX_SEQS, MAX_TOTAL, CHUNK, PAGE, 1])
-    assert kiln.get_global_func("vm.builtin.attention_kv_cache_get_num_available_pages")(cache) == 33
+    free_pages = kiln.get_global_func("vm.builtin.attention_kv_cache_get_num_available_pages")
+    assert free_pages(cache) == 33
