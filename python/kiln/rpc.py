@@ -23,6 +23,7 @@ kiln.RPCSessionTimeoutError. Every network call releases the GIL.
 
 from __future__ import annotations
 
+import os
 from typing import Collection, Optional, Union
 
 from . import _kiln
@@ -75,9 +76,13 @@ def connect(host: str, port: Union[int, str], key: str = "", session_timeout: fl
     )
 
 
-def connect_tracker(host: str, port: Union[int, str],
-                    connect_timeout: float = 10) -> TrackerSession:
+def connect_tracker(host: str, port: Union[int, str], connect_timeout: float = 10,
+                    tracker_token: Optional[str] = None) -> TrackerSession:
     """Connects to the RPC tracker at `host`:`port` (TVM's ``tvm.rpc.connect_tracker``).
+
+    tracker_token: the tracker's token, when it requires one (the connection is then TLS 1.3
+        keyed by it); None (the default): ``$KILN_TRACKER_TOKEN``, where an unset or empty
+        variable means no token, as in the C++ API and the command line.
 
     A refused connection is retried every 0.5 s until `connect_timeout` seconds have passed,
     then RuntimeError names host:port and the last error. Returns a TrackerSession:
@@ -86,7 +91,10 @@ def connect_tracker(host: str, port: Union[int, str],
     RPCSession with a free server of that key (``wait`` bounds the wait in seconds; TVM waits
     forever, as does ``wait=None``). Also a context manager that closes it.
     """
-    return _kiln._rpc_connect_tracker(host, int(port), connect_timeout=connect_timeout)
+    if tracker_token is None:
+        tracker_token = os.environ.get("KILN_TRACKER_TOKEN", "")
+    return _kiln._rpc_connect_tracker(host, int(port), connect_timeout=connect_timeout,
+                                      tracker_token=tracker_token)
 
 
 def LocalSession() -> RPCSession:  # noqa: N802  (TVM's name: rpc.LocalSession() makes a session)

@@ -440,12 +440,16 @@ void bind_rpc(nb::module_& m) {
 
   m.def(
       "_rpc_connect_tracker",
-      [](const std::string& host, int port, double connect_timeout) {
+      [](const std::string& host, int port, double connect_timeout,
+         const std::string& tracker_token) {
         const milliseconds timeout = seconds_to_ms(connect_timeout, "connect_timeout");
-        return without_gil([&] { return rpc::connect_tracker(host, port, timeout); });
+        return without_gil(
+            [&] { return rpc::connect_tracker(host, port, timeout, tracker_token); });
       },
       nb::arg("host"), nb::arg("port"), nb::arg("connect_timeout") = 10,
-      "Internal: kiln.rpc.connect_tracker.");
+      nb::arg("tracker_token") = "",
+      "Internal: kiln.rpc.connect_tracker (tracker_token: '' for none; the Python layer reads "
+      "$KILN_TRACKER_TOKEN).");
 }
 
 }  // namespace kiln::python

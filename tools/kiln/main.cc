@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
                   "docs/isolation.md)")
       ->check(CLI::IsMember({"process", "none"}));
   run->add_option("--point-timeout", run_options.point_timeout_s,
-                  "Seconds an isolated run or point may take before its worker is killed and the "
-                  "point fails (0: no limit)")
+                  "Seconds an isolated or remote run or point may take before it is ended (its "
+                  "worker killed, its session closed) and fails as hung (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   run->add_option("--jobs", run_options.jobs,

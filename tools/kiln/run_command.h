@@ -59,13 +59,22 @@ struct Outcome {
   std::optional<profiling::Report> profile;
 };
 
+// A remote run that went on past --point-timeout (counted from its server's grant): it
+// ends as `hung` (exit 3), as a local worker past it does. Its session is closed.
+class RemoteTimeoutError : public RuntimeError {
+ public:
+  explicit RemoteTimeoutError(const std::string& message) : RuntimeError(message) {}
+};
+
 // Runs `p` through local_run (or rpc_run for a `remote:` section), then checks its outputs and
 // result, judges the noise, computes the throughput and profiles it when the config asks.
 // `worker`: where a local run is measured instead of this process (nullptr: here); its
 // testing::WorkerError (a crash, hang or kill) propagates. A config's `profile:` section still
-// runs here.
+// runs here. `remote_timeout_s` (--point-timeout; 0: none) bounds a remote run from its
+// server's grant to its end, whatever the server does (a server that drips its replies or
+// never answers): past it every wait ends and RemoteTimeoutError is thrown.
 Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
-                testing::MeasurementWorker* worker = nullptr);
+                testing::MeasurementWorker* worker = nullptr, double remote_timeout_s = 0);
 
 // What a run is, for crash notes: "'relu' on cpu:0 (plugin cpu) (runs/relu.yaml)".
 std::string running_what(const Runtime& runtime, const Prepared& p);
@@ -98,7 +107,7 @@ struct PointRun {
 // How a sweep's points are measured (RunOptions, resolved).
 struct SweepExecution {
   bool isolated = true;        // local points in worker processes
-  double point_timeout_s = 0;  // an isolated point's deadline (0: none)
+  double point_timeout_s = 0;  // an isolated or remote point's deadline (0: none)
   int jobs = 1;                // remote points at once
   int retries = 2;             // a lost server's point tried again this many times
 };

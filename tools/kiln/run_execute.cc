@@ -17,6 +17,7 @@
 
 #include "cli_checks.h"
 #include "crash_note.h"
+#include "kiln/detail/cancellation.h"
 #include "kiln/device_backend.h"
 #include "kiln/error.h"
 #include "kiln/rpc/rpc_config.h"
@@ -110,6 +111,40 @@ class ServerWaitNotice {
   std::thread thread_;  // last: it starts once the members above exist
 };
 
+// The deadline of a remote run (--point-timeout), as the thread's interrupt poll
+// (kiln/detail/cancellation.h): every wait of the RPC client (tracker, replies, sends) runs the
+// poll at least every kInterruptPollPeriod, so the run ends at its deadline whatever the server
+// does. The clock starts when the tracker has granted the server (the wait for a free server is
+// `remote.wait`'s business).
+class RemoteDeadline {
+ public:
+  explicit RemoteDeadline(double timeout_s) : timeout_s_(timeout_s) {}
+  // The server was granted: the clock runs from now.
+  void start() {
+    if (timeout_s_ > 0) {
+      deadline_ = std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(timeout_s_));
+    }
+  }
+  // Whether the deadline passed (the poll then threw).
+  bool expired() const { return expired_; }
+  double timeout_s() const { return timeout_s_; }
+  // The interrupt poll: throws InterruptedError once the deadline has passed.
+  static void poll(void* context) {
+    auto* self = static_cast<RemoteDeadline*>(context);
+    if (!self->deadline_ || std::chrono::steady_clock::now() < *self->deadline_) return;
+    self->expired_ = true;
+    throw detail::InterruptedError(
+        fmt::format("the remote run took longer than --point-timeout {} s", self->timeout_s_));
+  }
+
+ private:
+  double timeout_s_;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
+  bool expired_ = false;
+};
+
 // The timer of `p`'s device and who provides it, for messages: "device timer of plugin rocm".
 std::string timer_owner(const Runtime& runtime, const Prepared& p, const Outcome& o) {
   const Ref<DeviceBackend> backend = runtime.find_backend(p.device.type);
@@ -196,7 +231,7 @@ Prepared prepare(Runtime& runtime, run::RunSpec spec, const std::optional<Device
 }
 
 Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
-                testing::MeasurementWorker* worker) {
+                testing::MeasurementWorker* worker, double remote_timeout_s) {
   const run::RunSpec& spec = p.spec;
   Outcome o;
   testing::RunHooks hooks;
@@ -223,13 +258,27 @@ Outcome execute(Runtime& runtime, const Prepared& p, Progress& progress,
     progress.note(fmt::format("requesting a '{}' server from {}:{}", *rpc.tracker_key,
                               *rpc.tracker_host, *rpc.tracker_port));
     ServerWaitNotice notice(rpc);
+    RemoteDeadline deadline(remote_timeout_s);
     const auto on_step = hooks.on_step;
     hooks.on_step = [&](const std::string& step, double seconds) {
-      if (step == "connect") notice.served();
+      if (step == "connect") {
+        notice.served();
+        deadline.start();
+      }
       on_step(step, seconds);
     };
-    o.result = testing::rpc_run(runtime, p.module, device, p.inputs, p.evaluator.config, rpc,
-                                spec.exporter, std::nullopt, hooks);
+    try {
+      const detail::InterruptScope scope(&RemoteDeadline::poll, &deadline);
+      o.result = testing::rpc_run(runtime, p.module, device, p.inputs, p.evaluator.config, rpc,
+                                  spec.exporter, std::nullopt, hooks);
+    } catch (const std::exception& e) {
+      // Whatever the deadline ended (a reply, a send, the cleanup), it is the timeout.
+      if (!deadline.expired()) throw;
+      throw RemoteTimeoutError(fmt::format(
+          "'{}' on the server took longer than --point-timeout {} s (from the server's grant); "
+          "its session was closed: {}",
+          p.function, deadline.timeout_s(), e.what()));
+    }
     o.server = o.result.server;
     o.where += fmt::format(", server {}", o.server);
   } else if (worker != nullptr) {

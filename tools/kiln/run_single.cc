@@ -76,7 +76,8 @@ int run_single(Runtime& runtime, run::RunSpec spec, const std::optional<Device>&
     worker_options.timeout_s = options.point_timeout_s;
     worker.emplace(runtime, worker_options);
   }
-  const Outcome o = execute(runtime, p, progress, worker ? &*worker : nullptr);
+  const Outcome o =
+      execute(runtime, p, progress, worker ? &*worker : nullptr, options.point_timeout_s);
 
   // Google Benchmark's document, named as its tools expect: in --json under "benchmark", and
   // at the top level in --benchmark-out's file, which compare.py reads as is.

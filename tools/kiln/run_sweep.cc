@@ -113,7 +113,8 @@ void measure_point(Runtime& runtime, const SweepExecution& execution, size_t i, 
   while (true) {
     ++r->attempts;
     try {
-      r->outcome = execute(runtime, *r->prepared, progress, remote ? nullptr : worker);
+      r->outcome = execute(runtime, *r->prepared, progress, remote ? nullptr : worker,
+                           execution.point_timeout_s);
       if (!r->outcome->check.ok) {
         r->exit_code = kExitCheckFailed;
         r->status = "check_failed";
@@ -121,6 +122,11 @@ void measure_point(Runtime& runtime, const SweepExecution& execution, size_t i, 
     } catch (const testing::WorkerError& e) {
       r->exit_code = kExitRuntime;
       r->status = e.kind_name();
+      r->error = e.what();
+    } catch (const RemoteTimeoutError& e) {
+      // Not tried again: the next server would get the same point and the same bound.
+      r->exit_code = kExitRuntime;
+      r->status = "hung";
       r->error = e.what();
     } catch (const std::exception& e) {
       if (remote && server_lost(e) && r->attempts <= execution.retries) {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "ffi/error_object.h"
@@ -18,6 +19,29 @@ namespace kiln::rpc {
 
 using wire::Code;
 using wire::Tag;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// The slowest rate at which the data of a message (a reply's body, a request's payload) may
+// pass: the server's own bound on its clients (docs/rpc.md, Limits).
+constexpr uint64_t kMinTransferBytesPerSecond = 1ull << 20;
+// How long data may take beyond that rate where no session timeout bounds it: the server's
+// default --write-timeout, the time it gives a client that does not read its reply.
+constexpr std::chrono::seconds kTransferTimeout{60};
+// Bytes a Download reply's buffer grows by at most at a time: it grows with the data that
+// arrives, never to a length the server announced.
+constexpr size_t kDownloadStepBytes = 1 << 20;
+
+// `bytes` at kMinTransferBytesPerSecond, clamped to a century: a length from the network must
+// not overflow the clock.
+Clock::duration transfer_time(uint64_t bytes) {
+  const double seconds =
+      std::min(static_cast<double>(bytes) / static_cast<double>(kMinTransferBytesPerSecond),
+               100.0 * 365 * 24 * 3600);
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+}  // namespace
 
 // ---- Impl ---------------------------------------------------------------------------------
 
@@ -56,7 +80,9 @@ void RPCSession::Impl::lost(const ConnectionError& e, const char* what) {
   closed = true;
   closed_reason = e.what();
   conn->shutdown();
-  if (e.timed_out()) {
+  // Past the session timeout the server has ended the session; a reply that started but
+  // trickles (or a timeout without a session timeout) is a faulty server: lost, not timed out.
+  if (e.timed_out() && session_timeout_s > 0 && phase != Phase::kReplyBody) {
     throw RPCSessionTimeoutError(fmt::format(
         "the server {} did not answer {} within the session timeout of {} s (plus 5 s grace): {}",
         peer, what, session_timeout_s, e.what()));
@@ -66,8 +92,41 @@ void RPCSession::Impl::lost(const ConnectionError& e, const char* what) {
       0);
 }
 
+void RPCSession::Impl::bound_request(uint64_t bytes) {
+  phase = Phase::kRequest;
+  const auto base =
+      reply_limit.count() > 0 ? Clock::duration(reply_limit) : Clock::duration(kTransferTimeout);
+  conn->set_deadline(
+      Clock::now() + base + transfer_time(bytes),
+      fmt::format("took a request of {} bytes too slowly (it must pass within {} "
+                  "ms plus 1 s per MiB)",
+                  bytes, std::chrono::ceil<std::chrono::milliseconds>(base).count()));
+}
+
 Connection::FrameHeader RPCSession::Impl::read_reply(const char* what) {
+  const auto sent = Clock::now();
+  phase = Phase::kReplyHeader;
+  if (reply_limit.count() > 0) {
+    conn->set_deadline(sent + reply_limit,
+                       fmt::format("did not answer within {} ms (the session timeout plus 5 s "
+                                   "grace), counted from the request",
+                                   reply_limit.count()));
+  } else {
+    conn->set_deadline(std::nullopt);  // the call may run as long as it likes
+  }
   const auto h = conn->read_frame_header(UINT64_MAX >> 1);
+  // The whole reply by then: its header's time (or kTransferTimeout from the header) plus its
+  // size at the minimum rate.
+  phase = Phase::kReplyBody;
+  const auto base = reply_limit.count() > 0 ? sent + reply_limit : Clock::now() + kTransferTimeout;
+  conn->set_deadline(
+      base + transfer_time(h.body_length()),
+      fmt::format("sent its reply too slowly (a reply of {} bytes must arrive within {} plus 1 s "
+                  "per MiB)",
+                  h.body_length(),
+                  reply_limit.count() > 0
+                      ? fmt::format("{} ms of its request", reply_limit.count())
+                      : fmt::format("{} s of its header", kTransferTimeout.count())));
   if (h.code == static_cast<uint32_t>(Code::kException)) {
     std::vector<uint8_t> body;
     conn->read_body(h.body_length(), body, "Exception");
@@ -96,6 +155,15 @@ auto RPCSession::Impl::exchange(Code code, Body&& body) {
   check_open_locked();
   if (wire::may_leave_device_work(code)) device_work.fetch_add(1);
   const char* what = wire::code_name(code);
+  // Whatever bound the exchange set is gone once it ends (a FreeHandle or the Shutdown that
+  // follows is not part of it).
+  struct Unbound {
+    Impl& impl;
+    ~Unbound() {
+      impl.phase = Phase::kIdle;
+      if (!impl.closed) impl.conn->set_deadline(std::nullopt);
+    }
+  } unbound{*this};
   try {
     return body(what);
   } catch (const ConnectionError& e) {
@@ -119,6 +187,7 @@ auto RPCSession::Impl::exchange(Code code, Body&& body) {
 std::vector<Any> RPCSession::Impl::request(Code code, const std::vector<uint8_t>& body,
                                            const void* payload, uint64_t payload_bytes) {
   return exchange(code, [&](const char* what) {
+    bound_request(wire::kFrameHeaderBytes + body.size() + payload_bytes);
     try {
       conn->write_frame(code, body, payload, payload_bytes);
     } catch (const ConnectionError&) {
@@ -145,6 +214,7 @@ std::vector<Any> RPCSession::Impl::request(Code code, const std::vector<uint8_t>
 void RPCSession::Impl::request_data(Code code, const std::vector<uint8_t>& body, void* dst,
                                     uint64_t expected_bytes) {
   exchange(code, [&](const char* what) {
+    bound_request(wire::kFrameHeaderBytes + body.size());
     conn->write_frame(code, body);
     const auto h = read_reply(what);
     if (h.code != static_cast<uint32_t>(Code::kData) || h.body_length() != expected_bytes) {
@@ -160,13 +230,26 @@ std::string RPCSession::Impl::request_file(const std::string& remote_path) {
   wire::Writer w(body);
   w.str(remote_path);
   return exchange(Code::kDownload, [&](const char* what) {
+    bound_request(wire::kFrameHeaderBytes + body.size());
     conn->write_frame(Code::kDownload, body);
     const auto h = read_reply(what);
     if (h.code != static_cast<uint32_t>(Code::kData)) {
       throw wire::ProtocolError(fmt::format("{} answered Download without data", peer));
     }
-    std::string data(static_cast<size_t>(h.body_length()), '\0');
-    if (!data.empty()) conn->read_exact(data.data(), data.size(), "file data");
+    // Grown with the bytes that arrive: a header announcing 4 GiB costs nothing until the
+    // server sends them (a peer's length is a claim, not a size to allocate).
+    const uint64_t total = h.body_length();
+    std::string data;
+    if (total > data.max_size()) {
+      throw wire::ProtocolError(fmt::format(
+          "{} announced a Download of {} bytes, more than a string holds", peer, total));
+    }
+    while (data.size() < total) {
+      const size_t have = data.size();
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(kDownloadStepBytes, total - have));
+      data.resize(have + take);
+      conn->read_exact(data.data() + have, take, "file data");
+    }
     return data;
   });
 }
@@ -351,6 +434,7 @@ RPCSession connect(const std::string& host, int port, const ConnectOptions& opti
           : std::chrono::milliseconds(0);
   conn->set_deadline(std::nullopt);
   conn->set_timeouts(limit, limit);
+  impl->reply_limit = limit;
   return attach_session(std::move(impl), std::move(conn), runtime);
 }
 

@@ -5,6 +5,7 @@
 #define KILN_SRC_RPC_CLIENT_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,6 +33,10 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
   std::string server_key;
   int32_t index = -1;
   double session_timeout_s = 0;
+  // How long a reply may take to start, from its request sent: the session timeout plus 5 s
+  // grace (the server ends the session at its timeout and says so); zero: no bound (a
+  // session without a timeout, whose call may run as long as it likes).
+  std::chrono::milliseconds reply_limit{0};
 
   std::mutex mu;  // one request in flight
   // The thread holding `mu` for a request. A remote object dropped on that thread (a reply
@@ -102,8 +107,18 @@ struct RPCSession::Impl : std::enable_shared_from_this<RPCSession::Impl> {
   // violation closes the session and becomes an RPCError (RPCSessionTimeoutError on silence).
   template <typename Body>
   auto exchange(wire::Code code, Body&& body);
-  // Reads a reply header, turning Exception frames into thrown errors.
+  // Reads a reply header, turning Exception frames into thrown errors. The reply is bounded
+  // as a whole (the connection's deadline, never per read): its header within reply_limit of
+  // now, its body by then plus its size at kMinTransferBytesPerSecond (without a reply_limit:
+  // kTransferTimeout from its header plus the same), so a server that drips its reply cannot
+  // stretch the wait. The bound stays until the exchange ends.
   Connection::FrameHeader read_reply(const char* what);
+  // Bounds the request of `bytes` about to be written (frame included): the session's reply
+  // limit (kTransferTimeout without one) plus its size at kMinTransferBytesPerSecond.
+  void bound_request(uint64_t bytes);
+  // Where an exchange is (for what a timeout means: lost()).
+  enum class Phase { kIdle, kRequest, kReplyHeader, kReplyBody };
+  Phase phase = Phase::kIdle;
   [[noreturn]] void lost(const ConnectionError& e, const char* what);
 };
 

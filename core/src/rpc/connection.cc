@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "rpc/connection.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -113,20 +114,37 @@ void Connection::set_timeouts(milliseconds receive, milliseconds send) {
   send_timeout_ = send;
 }
 
-void Connection::set_deadline(std::optional<Clock::time_point> deadline) {
+void Connection::set_deadline(std::optional<Clock::time_point> deadline, std::string why) {
   deadline_ = deadline;
+  deadline_why_ = std::move(why);
   if (!deadline_) set_timeouts(receive_timeout_, send_timeout_);  // the per-call limits again
+  set_nonblocking(tls_ != nullptr && deadline_.has_value());
+}
+
+void Connection::set_nonblocking(bool on) {
+  if (on == nonblocking_ || fd_ < 0) return;
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0) return;  // stays as it was: blocking calls bounded by the socket timeouts
+  if (::fcntl(fd_, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK)) == 0) {
+    nonblocking_ = on;
+  }
+}
+
+ConnectionError Connection::deadline_error(bool sending, const char* what) const {
+  const char* doing = sending ? "sending" : "waiting for";
+  if (!deadline_why_.empty()) {
+    return ConnectionError(fmt::format("{} {} ({} {})", peer_, deadline_why_, doing, what),
+                           ConnectionError::Kind::kTimedOut);
+  }
+  return ConnectionError(fmt::format("{} did not complete the exchange within its deadline ({} {})",
+                                     peer_, doing, what),
+                         ConnectionError::Kind::kTimedOut);
 }
 
 void Connection::apply_deadline(bool sending, const char* what) {
   if (!deadline_) return;
   const auto left = std::chrono::duration_cast<milliseconds>(*deadline_ - Clock::now());
-  if (left.count() <= 0) {
-    throw ConnectionError(
-        fmt::format("{} did not complete the exchange within its deadline ({} {})", peer_,
-                    sending ? "sending" : "waiting for", what),
-        ConnectionError::Kind::kTimedOut);
-  }
+  if (left.count() <= 0) throw deadline_error(sending, what);
   auto bound = left;
   const auto per_call = sending ? send_timeout_ : receive_timeout_;
   if (per_call.count() > 0) bound = std::min(bound, per_call);
@@ -164,7 +182,8 @@ template <typename Call>
 ssize_t Connection::call_surviving_signals(bool sending, const char* what, Call call) {
   check_message_deadline(sending, what);
   apply_deadline(sending, what);
-  if (detail::interrupt_poll_installed()) return call_interruptibly(sending, call);
+  // A non-blocking socket (TLS under a deadline) waits in poll, bounded by the deadline.
+  if (nonblocking_ || detail::interrupt_poll_installed()) return call_interruptibly(sending, call);
   const auto started = Clock::now();
   ssize_t result = call();
   if (result >= 0 || errno != EINTR) return result;
@@ -204,10 +223,10 @@ ssize_t Connection::call_interruptibly(bool sending, Call call) {
   std::optional<Clock::time_point> end;
   if (per_call.count() > 0) end = Clock::now() + per_call;
   if (deadline_) end = end ? std::min(*end, *deadline_) : *deadline_;
-  const short events = sending ? POLLOUT : POLLIN;
   // Bytes TLS already decrypted are read without waiting; a plain send is tried first (it does
-  // not block here, see transport_send) and waited for only when the socket takes nothing.
-  bool ready = tls_ ? !sending && tls_->pending() > 0 : sending;
+  // not block here, see transport_send) and waited for only when the socket takes nothing; on a
+  // non-blocking socket every call is tried first (it cannot block).
+  bool ready = nonblocking_ || (tls_ ? !sending && tls_->pending() > 0 : sending);
   while (true) {
     if (ready) {
       const ssize_t result = call();
@@ -223,7 +242,9 @@ ssize_t Connection::call_interruptibly(bool sending, Call call) {
     }
     auto slice_end = now + detail::kInterruptPollPeriod;
     if (end) slice_end = std::min(slice_end, *end);
-    const int revents = poll_until(fd(), events, slice_end);
+    // TLS may have to write while reading (a key update's answer) or read while writing.
+    const bool want_out = tls_ && nonblocking_ ? tls_->wants_write() : sending;
+    const int revents = poll_until(fd(), want_out ? POLLOUT : POLLIN, slice_end);
     if (revents < 0) return -1;
     ready = revents != 0;
   }
@@ -284,6 +305,7 @@ void Connection::start_tls(const tls::Context& context, Clock::time_point deadli
   tls_ = std::make_unique<tls::Session>(context, fd(), deadline);
   set_socket_timeout(fd(), false, receive_timeout_);
   set_socket_timeout(fd(), true, send_timeout_);
+  set_nonblocking(deadline_.has_value());  // the rest of a deadline's exchange (set_deadline)
 }
 
 void Connection::fail_io(const char* op, const char* what, int err, bool eof) {
@@ -301,10 +323,7 @@ void Connection::fail_io(const char* op, const char* what, int err, bool eof) {
         ConnectionError::Kind::kClosed);
   }
   if ((err == EAGAIN || err == EWOULDBLOCK) && deadline_ && Clock::now() >= *deadline_) {
-    throw ConnectionError(
-        fmt::format("{} did not complete the exchange within its deadline ({} {})", peer_,
-                    std::strcmp(op, "send") == 0 ? "sending" : "waiting for", what),
-        ConnectionError::Kind::kTimedOut);
+    throw deadline_error(std::strcmp(op, "send") == 0, what);
   }
   if (err == EAGAIN || err == EWOULDBLOCK) {
     const bool sending = std::strcmp(op, "send") == 0;
@@ -377,6 +396,11 @@ void Connection::write_all(iovec* iov, int count) {
     if (sent < 0) {
       writing_ = {};
       fail_io("send", "a message", errno, false);
+    }
+    if (sent == 0 && std::any_of(iov, iov + count, [](const iovec& v) { return v.iov_len > 0; })) {
+      // TLS after the peer's close_notify: nothing more will be taken (retrying would spin).
+      writing_ = {};
+      fail_io("send", "a message", EPIPE, false);
     }
     writing_.left -= std::min<uint64_t>(writing_.left, static_cast<uint64_t>(sent));
     if (writing_.left == 0) writing_.deadline.reset();

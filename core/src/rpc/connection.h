@@ -65,9 +65,15 @@ class Connection {
   void set_timeouts(std::chrono::milliseconds receive, std::chrono::milliseconds send);
   // A deadline for every read and write until it is cleared (nullopt): each system call is
   // bounded by what is left of it, so a peer that sends a byte now and then cannot stretch
-  // a handshake (the per-call timeouts alone restart with every byte). Passing it throws
-  // ConnectionError (timed out) naming `what`.
-  void set_deadline(std::optional<std::chrono::steady_clock::time_point> deadline);
+  // a handshake or a reply (the per-call timeouts alone restart with every byte). Passing it
+  // throws ConnectionError (timed out) naming `what`; `why`, when given, says what the
+  // deadline was for in that error ("did not answer within ..."), after the peer's name.
+  // Under TLS the socket is non-blocking while a deadline is set and every wait is a poll
+  // bounded by it: one blocking SSL_read would read a whole record, one socket read per
+  // piece, each with the whole per-call timeout, so a record dripped a byte at a time would
+  // outlast any deadline.
+  void set_deadline(std::optional<std::chrono::steady_clock::time_point> deadline,
+                    std::string why = {});
   // The slowest rate, in bytes per second, at which a whole message may pass; 0 (the default):
   // no such bound. With it, a frame written (write_frame, or write_frame_start and the payload
   // written after it; a lone write_all counts as one message) must be taken by the peer within
@@ -161,7 +167,13 @@ class Connection {
   // Throws ConnectionError (timed out) when the message in the direction `sending` is past
   // its deadline.
   void check_message_deadline(bool sending, const char* what) const;
+  // The error for a deadline (set_deadline) that passed while `sending` / waiting for `what`.
+  ConnectionError deadline_error(bool sending, const char* what) const;
+  // Switches the socket between blocking and non-blocking (set_deadline under TLS).
+  void set_nonblocking(bool on);
   std::optional<std::chrono::steady_clock::time_point> deadline_;
+  std::string deadline_why_;  // set_deadline's `why`
+  bool nonblocking_ = false;  // the socket is non-blocking: a TLS connection under a deadline
   uint64_t min_bytes_per_s_ = 0;
   Message reading_;  // the frame being read, from its header on
   Message writing_;  // the frame (or lone write_all) being written

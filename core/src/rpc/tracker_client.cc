@@ -36,6 +36,10 @@ using tracker_wire::Json;
 // Replies may be larger than what the tracker accepts (a SUMMARY of a large farm).
 constexpr int32_t kMaxReplyBytes = 16 * kMaxTrackerMessageBytes;
 
+// How long the rest of a reply may take once its length arrived, where the request had no
+// time limit: a whole reply is at most kMaxReplyBytes (16 MiB), 1 MiB/s plus 60 s.
+constexpr std::chrono::seconds kReplyBodyTimeout{76};
+
 milliseconds remaining(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
   return std::max(left, milliseconds(1));
@@ -113,12 +117,22 @@ class TrackerConnection {
     conn_->write_all(bytes.data(), bytes.size());
   }
 
-  // Reads one message; `timeout` nullopt waits without bound.
+  // Reads one message; `timeout` nullopt waits without bound. With a timeout the whole
+  // message must arrive within it (the connection's deadline, not a limit per read: a tracker
+  // that drips its reply cannot stretch the wait).
   Json recv_json(std::optional<milliseconds> timeout) {
     std::optional<Clock::time_point> deadline;
     if (timeout) deadline = Clock::now() + *timeout;
     const auto bound = [&] { return deadline ? remaining(*deadline) : milliseconds(0); };
     conn_->set_timeouts(bound(), bound());
+    struct Deadline {
+      Connection& conn;
+      ~Deadline() { conn.set_deadline(std::nullopt); }
+    } clear{*conn_};
+    if (deadline) {
+      conn_->set_deadline(
+          *deadline, fmt::format("did not send its whole reply within {} ms", timeout->count()));
+    }
     unsigned char header[4];
     conn_->read_exact(header, 4, "a tracker reply");
     const int32_t size = tracker_wire::decode_int32(header);
@@ -126,9 +140,22 @@ class TrackerConnection {
       throw ConnectionError(fmt::format("{} sent a message of {} bytes (must be in [1, {}])",
                                         peer(), size, kMaxReplyBytes));
     }
-    std::string text(static_cast<size_t>(size), '\0');
-    conn_->set_timeouts(bound(), bound());
-    conn_->read_exact(text.data(), text.size(), "a tracker reply");
+    // A reply that has begun ends soon even where its wait had no bound (a REQUEST without a
+    // wait bound waits for a server, not for the reply's bytes).
+    if (!deadline) {
+      conn_->set_deadline(Clock::now() + kReplyBodyTimeout,
+                          fmt::format("did not send the rest of its reply within {} s of its start",
+                                      kReplyBodyTimeout.count()));
+    }
+    // Grown with the bytes that arrive, never to the length the peer announced.
+    std::string text;
+    while (text.size() < static_cast<size_t>(size)) {
+      const size_t have = text.size();
+      const size_t take =
+          std::min<size_t>(kMaxTrackerMessageBytes, static_cast<size_t>(size) - have);
+      text.resize(have + take);
+      conn_->read_exact(text.data() + have, take, "a tracker reply");
+    }
     // A SUMMARY reply wraps stored values (at most kMaxJsonDepth deep) in 4 more levels; a
     // reply nested deeper would overflow the parser's recursion.
     if (tracker_wire::json_depth(text, tracker_wire::kMaxJsonDepth + 8) >
