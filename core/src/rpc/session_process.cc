@@ -327,7 +327,8 @@ void SessionProcess::signal(int sig) noexcept {
 }
 
 void SessionProcess::end_cgroup() noexcept {
-  if (cgroup_.empty()) return;
+  // Once; cgroup_ itself never changes after construction (signal() may read it meanwhile).
+  if (cgroup_.empty() || cgroup_ended_.exchange(true)) return;
   const auto deadline = Clock::now() + std::chrono::seconds(1);
   // cgroup.kill (Linux 5.14) kills the whole cgroup at once; else each process it lists,
   // again until none is left (one may fork meanwhile).
@@ -346,7 +347,6 @@ void SessionProcess::end_cgroup() noexcept {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  cgroup_.clear();
 }
 
 std::optional<int> SessionProcess::wait(std::optional<std::chrono::milliseconds> timeout) {

@@ -93,7 +93,7 @@ class SessionProcess {
   // The server's write timeout (0: none): relay() gives the client that long, plus 1 s per
   // MiB, to take reply data, as a session without a token does.
   std::chrono::milliseconds write_timeout() const { return write_timeout_; }
-  // The session's cgroup, or empty when it has none.
+  // The session's cgroup (removed once the worker was reaped), or empty when it has none.
   const std::filesystem::path& cgroup() const { return cgroup_; }
   // Sends `sig` to the worker's process group (what it spawned too; SIGKILL: its cgroup as
   // well). No-op once reaped.
@@ -110,7 +110,8 @@ class SessionProcess {
   int pidfd_ = -1;
   std::optional<int> status_;
   std::chrono::milliseconds write_timeout_{0};
-  std::filesystem::path cgroup_;
+  std::filesystem::path cgroup_;  // set once, in the constructor
+  std::atomic<bool> cgroup_ended_{false};
 };
 
 // Whether the status says the worker crashed (a signal other than the server's own SIGTERM /
