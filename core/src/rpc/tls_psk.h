@@ -71,9 +71,10 @@ std::shared_ptr<const Context> client_context(Purpose purpose, const std::string
 // One TLS connection over a connected, blocking socket it does not own.
 class Session {
  public:
-  // Runs the handshake on `fd` (the socket's SO_RCVTIMEO/SO_SNDTIMEO bound each wait; the
-  // whole handshake ends by `deadline`). Throws HandshakeError when the peer does not hold the
-  // key, closed the connection, or the deadline passed.
+  // Runs the handshake on `fd`, non-blocking for its duration (its mode is restored on every
+  // way out): each wait is a poll that ends at `deadline`, so a peer dripping bytes cannot
+  // stretch it. Throws HandshakeError when the peer does not hold the key, closed the
+  // connection, or the deadline passed.
   Session(const Context& context, int fd, std::chrono::steady_clock::time_point deadline);
   ~Session();
   Session(const Session&) = delete;
