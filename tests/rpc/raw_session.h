@@ -16,15 +16,22 @@
 
 namespace kiln::rpc::test {
 
-// A connection that completed the handshake with `key` (5 s bounds); the session is open.
+// A connection that completed the handshake as `options` say (its key, its token: TLS then),
+// with 5 s socket timeouts and a 10 s handshake deadline; the session is open.
 inline std::unique_ptr<Connection> raw_session(const std::string& host, int port,
-                                               const std::string& key) {
+                                               const ConnectOptions& options) {
   auto conn = Connection::connect(host, port, std::chrono::seconds(5));
   conn->set_timeouts(std::chrono::seconds(5), std::chrono::seconds(5));
+  handshake::client(*conn, options, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  return conn;
+}
+
+// The same with `key` and no token.
+inline std::unique_ptr<Connection> raw_session(const std::string& host, int port,
+                                               const std::string& key) {
   ConnectOptions options;
   options.key = key;
-  handshake::client(*conn, options, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-  return conn;
+  return raw_session(host, port, options);
 }
 
 // Announces an Upload of `total` bytes to "big.bin" and sends only the first `sent`.
@@ -36,6 +43,27 @@ inline void start_upload(Connection& conn, uint64_t total, uint64_t sent) {
   conn.write_frame_start(wire::Code::kUpload, body, total);
   const std::vector<uint8_t> some(sent, 7);
   conn.write_all(some.data(), some.size());
+}
+
+// Uploads `n` bytes as `name` and reads the answer.
+inline void upload(Connection& conn, const std::string& name, uint64_t n) {
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.str(name);
+  w.u64(n);
+  const std::vector<uint8_t> data(n, 7);
+  conn.write_frame(wire::Code::kUpload, body, data.data(), n);
+  const Connection::FrameHeader h = conn.read_frame_header(1 << 20);
+  std::vector<uint8_t> reply;
+  conn.read_body(h.body_length(), reply, "Return");
+}
+
+// Asks for `name` back (the reply is not read here).
+inline void ask_download(Connection& conn, const std::string& name) {
+  std::vector<uint8_t> body;
+  wire::Writer w(body);
+  w.str(name);
+  conn.write_frame(wire::Code::kDownload, body);
 }
 
 }  // namespace kiln::rpc::test

@@ -30,6 +30,7 @@
 #include "rpc/connection.h"
 #include "rpc/handshake.h"
 #include "rpc/protocol.h"
+#include "rpc/raw_session.h"
 #include "rpc/rpc_test_util.h"
 #include "rpc/tls_psk.h"
 
@@ -62,31 +63,7 @@ ConnectOptions with_token() {
 
 // A session driven by hand over TLS: the handshake done, frames written by the test.
 std::unique_ptr<Connection> raw_tls_session(int port) {
-  auto conn = Connection::connect("127.0.0.1", port, 5s);
-  conn->set_timeouts(5s, 5s);
-  handshake::client(*conn, with_token(), std::chrono::steady_clock::now() + 10s);
-  return conn;
-}
-
-// Uploads `n` bytes as `name` and reads the answer.
-void upload(Connection& conn, const std::string& name, uint64_t n) {
-  std::vector<uint8_t> body;
-  wire::Writer w(body);
-  w.str(name);
-  w.u64(n);
-  const std::vector<uint8_t> data(n, 7);
-  conn.write_frame(wire::Code::kUpload, body, data.data(), n);
-  const Connection::FrameHeader h = conn.read_frame_header(1 << 20);
-  std::vector<uint8_t> reply;
-  conn.read_body(h.body_length(), reply, "Return");
-}
-
-// Asks for `name` back (the reply is not read here).
-void ask_download(Connection& conn, const std::string& name) {
-  std::vector<uint8_t> body;
-  wire::Writer w(body);
-  w.str(name);
-  conn.write_frame(wire::Code::kDownload, body);
+  return test::raw_session("127.0.0.1", port, with_token());
 }
 
 // Reads and discards what the server sends until it closes or `limit` passes, taking 16 KiB
@@ -232,8 +209,8 @@ TEST(Relay, ACloseNotifyAfterARequestFreesTheSlot) {
   auto conn = raw_tls_session(server.port());
   const pid_t worker = the_session_process();
   ASSERT_GT(worker, 0);
-  upload(*conn, "big.bin", 1 << 20);
-  ask_download(*conn, "big.bin");
+  test::upload(*conn, "big.bin", 1 << 20);
+  test::ask_download(*conn, "big.bin");
   conn->tls_session()->close_notify();
   conn.reset();
   EXPECT_TRUE(wait_until([&] { return server.active_sessions() == 0; }, 10s));
@@ -254,8 +231,8 @@ TEST(Relay, AClientThatNeverReadsCannotHoldTheSlot) {
   // More than every buffer on the way holds (the client's socket takes 64 KiB).
   const int small = 64 << 10;
   ::setsockopt(conn->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  upload(*conn, "big.bin", 32ull << 20);
-  ask_download(*conn, "big.bin");
+  test::upload(*conn, "big.bin", 32ull << 20);
+  test::ask_download(*conn, "big.bin");
   EXPECT_TRUE(wait_until([&] { return server.active_sessions() == 0; }, 20s));
   EXPECT_TRUE(wait_until([&] { return reaped(worker); }, 10s));
   RPCSession next = connect("127.0.0.1", server.port(), with_token());
@@ -369,8 +346,8 @@ TEST(Relay, EverySessionEndGivesTheSlotBack) {
       try {
         if (kill_worker == 1) ::kill(worker, SIGKILL);
         if (request > 0) {
-          upload(*conn, "data.bin", kRequestBytes[request]);
-          ask_download(*conn, "data.bin");
+          test::upload(*conn, "data.bin", kRequestBytes[request]);
+          test::ask_download(*conn, "data.bin");
         }
         if (kill_worker >= 2) ::kill(worker, kill_worker == 2 ? SIGKILL : SIGTERM);
       } catch (const std::exception&) {

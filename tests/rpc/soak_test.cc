@@ -3,16 +3,26 @@
 // whose client vanishes mid-upload or mid-handshake, must leave the server's memory, open
 // descriptors and files where they were. KILN_RPC_SOAK_SESSIONS sets the count (default 200, 100
 // in a sanitizer build; the issue's soak is 2,000: KILN_RPC_SOAK_SESSIONS=2000).
+// With a token (issue 37): legitimate clients among hostile ones (close_notify after a request,
+// resets, readers that never read, vanishing mid-handshake) for KILN_RPC_SOAK_SECONDS.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "kiln/kiln.h"
 #include "kiln/rpc/session.h"
@@ -209,6 +219,209 @@ TEST(RpcSoak, AServerRegisteredWithATrackerStaysFlat) {
       static_cast<long long>(after.fds));
   EXPECT_LE(after.fds, before.fds) << "descriptors leaked";
   EXPECT_LT(after.rss_kib, plateau_kib + 4 * 1024) << "memory grew";
+  EXPECT_TRUE(server.process->running()) << server.process->log();
+  fs::remove_all(work);
+}
+
+// The processes whose parent is `parent`, and how many of them are zombies.
+struct Children {
+  int running = 0;
+  int zombies = 0;
+};
+Children children_of(pid_t parent) {
+  Children c;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t close_paren = line.rfind(')');
+    char state = 0;
+    int ppid = 0;
+    if (close_paren == std::string::npos ||
+        std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2 ||
+        ppid != parent) {
+      continue;
+    }
+    ++(state == 'Z' ? c.zombies : c.running);
+  }
+  return c;
+}
+
+int64_t threads_of(pid_t pid) {
+  int64_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(fmt::format("/proc/{}/task", pid))) {
+    ++n;
+  }
+  return n;
+}
+
+// Issue 37: under a token, legitimate sessions among hostile clients for KILN_RPC_SOAK_SECONDS
+// (default 15, 10 in a sanitizer build; the issue's soak is 600) from 4 client threads. A
+// quarter of the clients are hostile: close_notify (or a reset) right after asking for 1 MiB,
+// a reader that never reads 4 MiB and keeps its socket for 6 s, a client that vanishes
+// mid-handshake. Afterwards the server holds no more threads or descriptors than before, no
+// session process and no zombie, and every slot serves; legitimate sessions were served >= 99%
+// ("busy" is retried for 15 s: hostile ones hold a slot until the write timeout ends them).
+TEST(RpcSoak, WithATokenHostileClientsAmongLegitimateOnesLeaveNothingBehind) {
+#if defined(__SANITIZE_ADDRESS__)
+  int seconds = 10;
+#else
+  int seconds = 15;
+#endif
+  if (const char* env = std::getenv("KILN_RPC_SOAK_SECONDS")) seconds = std::atoi(env);
+  ASSERT_GT(seconds, 0);
+  const std::string token = "kiln-soak-token-0123456789abcdef0123456789";
+  const fs::path work = fs::temp_directory_path() / fmt::format("kiln-soak-token-{}", getpid());
+  fs::remove_all(work);
+  fs::create_directories(work / "sessions");
+  { std::ofstream(work / "token") << token << "\n"; }
+  reuse_freed_memory_in_sanitized_children();
+  constexpr int kSlots = 4;
+  auto server = kiln::test::start_rpc_server(
+      {"--key", "soak", "--work-dir", (work / "sessions").string(), "--token-file",
+       (work / "token").string(), "--max-sessions", std::to_string(kSlots), "--write-timeout", "1",
+       "--idle-timeout", "5"});
+  const pid_t server_pid = server.process->pid();
+  ConnectOptions options;
+  options.key = "soak";
+  options.token = token;
+  options.connect_timeout = 10s;
+
+  std::atomic<int64_t> served{0};
+  std::atomic<int64_t> refused{0};
+  std::atomic<int64_t> hostile{0};
+  std::mutex failures_mu;
+  std::vector<std::string> failures;  // the first few legitimate failures, for the report
+  const auto legitimate = [&](int i) {
+    const auto deadline = std::chrono::steady_clock::now() + 15s;
+    try {
+      RPCSession s;
+      while (true) {
+        try {
+          s = connect("127.0.0.1", server.port, options);
+          break;
+        } catch (const RuntimeError& e) {
+          if (std::string(e.what()).find("busy") == std::string::npos ||
+              std::chrono::steady_clock::now() > deadline) {
+            throw;
+          }
+          std::this_thread::sleep_for(20ms);
+        }
+      }
+      s.upload_bytes(std::string(4096, 'x'), fmt::format("file-{}.bin", i));
+      if (s.get_function("rpc.test.addone")(int64_t{i}).cast<int64_t>() != i + 1) {
+        throw RuntimeError("rpc.test.addone gave a wrong answer");
+      }
+      s.close();
+      ++served;
+    } catch (const std::exception& e) {
+      ++refused;
+      std::lock_guard<std::mutex> lock(failures_mu);
+      if (failures.size() < 5) failures.push_back(e.what());
+    }
+  };
+  // Readers that never read keep their socket here until 6 s have passed.
+  std::mutex parked_mu;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::unique_ptr<Connection>>> parked;
+  const auto hostile_client = [&](int kind) {
+    ++hostile;
+    try {
+      if (kind == 3) {
+        // Vanishes mid-handshake (the TLS ClientHello never comes).
+        auto conn = Connection::connect("127.0.0.1", server.port, 5s);
+        conn->write_all("KILN", 4);
+        return;
+      }
+      auto conn = test::raw_session("127.0.0.1", server.port, options);
+      test::upload(*conn, "data.bin", kind == 2 ? 4 << 20 : 1 << 20);
+      test::ask_download(*conn, "data.bin");
+      if (kind == 0) {
+        conn->tls_session()->close_notify();
+      } else if (kind == 1) {
+        const linger hard{1, 0};
+        ::setsockopt(conn->fd(), SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+      } else {
+        const int small = 64 << 10;
+        ::setsockopt(conn->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+        std::lock_guard<std::mutex> lock(parked_mu);
+        parked.emplace_back(std::chrono::steady_clock::now() + 6s, std::move(conn));
+      }
+    } catch (const std::exception&) {
+      // Busy, or ended by the server: a hostile client's fate is not counted.
+    }
+  };
+  const auto drop_parked = [&](bool all) {
+    std::lock_guard<std::mutex> lock(parked_mu);
+    while (!parked.empty() && (all || parked.front().first < std::chrono::steady_clock::now())) {
+      parked.pop_front();
+    }
+  };
+
+  for (int i = 0; i < 10; ++i) legitimate(i);  // warm-up: what the server sets up once
+  ASSERT_EQ(served.load(), 10) << (failures.empty() ? "" : failures[0]);
+  ASSERT_TRUE(kiln::test::wait_until([&] { return children_of(server_pid).running == 0; }, 10s));
+  const Usage before = usage(server_pid, work / "sessions");
+  const int64_t threads_before = threads_of(server_pid);
+  served = 0;
+
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&, t] {
+      std::mt19937 rng(37 + t);
+      for (int i = 0; std::chrono::steady_clock::now() < end; ++i) {
+        drop_parked(false);
+        const unsigned pick = rng() % 16;
+        if (pick < 12) {
+          legitimate(t * 1000000 + i);
+        } else {
+          hostile_client(static_cast<int>(pick - 12));
+        }
+      }
+    });
+  }
+  for (std::thread& c : clients) c.join();
+  drop_parked(true);
+
+  // Sessions end asynchronously: wait for the server to come back to where it was.
+  kiln::test::wait_until(
+      [&] {
+        const Children c = children_of(server_pid);
+        return c.running == 0 && c.zombies == 0 && threads_of(server_pid) <= threads_before &&
+               usage(server_pid, work / "sessions").fds <= before.fds;
+      },
+      20s);
+  const Usage after = usage(server_pid, work / "sessions");
+  const Children left = children_of(server_pid);
+  const int64_t threads_after = threads_of(server_pid);
+  const double ratio = static_cast<double>(served) / static_cast<double>(served + refused);
+  std::printf(
+      "soak (token, %d s): %lld legitimate sessions served, %lld failed (%.2f%%), %lld hostile "
+      "clients; threads %lld -> %lld, fds %lld -> %lld, session processes left %d, zombies %d, "
+      "files left %lld\n",
+      seconds, static_cast<long long>(served.load()), static_cast<long long>(refused.load()),
+      100.0 * ratio, static_cast<long long>(hostile.load()), static_cast<long long>(threads_before),
+      static_cast<long long>(threads_after), static_cast<long long>(before.fds),
+      static_cast<long long>(after.fds), left.running, left.zombies,
+      static_cast<long long>(after.files));
+  std::fflush(stdout);
+  for (const std::string& f : failures)
+    std::printf("  a legitimate session failed: %s\n", f.c_str());
+  EXPECT_GE(ratio, 0.99);
+  EXPECT_GT(hostile.load(), 0);
+  EXPECT_LE(threads_after, threads_before) << "threads left behind";
+  EXPECT_LE(after.fds, before.fds) << "descriptors leaked";
+  EXPECT_EQ(left.running, 0) << "session processes left behind";
+  EXPECT_EQ(left.zombies, 0) << "zombies left behind";
+  EXPECT_EQ(after.files, 0) << "session files left behind";
+  // Every slot serves again: kSlots sessions at once.
+  std::vector<RPCSession> all;
+  for (int i = 0; i < kSlots; ++i) all.push_back(connect("127.0.0.1", server.port, options));
+  for (RPCSession& s : all)
+    EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
+  all.clear();
   EXPECT_TRUE(server.process->running()) << server.process->log();
   fs::remove_all(work);
 }
