@@ -13,6 +13,17 @@
 #include "kiln/error.h"
 #include "kiln/temp_dir.h"
 #include "kiln/version.h"
+#include "terminal_text.h"
+
+namespace {
+
+// An error's text can carry a server's or a file's words: control characters (ANSI escapes
+// among them) are written out, not sent to the terminal.
+void print_error(const std::exception& e) {
+  std::fprintf(stderr, "kiln: error: %s\n", kiln::tool::printable_lines(e.what()).c_str());
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace kiln::tool;
@@ -441,13 +452,13 @@ int main(int argc, char** argv) {
       return run_run(run_options, options);
     }
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    print_error(e);
     return kExitUsage;
   } catch (const kiln::ConfigError& e) {
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    print_error(e);
     return kExitUsage;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    print_error(e);
     return kExitRuntime;
   }
   return kExitUsage;

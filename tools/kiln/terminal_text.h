@@ -16,6 +16,10 @@ namespace kiln::tool {
 // are not valid UTF-8 as \xNN. Printable characters, UTF-8 ones included, are unchanged.
 std::string printable(std::string_view text);
 
+// The same, but line breaks stay line breaks: for messages of several lines (the tool's error
+// output), whose parts can come from a server or a file.
+std::string printable_lines(std::string_view text);
+
 }  // namespace kiln::tool
 
 #endif  // KILN_TOOLS_KILN_TERMINAL_TEXT_H_
