@@ -12,80 +12,26 @@ layout (head dim, KV heads, page size) fails on the first kernel the cache runs,
 naming the builtin and the kernel, never a crash or a wrong answer, and leaves the cache's
 bookkeeping intact; per-layer sliding window, MLA, FlashInfer kernels and KV transfer are refused
 by name (per-sequence sliding window is tests/python/test_llm_sliding_window.py).
-The bookkeeping alone (KvBlockPool) is tests/llm/kv_block_pool_test.cc.
+The bookkeeping alone (KvBlockPool) is tests/llm/kv_block_pool_test.cc. The kernel library, the
+cache's creation and the two sides are tests/python/kv_cache_sides.py, shared with the sliding
+window's test.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
+from typing import Any
 
 import numpy as np
 import pytest
 
 import kiln
 
-tvm = pytest.importorskip("tvm", reason="apache-tvm 0.27 builds the kernels and runs the reference")
-from tvm.relax.frontend.nn.llm import kv_cache as tvm_kv  # noqa: E402
-
-NUM_LAYERS = 2
-QO_HEADS = 4
-KV_HEADS = 2
-HEAD_DIM = 16
-PAGE = 16
-MAX_SEQS = 8
-MAX_TOTAL = 256  # 17 pages
-CHUNK = 128
-DTYPE = "float32"
-ROPE_NORMAL = 1
-SM_SCALE = HEAD_DIM**-0.5
-
-KERNELS = [
-    "transpose_append",
-    "debug_get_kv",
-    "prefill",
-    "decode",
-    "prefill_ragged",
-    "merge",
-    "split_rotary",
-    "copy_single_page",
-    "compact_copy",
-]
-
-
-def build_kernel_library(
-    path: pathlib.Path,
-    head_dim: int = HEAD_DIM,
-    kv_heads: int = KV_HEADS,
-    page: int = PAGE,
-    prefill_head_dim: int | None = None,
-) -> pathlib.Path:
-    """The CPU kernels of TVM's TIRPagedKVCache in one library, for the given layout (the
-    defaults: the layout every cache here is created with; `prefill_head_dim`: the paged prefill
-    kernel's alone)."""
-    funcs = {
-        "transpose_append": tvm_kv._kv_cache_transpose_append(kv_heads, head_dim, DTYPE, page),
-        "debug_get_kv": tvm_kv._kv_cache_debug_get_kv(NUM_LAYERS, kv_heads, head_dim, DTYPE),
-        "prefill": tvm_kv._attention_prefill_cpu(
-            kv_heads, QO_HEADS, prefill_head_dim or head_dim, DTYPE, False, {}
-        ),
-        "decode": tvm_kv._attention_decode_cpu(
-            kv_heads, QO_HEADS, head_dim, DTYPE, False, {}, page
-        ),
-        "prefill_ragged": tvm_kv._attention_prefill_ragged_cpu(
-            kv_heads, QO_HEADS, head_dim, head_dim, DTYPE, {}
-        ),
-        "merge": tvm_kv._merge_state_inplace_cpu(DTYPE),
-        "split_rotary": tvm_kv.llama_rope_with_position_map(
-            1e4, 1.0, head_dim, QO_HEADS, kv_heads, DTYPE, {}
-        ),
-        "copy_single_page": tvm_kv._copy_single_page_cpu(kv_heads, page, head_dim, DTYPE),
-        "compact_copy": tvm_kv._compact_kv_copy_cpu(kv_heads, head_dim, DTYPE, page),
-    }
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
-    lib = tvm.tirx.build(mod, target="llvm")
-    lib.export_library(str(path))
-    return path
+pytest.importorskip("tvm", reason="apache-tvm 0.27 builds the kernels and runs the reference")
+from kv_cache_sides import (  # noqa: E402  (it needs tvm)
+    CHUNK, DTYPE, HEAD_DIM, KILN, KV_HEADS, MAX_SEQS, MAX_TOTAL, PAGE, QO_HEADS, Lockstep, Side,
+    build_kernel_library, create_cache, load_kernels, make_sides,
+)
 
 
 @pytest.fixture(scope="module")
@@ -93,112 +39,13 @@ def kernel_library(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return build_kernel_library(tmp_path_factory.mktemp("kv_kernels") / "kernels.so")
 
 
-def create_cache(
-    get_func,
-    shape,
-    make_tensor,
-    k: dict,
-    config: list[int] | None = None,
-    attn_kinds: list[int] | None = None,
-    kv_transfer: bool = False,
-    prefill=None,
-):
-    """vm.builtin.paged_attention_kv_cache_create with TVM 0.27's arguments, as
-    TIRPagedKVCache passes them; the keywords replace one argument each."""
-    return get_func("vm.builtin.paged_attention_kv_cache_create")(
-        shape(config or [MAX_SEQS, MAX_TOTAL, CHUNK, PAGE, 0]),
-        shape([0, NUM_LAYERS]),
-        QO_HEADS,
-        KV_HEADS,
-        HEAD_DIM,
-        HEAD_DIM,
-        shape(attn_kinds or [0] * NUM_LAYERS),
-        kv_transfer,
-        ROPE_NORMAL,
-        1.0,
-        1e4,
-        None,
-        make_tensor(np.zeros((), DTYPE)),
-        k["transpose_append"],
-        None,
-        ["tirx", k["prefill_ragged"]],
-        prefill if prefill is not None else ["tirx", k["prefill"]],
-        ["tirx", k["decode"]],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [k["merge"]],
-        k["split_rotary"],
-        k["copy_single_page"],
-        k["debug_get_kv"],
-        k["compact_copy"],
-    )
-
-
-class Side:
-    """One runtime's cache and its builtins (TVM's or Kiln's), driven the same way."""
-
-    def __init__(self, name: str, get_func, load, make_tensor, shape, lib_path: pathlib.Path):
-        self.name = name
-        self.f = lambda n: get_func(f"vm.builtin.{n}")
-        self.shape = shape
-        self.make_tensor = make_tensor
-        lib = load(str(lib_path))
-        k = {n: lib[n] for n in KERNELS}
-        self.cache = create_cache(get_func, shape, make_tensor, k)
-
-    def call(self, builtin: str, *args):
-        converted = [self.shape(a) if isinstance(a, list) else a for a in args]
-        return self.f(builtin)(self.cache, *converted)
-
-    def attention(self, layer: int, qkv: np.ndarray) -> np.ndarray:
-        out = self.make_tensor(np.zeros((qkv.shape[0], QO_HEADS, HEAD_DIM), DTYPE))
-        self.f("attention_kv_cache_attention_with_fused_qkv")(
-            self.cache, layer, SM_SCALE, self.make_tensor(qkv), out
-        )
-        return out.numpy()
-
-    def cached_kv(self, seq: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-        k = self.make_tensor(np.zeros((NUM_LAYERS, length, KV_HEADS, HEAD_DIM), DTYPE))
-        v = self.make_tensor(np.zeros((NUM_LAYERS, length, KV_HEADS, HEAD_DIM), DTYPE))
-        self.f("attention_kv_cache_debug_get_kv")(self.cache, seq, 0, length, k, v)
-        return k.numpy(), v.numpy()
-
-
-def make_sides(kernel_library: pathlib.Path) -> tuple[Side, Side]:
-    """TVM's cache and Kiln's, each on its own copy of the library's kernels."""
-    tvm_side = Side(
-        "tvm",
-        tvm.get_global_func,
-        tvm.runtime.load_module,
-        lambda a: tvm.runtime.tensor(a),
-        lambda s: tvm.runtime.ShapeTuple(s),
-        kernel_library,
-    )
-    kiln_side = Side(
-        "kiln", kiln.get_global_func, kiln.load_module, kiln.tensor, kiln.ShapeTuple, kernel_library
-    )
-    return tvm_side, kiln_side
-
-
 @pytest.fixture()
 def sides(kernel_library: pathlib.Path) -> tuple[Side, Side]:
     return make_sides(kernel_library)
 
 
-class Script:
-    """Drives both caches and checks they agree after every step."""
-
-    def __init__(self, sides: tuple[Side, Side]):
-        self.sides = sides
-        self.lengths: dict[int, int] = {}
-        self.rng = np.random.default_rng(36)
-
-    def both(self, builtin: str, *args):
-        results = [side.call(builtin, *args) for side in self.sides]
-        return results
+class Script(Lockstep):
+    """Lockstep with the sequence calls of these tests."""
 
     def add(self, seq: int) -> None:
         self.both("kv_state_add_sequence", seq)
@@ -208,38 +55,9 @@ class Script:
         self.both("kv_state_fork_sequence", parent, child, pos)
         self.lengths[child] = self.lengths[parent] if pos == -1 else pos
 
-    def popn(self, seq: int, n: int) -> None:
-        self.both("kv_state_popn", seq, n)
-        self.lengths[seq] -= n
-
     def remove(self, seq: int) -> None:
         self.both("kv_state_remove_sequence", seq)
         del self.lengths[seq]
-
-    def step(self, batch: list[tuple[int, int]]) -> None:
-        seqs = [s for s, _ in batch]
-        counts = [n for _, n in batch]
-        self.both("kv_state_begin_forward", seqs, counts)
-        tokens = sum(counts)
-        for layer in range(NUM_LAYERS):
-            qkv = self.rng.standard_normal((tokens, QO_HEADS + 2 * KV_HEADS, HEAD_DIM)).astype(DTYPE)
-            outs = [side.attention(layer, qkv) for side in self.sides]
-            np.testing.assert_array_equal(outs[1], outs[0], err_msg=f"layer {layer}, batch {batch}")
-        self.both("kv_state_end_forward")
-        for s, n in batch:
-            self.lengths[s] += n
-        self.check()
-
-    def check(self) -> None:
-        for name in ("get_num_available_pages", "get_total_sequence_length", "empty"):
-            results = self.both(f"attention_kv_cache_{name}")
-            assert results[1] == results[0], name
-        for seq, length in self.lengths.items():
-            if length == 0:
-                continue
-            (k0, v0), (k1, v1) = [side.cached_kv(seq, length) for side in self.sides]
-            np.testing.assert_array_equal(k1, k0, err_msg=f"K of sequence {seq}")
-            np.testing.assert_array_equal(v1, v0, err_msg=f"V of sequence {seq}")
 
 
 def test_matches_tvm_through_batches_forks_and_pops(sides: tuple[Side, Side]) -> None:
@@ -331,7 +149,7 @@ def test_refused_calls_name_the_problem_and_leave_the_cache_usable(sides: tuple[
 # 2 KV heads, pages of 16): the kernels' own argument checks catch it, on the first kernel the
 # cache runs. Each: the library's keywords, the kernel a fused-qkv attention fails in and the
 # argument its check names, and the argument the page-copy kernel's check names.
-MISMATCHED = {
+MISMATCHED: dict[str, tuple[dict[str, Any], str | None, str | None, str | None]] = {
     "head_dim 32": (
         dict(head_dim=32),
         r"split rotary kernel \(split_rotary\)",
@@ -369,9 +187,7 @@ def mismatched_library(tmp_path_factory: pytest.TempPathFactory):
 
 
 def kiln_side(lib_path: pathlib.Path) -> Side:
-    return Side(
-        "kiln", kiln.get_global_func, kiln.load_module, kiln.tensor, kiln.ShapeTuple, lib_path
-    )
+    return Side(KILN, lib_path)
 
 
 def qkv_rows(n: int) -> np.ndarray:
@@ -480,8 +296,7 @@ def test_a_failing_attention_kernel_names_the_builtin(mismatched_library) -> Non
 
 
 def test_unsupported_cache_features_are_refused_by_name(kernel_library: pathlib.Path) -> None:
-    lib = kiln.load_module(str(kernel_library))
-    k = {n: lib[n] for n in KERNELS}
+    k = load_kernels(kiln.load_module, kernel_library)
 
     def create(**kwargs):
         return create_cache(kiln.get_global_func, kiln.ShapeTuple, kiln.tensor, k, **kwargs)

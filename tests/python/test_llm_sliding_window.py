@@ -12,168 +12,48 @@ length must be identical: both caches hand the same kernels the same tables. The
 (a cache without sliding window, an unknown sequence, a sink not below the window, enabling twice,
 forks outside the sink, pops TVM would get wrong, a library without the sliding-window kernels):
 each a ValueError naming the builtin, after which the caches go on matching. The bookkeeping
-alone is tests/llm/kv_sliding_window_test.cc.
+alone is tests/llm/kv_sliding_window_test.cc; the kernel library, the cache's creation and the two
+sides are tests/python/kv_cache_sides.py, shared with tests/python/test_llm_kv_cache.py.
 """
 
 from __future__ import annotations
 
 import pathlib
 
-import numpy as np
 import pytest
 
 import kiln
 
-tvm = pytest.importorskip("tvm", reason="apache-tvm 0.27 builds the kernels and runs the reference")
-from tvm.relax.frontend.nn.llm import kv_cache as tvm_kv  # noqa: E402
+pytest.importorskip("tvm", reason="apache-tvm 0.27 builds the kernels and runs the reference")
+from kv_cache_sides import (  # noqa: E402  (it needs tvm)
+    CHUNK, MAX_SEQS, MAX_TOTAL, PAGE, Lockstep, Side, build_kernel_library, create_cache,
+    load_kernels, make_sides,
+)
 
-NUM_LAYERS = 2
-QO_HEADS = 4
-KV_HEADS = 2
-HEAD_DIM = 16
-PAGE = 16
-MAX_SEQS = 8
-MAX_TOTAL = 256  # 17 pages, and 2 more per sequence with sliding window: 33
-CHUNK = 128
-DTYPE = "float32"
-ROPE_NORMAL = 1  # a sliding-window cache applies it inline (TVM's rule), in both runtimes
-SM_SCALE = HEAD_DIM**-0.5
 ENABLE = "attention_kv_cache_enable_sliding_window_for_seq"
-
-
-def build_kernel_library(path: pathlib.Path) -> pathlib.Path:
-    """The CPU kernels TIRPagedKVCache passes for llvm, the sliding-window pair included."""
-    funcs = {
-        "transpose_append": tvm_kv._kv_cache_transpose_append(KV_HEADS, HEAD_DIM, DTYPE, PAGE),
-        "debug_get_kv": tvm_kv._kv_cache_debug_get_kv(NUM_LAYERS, KV_HEADS, HEAD_DIM, DTYPE),
-        "prefill": tvm_kv._attention_prefill_cpu(KV_HEADS, QO_HEADS, HEAD_DIM, DTYPE, False, {}),
-        "decode": tvm_kv._attention_decode_cpu(
-            KV_HEADS, QO_HEADS, HEAD_DIM, DTYPE, False, {}, PAGE
-        ),
-        "prefill_sliding": tvm_kv._attention_prefill_cpu(
-            KV_HEADS, QO_HEADS, HEAD_DIM, DTYPE, True, {}
-        ),
-        "decode_sliding": tvm_kv._attention_decode_cpu(
-            KV_HEADS, QO_HEADS, HEAD_DIM, DTYPE, True, {}, PAGE
-        ),
-        "prefill_ragged": tvm_kv._attention_prefill_ragged_cpu(
-            KV_HEADS, QO_HEADS, HEAD_DIM, HEAD_DIM, DTYPE, {}
-        ),
-        "merge": tvm_kv._merge_state_inplace_cpu(DTYPE),
-        "split_rotary": tvm_kv.llama_rope_with_position_map(
-            1e4, 1.0, HEAD_DIM, QO_HEADS, KV_HEADS, DTYPE, {}
-        ),
-        "copy_single_page": tvm_kv._copy_single_page_cpu(KV_HEADS, PAGE, HEAD_DIM, DTYPE),
-        "compact_copy": tvm_kv._compact_kv_copy_cpu(KV_HEADS, HEAD_DIM, DTYPE, PAGE),
-    }
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
-    tvm.tirx.build(mod, target="llvm").export_library(str(path))
-    return path
+# How every cache here is created unless a test says otherwise: support_sliding_window = 1 with a
+# layer window of 1024 (argument 0), and the library's sliding-window kernels (arguments 18, 19).
+SLIDING = dict(config=[MAX_SEQS, MAX_TOTAL, CHUNK, PAGE, 1, 1024], sliding=True)
 
 
 @pytest.fixture(scope="module")
 def kernel_library(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    return build_kernel_library(tmp_path_factory.mktemp("kv_sliding_kernels") / "kernels.so")
-
-
-def create_cache(get_func, shape, make_tensor, k: dict, config=None, sliding=True, kinds=None):
-    """vm.builtin.paged_attention_kv_cache_create with TVM 0.27's arguments, as TIRPagedKVCache
-    passes them for llvm (`sliding`: with the sliding-window kernels, arguments 18 and 19)."""
-    return get_func("vm.builtin.paged_attention_kv_cache_create")(
-        shape(config or [MAX_SEQS, MAX_TOTAL, CHUNK, PAGE, 1, 1024]),
-        shape([0, NUM_LAYERS]),
-        QO_HEADS,
-        KV_HEADS,
-        HEAD_DIM,
-        HEAD_DIM,
-        shape(kinds or [0] * NUM_LAYERS),
-        False,
-        ROPE_NORMAL,
-        1.0,
-        1e4,
-        None,
-        make_tensor(np.zeros((), DTYPE)),
-        k["transpose_append"],
-        None,
-        ["tirx", k["prefill_ragged"]],
-        ["tirx", k["prefill"]],
-        ["tirx", k["decode"]],
-        ["tirx", k["prefill_sliding"]] if sliding else [],
-        ["tirx", k["decode_sliding"]] if sliding else [],
-        [],
-        [],
-        [],
-        [k["merge"]],
-        k["split_rotary"],
-        k["copy_single_page"],
-        k["debug_get_kv"],
-        k["compact_copy"],
-    )
-
-
-class Side:
-    """One runtime's cache and its builtins (TVM's or Kiln's), driven the same way."""
-
-    def __init__(self, name, get_func, load, make_tensor, shape, lib_path, **create):
-        self.name = name
-        self.get_func = get_func
-        self.shape = shape
-        self.make_tensor = make_tensor
-        lib = load(str(lib_path))
-        self.kernels = {
-            n: lib[n]
-            for n in [
-                "transpose_append", "debug_get_kv", "prefill", "decode", "prefill_sliding",
-                "decode_sliding", "prefill_ragged", "merge", "split_rotary", "copy_single_page",
-                "compact_copy",
-            ]
-        }
-        self.cache = create_cache(get_func, shape, make_tensor, self.kernels, **create)
-
-    def call(self, builtin: str, *args):
-        converted = [self.shape(a) if isinstance(a, list) else a for a in args]
-        return self.get_func(f"vm.builtin.{builtin}")(self.cache, *converted)
-
-    def attention(self, layer: int, qkv: np.ndarray) -> np.ndarray:
-        out = self.make_tensor(np.zeros((qkv.shape[0], QO_HEADS, HEAD_DIM), DTYPE))
-        self.get_func("vm.builtin.attention_kv_cache_attention_with_fused_qkv")(
-            self.cache, layer, SM_SCALE, self.make_tensor(qkv), out
-        )
-        return out.numpy()
-
-    def cached_kv(self, seq: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-        k = self.make_tensor(np.zeros((NUM_LAYERS, length, KV_HEADS, HEAD_DIM), DTYPE))
-        v = self.make_tensor(np.zeros((NUM_LAYERS, length, KV_HEADS, HEAD_DIM), DTYPE))
-        self.call("attention_kv_cache_debug_get_kv", seq, 0, length, k, v)
-        return k.numpy(), v.numpy()
-
-
-def make_sides(lib: pathlib.Path, **create) -> tuple[Side, Side]:
-    """TVM's cache and Kiln's, each on its own copy of the library's kernels."""
-    return (
-        Side("tvm", tvm.get_global_func, tvm.runtime.load_module, tvm.runtime.tensor,
-             tvm.runtime.ShapeTuple, lib, **create),
-        Side("kiln", kiln.get_global_func, kiln.load_module, kiln.tensor, kiln.ShapeTuple, lib,
-             **create),
+    return build_kernel_library(
+        tmp_path_factory.mktemp("kv_sliding_kernels") / "kernels.so", sliding=True
     )
 
 
 @pytest.fixture()
 def sides(kernel_library: pathlib.Path) -> tuple[Side, Side]:
-    return make_sides(kernel_library)
+    return make_sides(kernel_library, **SLIDING)
 
 
-class Script:
-    """Drives both caches and checks they agree after every step."""
+class Script(Lockstep):
+    """Lockstep with sliding windows: sequences added with one or given one later."""
 
     def __init__(self, sides: tuple[Side, Side]):
-        self.sides = sides
-        self.lengths: dict[int, int] = {}
+        super().__init__(sides)
         self.windows: dict[int, int] = {}
-        self.rng = np.random.default_rng(36)
-
-    def both(self, builtin: str, *args):
-        return [side.call(builtin, *args) for side in self.sides]
 
     def add(self, seq: int, window: int | None = None, sink: int = 0) -> None:
         self.both("kv_state_add_sequence", seq)
@@ -189,10 +69,6 @@ class Script:
         self.both("kv_state_fork_sequence", parent, child, pos)
         self.lengths[child] = pos
 
-    def popn(self, seq: int, n: int) -> None:
-        self.both("kv_state_popn", seq, n)
-        self.lengths[seq] -= n
-
     def remove_all(self) -> None:
         for seq in list(self.lengths):
             self.both("kv_state_remove_sequence", seq)
@@ -200,35 +76,16 @@ class Script:
         self.check()
         assert all(self.both("attention_kv_cache_empty"))
 
-    def step(self, batch: list[tuple[int, int]]) -> None:
-        seqs = [s for s, _ in batch]
-        counts = [n for _, n in batch]
-        self.both("kv_state_begin_forward", seqs, counts)
-        tokens = sum(counts)
-        for layer in range(NUM_LAYERS):
-            shape = (tokens, QO_HEADS + 2 * KV_HEADS, HEAD_DIM)
-            qkv = self.rng.standard_normal(shape).astype(DTYPE)
-            outs = [side.attention(layer, qkv) for side in self.sides]
-            np.testing.assert_array_equal(outs[1], outs[0], err_msg=f"layer {layer}, batch {batch}")
-        self.both("kv_state_end_forward")
-        for seq, n in batch:
-            # A sliding sequence holds (and is as long as) at most its window.
-            self.lengths[seq] = min(self.lengths[seq] + n, self.windows.get(seq, MAX_TOTAL))
-        self.check()
+    def grown(self, seq: int, n: int) -> int:
+        # A sliding sequence holds (and is as long as) at most its window.
+        return min(self.lengths[seq] + n, self.windows.get(seq, MAX_TOTAL))
 
     def check(self) -> None:
-        for name in ("get_num_available_pages", "get_total_sequence_length", "empty"):
-            results = self.both(f"attention_kv_cache_{name}")
-            assert results[1] == results[0], (name, results)
+        self.check_counters()
         assert self.both("attention_kv_cache_get_total_sequence_length")[1] == sum(
             self.lengths.values()
         )
-        for seq, length in self.lengths.items():
-            if length == 0:
-                continue
-            (k0, v0), (k1, v1) = [side.cached_kv(seq, length) for side in self.sides]
-            np.testing.assert_array_equal(k1, k0, err_msg=f"K of sequence {seq}")
-            np.testing.assert_array_equal(v1, v0, err_msg=f"V of sequence {seq}")
+        self.check_kv()
 
 
 def test_sliding_sequences_match_tvm_past_their_windows(sides: tuple[Side, Side]) -> None:
@@ -335,15 +192,12 @@ def test_refused_calls_name_the_builtin_and_leave_the_caches_matching(
 
 
 def test_create_checks_the_sliding_window_arguments(kernel_library: pathlib.Path) -> None:
-    lib = kiln.load_module(str(kernel_library))
-    k = {n: lib[n] for n in [
-        "transpose_append", "debug_get_kv", "prefill", "decode", "prefill_sliding",
-        "decode_sliding", "prefill_ragged", "merge", "split_rotary", "copy_single_page",
-        "compact_copy",
-    ]}
+    k = load_kernels(kiln.load_module, kernel_library, sliding=True)
 
     def create(**kwargs):
-        return create_cache(kiln.get_global_func, kiln.ShapeTuple, kiln.tensor, k, **kwargs)
+        return create_cache(
+            kiln.get_global_func, kiln.ShapeTuple, kiln.tensor, k, **{**SLIDING, **kwargs}
+        )
 
     name = r"vm\.builtin\.paged_attention_kv_cache_create: "
     with pytest.raises(ValueError, match=name + r"the model library passed no sliding-window "
@@ -357,7 +211,7 @@ def test_create_checks_the_sliding_window_arguments(kernel_library: pathlib.Path
         create(config=[MAX_SEQS, MAX_TOTAL, CHUNK, PAGE, 1, 0])
     with pytest.raises(ValueError, match=name + r"layer 1 uses attention kind 3 \(mha_sliding\).*"
                        r"per-layer sliding window is not supported"):
-        create(kinds=[0, 3])
+        create(attn_kinds=[0, 3])
     # Two more pages per sequence, as TVM allocates: 17 + 2 * 8.
     cache = create(config=[MAX_SEQS, MAX_TOTAL, CHUNK, PAGE, 1])
     free_pages = kiln.get_global_func("vm.builtin.attention_kv_cache_get_num_available_pages")
