@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // RPC costs on loopback beside raw TCP, every server in its own process (docs/benchmarks.md
 // "RPC" and "What isolation and TLS cost"). This program is the client. It starts, once each
-// and only when a case needs it, three `kiln rpc-server`s (the default one: a process per
-// session; one with `--session-isolation thread`; one with `--token-file`, so TLS 1.3) and the
+// and only when a case needs it, four `kiln rpc-server`s (a process per session, one started
+// ahead: `--prestarted-sessions 1`; the same with none started ahead; one with
+// `--session-isolation thread`; one with `--token-file`, so TLS 1.3, one started ahead) and the
 // raw TCP peer (bench/raw_tcp_peer.cc), and stops them when it ends. With --server_cpu=N all
 // are pinned to CPU N; pin this process to another CPU (`taskset -c 0`, or interleave.py's
 // --pin 0) so that client and server run side by side, as over a network. Cases, named so that
@@ -21,7 +22,11 @@
 //    the same against the `--session-isolation thread` server; BM_Raw_Session: a TCP connect,
 //    one ping-pong of the call's sizes, and a close that waits for the peer's.
 //    BM_Kiln_SessionOpen, BM_KilnThread_SessionOpen: the same sessions with the clock stopped
-//    for the close (connect to the call's return: what a client waits for before its work).
+//    for the close and for 50 ms after it (connect to the call's return: what a client waits
+//    for before its work, when sessions are not back to back: the process and TLS servers run
+//    with `--prestarted-sessions 1` and have started the next session process by then).
+//  - BM_KilnCold_Session, BM_KilnCold_SessionOpen: the same against a server with
+//    `--prestarted-sessions 0` (each session process started when its session begins).
 //  - BM_KilnTls_*: BM_Kiln_Call, _Session, _SessionOpen, _Upload and _Download on a session
 //    with the token, against the `--token-file` server (it relays plaintext between TLS and
 //    the session's worker over a socket pair); `--versus tls:^BM_KilnTls_=>BM_Kiln_` pairs
@@ -45,6 +50,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -116,9 +122,18 @@ void stop_children() {
 }
 
 int kiln_server_port() {
-  static const int port = spawn({KILN_CLI, "rpc-server", "--port", "0", "--key", "bench",
-                                 "--max-sessions", "2", "--enable-test-functions"})
-                              .port;
+  static const int port =
+      spawn({KILN_CLI, "rpc-server", "--port", "0", "--key", "bench", "--max-sessions", "2",
+             "--enable-test-functions", "--prestarted-sessions", "1"})
+          .port;
+  return port;
+}
+
+int kiln_cold_server_port() {
+  static const int port =
+      spawn({KILN_CLI, "rpc-server", "--port", "0", "--key", "bench", "--max-sessions", "2",
+             "--enable-test-functions", "--prestarted-sessions", "0"})
+          .port;
   return port;
 }
 
@@ -148,7 +163,8 @@ int kiln_tls_server_port() {
     ::close(fd);
     g_token_file = path;
     return spawn({KILN_CLI, "rpc-server", "--port", "0", "--key", "bench", "--max-sessions", "2",
-                  "--enable-test-functions", "--token-file", g_token_file})
+                  "--enable-test-functions", "--prestarted-sessions", "1", "--token-file",
+                  g_token_file})
         .port;
   }();
   return port;
@@ -254,7 +270,7 @@ void BM_Raw_Download(benchmark::State& state) {
 // ---- Kiln RPC -------------------------------------------------------------------------------
 
 // The servers the cases run against.
-enum class Server { kProcess, kThread, kTls };
+enum class Server { kProcess, kCold, kThread, kTls };
 
 kiln::rpc::RPCSession connect(Server server = Server::kProcess) {
   kiln::rpc::ConnectOptions options;
@@ -263,6 +279,9 @@ kiln::rpc::RPCSession connect(Server server = Server::kProcess) {
   switch (server) {
     case Server::kProcess:
       port = kiln_server_port();
+      break;
+    case Server::kCold:
+      port = kiln_cold_server_port();
       break;
     case Server::kThread:
       port = kiln_thread_server_port();
@@ -294,15 +313,18 @@ void session_case(benchmark::State& state, Server server) {
 }
 
 // The same, timing the session's start only: the close (and the end of the server's side of
-// the session, which close() waits for) runs with the clock stopped.
+// the session, which close() waits for) and a pause of kSessionGap run with the clock stopped.
+constexpr auto kSessionGap = std::chrono::milliseconds(50);
 void session_open_case(benchmark::State& state, Server server) {
   session_once(server);
+  std::this_thread::sleep_for(kSessionGap);
   for (auto _ : state) {
     std::optional<kiln::rpc::RPCSession> session(connect(server));
     session->get_function("rpc.test.nop")();
     state.PauseTiming();
     session->close();
     session.reset();
+    std::this_thread::sleep_for(kSessionGap);
     state.ResumeTiming();
   }
 }
@@ -335,6 +357,8 @@ void BM_Kiln_Upload(benchmark::State& state) { upload_case(state, Server::kProce
 void BM_Kiln_Download(benchmark::State& state) { download_case(state, Server::kProcess); }
 void BM_Kiln_Session(benchmark::State& state) { session_case(state, Server::kProcess); }
 void BM_KilnThread_Session(benchmark::State& state) { session_case(state, Server::kThread); }
+void BM_KilnCold_Session(benchmark::State& state) { session_case(state, Server::kCold); }
+void BM_KilnCold_SessionOpen(benchmark::State& state) { session_open_case(state, Server::kCold); }
 void BM_Kiln_SessionOpen(benchmark::State& state) { session_open_case(state, Server::kProcess); }
 void BM_KilnThread_SessionOpen(benchmark::State& state) {
   session_open_case(state, Server::kThread);
@@ -359,9 +383,12 @@ BENCHMARK(BM_Raw_Session)->UseRealTime();
 BENCHMARK(BM_Kiln_Session)->UseRealTime();
 BENCHMARK(BM_KilnThread_Session)->UseRealTime();
 BENCHMARK(BM_KilnTls_Session)->UseRealTime();
-BENCHMARK(BM_Kiln_SessionOpen)->UseRealTime();
-BENCHMARK(BM_KilnThread_SessionOpen)->UseRealTime();
-BENCHMARK(BM_KilnTls_SessionOpen)->UseRealTime();
+BENCHMARK(BM_KilnCold_Session)->UseRealTime();
+// A fixed count: each iteration also waits kSessionGap with the clock stopped.
+BENCHMARK(BM_Kiln_SessionOpen)->UseRealTime()->Iterations(20);
+BENCHMARK(BM_KilnThread_SessionOpen)->UseRealTime()->Iterations(20);
+BENCHMARK(BM_KilnTls_SessionOpen)->UseRealTime()->Iterations(20);
+BENCHMARK(BM_KilnCold_SessionOpen)->UseRealTime()->Iterations(20);
 BENCHMARK(BM_KilnTls_Call)->UseRealTime();
 BENCHMARK(BM_KilnTls_Upload)->Apply(sizes);
 BENCHMARK(BM_KilnTls_Download)->Apply(sizes);

@@ -8,9 +8,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "kiln/kiln.h"
 #include "kiln/rpc/server.h"
@@ -33,6 +38,9 @@ ServerOptions isolated(int sessions = 1) {
   o.key = "board";
   o.max_sessions = sessions;
   o.test_hooks.test_functions = true;
+  // Sessions take processes started ahead: every test here holds them to what a process
+  // started for its session does (the SessionPool tests check the pool itself).
+  o.prestarted_sessions = 1;
   return o;
 }
 
@@ -146,6 +154,149 @@ TEST(SessionProcess, TheSessionTimeoutEndsACallThatIgnoresIt) {
   }
   RPCSession next = connect("127.0.0.1", server.port(), board());
   EXPECT_EQ(next.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 37, item 9: session processes started ahead (ServerOptions::prestarted_sessions). Every
+// test above runs with a pool of one, so a session taken from the pool is held to all of them
+// (every other test file runs with the default, no pool); these check the pool itself.
+
+// This process's session processes (children running kiln-rpc-session): running, and zombies.
+struct SessionProcesses {
+  std::vector<pid_t> running;
+  int zombies = 0;
+};
+SessionProcesses session_processes() {
+  SessionProcesses out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t open_paren = line.find('(');
+    const size_t close_paren = line.rfind(')');
+    if (open_paren == std::string::npos || close_paren == std::string::npos) continue;
+    const std::string comm = line.substr(open_paren + 1, close_paren - open_paren - 1);
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2) continue;
+    if (ppid != ::getpid() || comm.rfind("kiln-rpc-sess", 0) != 0) continue;
+    if (state == 'Z') {
+      ++out.zombies;
+    } else {
+      out.running.push_back(std::stoi(name));
+    }
+  }
+  return out;
+}
+
+// Gone, and reaped.
+bool reaped(int64_t pid) { return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
+
+// Waits until exactly `n` session processes run; their pids (empty when that did not happen).
+std::vector<pid_t> wait_for_processes(size_t n) {
+  std::vector<pid_t> running;
+  const bool ok = kiln::test::wait_until(
+      [&] {
+        running = session_processes().running;
+        return running.size() == n;
+      },
+      10s);
+  return ok ? running : std::vector<pid_t>{};
+}
+
+TEST(SessionPool, ASessionTakesAPreStartedProcessAndThePoolRefills) {
+  ServerOptions o = isolated();
+  o.prestarted_sessions = 1;
+  Server server(o);
+  const std::vector<pid_t> ready = wait_for_processes(1);
+  ASSERT_EQ(ready.size(), 1u) << "no session process was started ahead";
+  pid_t spare = -1;
+  int64_t first = 0;
+  {
+    RPCSession s = connect("127.0.0.1", server.port(), board());
+    first = pid_of(s);
+    EXPECT_EQ(first, ready[0]) << "the session did not take the process started ahead";
+    // Replaced as soon as it was taken, while the session runs.
+    const std::vector<pid_t> now = wait_for_processes(2);
+    ASSERT_EQ(now.size(), 2u) << "the pool was not refilled";
+    spare = now[0] == first ? now[1] : now[0];
+    EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
+    s.close();
+  }
+  EXPECT_TRUE(kiln::test::wait_until([&] { return reaped(first); }, 10s))
+      << "the session's process was kept or left a zombie";
+  // The next session gets the spare: a process that never served anyone, not the first one.
+  RPCSession next = connect("127.0.0.1", server.port(), board());
+  EXPECT_EQ(pid_of(next), spare);
+  EXPECT_NE(pid_of(next), first);
+}
+
+TEST(SessionPool, APreStartedProcessThatDiedIsReplaced) {
+  ServerOptions o = isolated();
+  o.prestarted_sessions = 1;
+  Server server(o);
+  const std::vector<pid_t> ready = wait_for_processes(1);
+  ASSERT_EQ(ready.size(), 1u);
+  ASSERT_EQ(::kill(ready[0], SIGKILL), 0);
+  EXPECT_TRUE(kiln::test::wait_until([&] { return reaped(ready[0]); }, 10s))
+      << "the dead process was left a zombie";
+  std::vector<pid_t> replaced;
+  EXPECT_TRUE(kiln::test::wait_until(
+      [&] {
+        replaced = session_processes().running;
+        return replaced.size() == 1 && replaced[0] != ready[0];
+      },
+      10s))
+      << "not replaced";
+  RPCSession s = connect("127.0.0.1", server.port(), board());
+  ASSERT_EQ(replaced.size(), 1u);
+  EXPECT_EQ(pid_of(s), replaced[0]);
+  EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
+}
+
+TEST(SessionPool, StopReapsThePool) {
+  ServerOptions o = isolated();
+  o.prestarted_sessions = 2;
+  std::vector<pid_t> ready;
+  fs::path work_dir;
+  {
+    Server server(o);
+    work_dir = server.work_dir();
+    ready = wait_for_processes(2);
+    ASSERT_EQ(ready.size(), 2u);
+    EXPECT_TRUE(server.stop());
+    // At once: stop() returns with the pool's processes reaped.
+    for (const pid_t pid : ready) EXPECT_TRUE(reaped(pid)) << "process " << pid << " left";
+    const SessionProcesses left = session_processes();
+    EXPECT_TRUE(left.running.empty());
+    EXPECT_EQ(left.zombies, 0);
+  }
+  EXPECT_FALSE(fs::exists(work_dir)) << "the pool's session directories were left";
+}
+
+TEST(SessionPool, WithoutAPoolEachSessionStartsItsOwnProcess) {
+  ServerOptions o = isolated();
+  o.prestarted_sessions = 0;
+  Server server(o);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(session_processes().running.empty()) << "a process was started ahead";
+  int64_t first = 0;
+  {
+    RPCSession s = connect("127.0.0.1", server.port(), board());
+    first = pid_of(s);
+    EXPECT_EQ(session_processes().running, std::vector<pid_t>{static_cast<pid_t>(first)});
+    s.close();
+  }
+  EXPECT_TRUE(kiln::test::wait_until([&] { return reaped(first); }, 10s));
+  EXPECT_TRUE(session_processes().running.empty());
+  EXPECT_THROW(Server([&] {
+                 ServerOptions bad = o;
+                 bad.prestarted_sessions = -1;
+                 return bad;
+               }()),
+               ValueError);
 }
 
 }  // namespace

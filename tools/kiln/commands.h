@@ -155,6 +155,7 @@ struct RpcServerOptions {
   std::optional<std::filesystem::path> token_file;
   std::optional<std::filesystem::path> plugins;  // plugin set YAML
   std::string session_isolation = "process";     // "process" or "thread"
+  int prestarted_sessions = 0;                   // session processes started ahead; 0: none
   // The tracker's token (else $KILN_TRACKER_TOKEN), when the tracker requires one.
   std::optional<std::filesystem::path> tracker_token_file;
   bool verbose = false;

@@ -77,6 +77,7 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
   server_options.isolation = options.session_isolation == "thread"
                                  ? rpc::SessionIsolation::kThread
                                  : rpc::SessionIsolation::kProcess;
+  server_options.prestarted_sessions = options.prestarted_sessions;
 
   // Signals are taken by sigwait below, not by whichever thread they land on.
   sigset_t signals;

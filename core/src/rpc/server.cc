@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <boost/asio.hpp>
 #include <condition_variable>
+#include <deque>
 #include <list>
 #include <thread>
 
@@ -144,12 +145,19 @@ struct Server::Impl {
     std::shared_ptr<SessionState> state;
     std::thread thread;
   };
+  // A session process started before its session, with the directory it confined itself to.
+  struct Prestarted {
+    std::shared_ptr<SessionProcess> process;
+    fs::path dir;
+  };
   mutable std::mutex mu;
   std::condition_variable cv;
   std::list<Running> connections;
   int handshakes = 0;
   std::map<std::string, int> handshakes_by_address;
-  bool stuck = false;  // stop() left a call running
+  std::deque<Prestarted> pool;  // started ahead, oldest first (process isolation)
+  bool pool_closing = false;    // keep_pool() empties the pool and returns
+  bool stuck = false;           // stop() left a call running
   int active = 0;
   bool stopping = false;
   bool stopped = false;
@@ -157,6 +165,9 @@ struct Server::Impl {
   std::thread io_thread;
   std::thread housekeeping_thread;
   std::thread registration_thread;
+  // Starts the pool's processes, and so is their parent thread (PR_SET_PDEATHSIG): it runs
+  // until every session ended, in stop().
+  std::thread pool_thread;
 
   void accept() {
     acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
@@ -436,6 +447,114 @@ struct Server::Impl {
     return true;
   }
 
+  // A session process and its directory: started, confined and waiting for its session
+  // (SessionProcess::begin). Throws what make_session_directory and SessionProcess throw.
+  Prestarted start_worker() {
+    Prestarted p;
+    p.dir = make_session_directory(work_dir);
+    WorkerConfig config;
+    config.sessions_root = work_dir;
+    config.work_dir = p.dir;
+    config.max_memory_bytes = options.max_session_memory;
+    config.max_handles = options.max_handles;
+    config.max_upload_bytes = options.max_upload_bytes;
+    config.idle_timeout_ms = seconds_to_ms(options.idle_timeout_s).count();
+    config.write_timeout_ms = seconds_to_ms(options.write_timeout_s).count();
+    config.test_functions = options.test_hooks.test_functions;
+    config.echo_function = options.test_hooks.echo_function;
+    config.plugin_set = runtime.plugin_set_path();
+    config.search_paths = runtime.search_paths();
+    config.log_level = log_level();
+    config.hidden_files = options.secret_files;
+    config.server_pid = ::getpid();
+    try {
+      p.process = std::make_shared<SessionProcess>(worker_path, config);
+    } catch (...) {
+      remove_session_directory(p.dir);
+      throw;
+    }
+    return p;
+  }
+
+  // Ends a session process that got no session (killed and reaped) and removes its directory.
+  static void discard(Prestarted& p) {
+    p.process.reset();
+    remove_session_directory(p.dir);
+  }
+
+  // Takes the oldest pre-started process still alive, or nullopt (pool empty or off); the pool
+  // thread replaces it at once.
+  std::optional<Prestarted> take_prestarted() {
+    std::optional<Prestarted> taken;
+    std::vector<Prestarted> dead;
+    {
+      std::lock_guard lock(mu);
+      while (!taken && !pool.empty()) {
+        Prestarted p = std::move(pool.front());
+        pool.pop_front();
+        if (p.process->exited()) {
+          dead.push_back(std::move(p));
+        } else {
+          taken = std::move(p);
+        }
+      }
+    }
+    cv.notify_all();
+    for (Prestarted& p : dead) discard(p);
+    return taken;
+  }
+
+  // Keeps options.prestarted_sessions processes started ahead: replaces each one taken, and
+  // each one that died while it waited (checked every kHousekeepingPeriod), until stop() ends
+  // the sessions; then kills and reaps the pool's processes and removes their directories.
+  void keep_pool() {
+    const auto target = static_cast<size_t>(options.prestarted_sessions);
+    std::unique_lock lock(mu);
+    auto retry_at = std::chrono::steady_clock::time_point::min();
+    while (!pool_closing) {
+      std::vector<Prestarted> dead;
+      for (auto it = pool.begin(); it != pool.end();) {
+        if (it->process->exited()) {
+          dead.push_back(std::move(*it));
+          it = pool.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      const bool refill =
+          !stopping && pool.size() < target && std::chrono::steady_clock::now() >= retry_at;
+      if (dead.empty() && !refill) {
+        cv.wait_for(lock, kHousekeepingPeriod);
+        continue;
+      }
+      lock.unlock();
+      for (Prestarted& p : dead) {
+        warn(fmt::format("session process {} exited before it was given a session; replacing it",
+                         p.process->pid()));
+        discard(p);
+      }
+      // One that dies again soon is replaced after a second, not at once: a worker that cannot
+      // start must not make the pool start one after another.
+      if (!dead.empty()) retry_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      std::optional<Prestarted> fresh;
+      if (refill) {
+        try {
+          fresh = start_worker();
+        } catch (const std::exception& e) {
+          warn(fmt::format("cannot start a session process ahead (trying again in 1 s): {}",
+                           e.what()));
+          retry_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        }
+      }
+      lock.lock();
+      if (fresh) pool.push_back(std::move(*fresh));
+    }
+    std::deque<Prestarted> left;
+    left.swap(pool);
+    lock.unlock();
+    for (Prestarted& p : left) discard(p);
+  }
+
   // Serves the session in a worker process (session_process.h), waits for it to end, and
   // removes its directory, crashed or not.
   void serve_in_worker(SessionState& state) {
@@ -449,65 +568,60 @@ struct Server::Impl {
                       state.id, conn.peer(), conn.buffered()));
       return;
     }
-    fs::path dir;
-    try {
-      dir = make_session_directory(work_dir);
-    } catch (const std::exception& e) {
-      warn(fmt::format("session {} with {} not served: {}", state.id, conn.peer(), e.what()));
-      return;
-    }
-    WorkerConfig config;
-    config.sessions_root = work_dir;
-    config.work_dir = dir;
-    config.id = state.id;
-    config.peer = conn.peer();
-    config.timeout_s = state.timeout_s;
-    if (state.deadline) {
-      // The worker tells the client a moment after this server freed the slot at the deadline
-      // (housekeeping), so that a client told its session expired finds the slot free.
-      config.time_left_s =
-          std::max(0.001, std::chrono::duration<double>(*state.deadline + kWorkerTellsAfter -
-                                                        std::chrono::steady_clock::now())
-                              .count());
-    }
-    config.max_memory_bytes = options.max_session_memory;
-    config.max_handles = options.max_handles;
-    config.max_upload_bytes = options.max_upload_bytes;
-    config.idle_timeout_ms = seconds_to_ms(options.idle_timeout_s).count();
-    config.write_timeout_ms = seconds_to_ms(options.write_timeout_s).count();
-    config.test_functions = options.test_hooks.test_functions;
-    config.echo_function = options.test_hooks.echo_function;
-    config.plugin_set = runtime.plugin_set_path();
-    config.search_paths = runtime.search_paths();
-    config.log_level = log_level();
-    config.hidden_files = options.secret_files;
-    config.server_pid = ::getpid();
-    // Under a token the server keeps the TLS channel and relays plaintext over a socket pair.
-    int pair[2] = {-1, -1};
-    if (conn.encrypted() && ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-      warn(
-          fmt::format("session {}: cannot make a socket pair: {}", state.id, std::strerror(errno)));
-      remove_session_directory(dir);
-      return;
-    }
+    // A process started ahead when there is one, else one started now; one that cannot take the
+    // session (it died since) is replaced by one started now, once.
+    std::optional<Prestarted> ready = take_prestarted();
     std::shared_ptr<SessionProcess> worker;
-    try {
-      worker = std::make_shared<SessionProcess>(worker_path, config,
-                                                conn.encrypted() ? pair[1] : conn.fd());
-    } catch (const std::exception& e) {
-      warn(fmt::format("session {} with {} not served: {}", state.id, conn.peer(), e.what()));
+    fs::path dir;
+    for (int attempt = 0; attempt < 2 && !worker; ++attempt) {
+      Prestarted p;
+      try {
+        if (ready) {
+          p = std::move(*ready);
+          ready.reset();
+        } else {
+          p = start_worker();
+        }
+      } catch (const std::exception& e) {
+        warn(fmt::format("session {} with {} not served: {}", state.id, conn.peer(), e.what()));
+        break;
+      }
+      SessionStart start;
+      start.id = state.id;
+      start.peer = conn.peer();
+      start.timeout_s = state.timeout_s;
+      if (state.deadline) {
+        // The worker tells the client a moment after this server freed the slot at the
+        // deadline (housekeeping), so that a client told its session expired finds it free.
+        start.time_left_s =
+            std::max(0.001, std::chrono::duration<double>(*state.deadline + kWorkerTellsAfter -
+                                                          std::chrono::steady_clock::now())
+                                .count());
+      }
+      try {
+        // Under a token the server keeps the TLS channel and relays plaintext over the
+        // process's channel; without one the process gets the client's socket itself.
+        p.process->begin(start, conn.encrypted() ? -1 : conn.fd());
+        if (!conn.encrypted()) p.process->close_channel();
+        worker = p.process;
+        dir = p.dir;
+      } catch (const std::exception& e) {
+        warn(fmt::format("session {} with {}: {}; starting another", state.id, conn.peer(),
+                         e.what()));
+        discard(p);
+      }
     }
-    if (pair[1] >= 0) ::close(pair[1]);
     if (worker) {
       {
         std::lock_guard lock(mu);
         state.worker = worker;
       }
       std::string why;
-      if (pair[0] >= 0) why = relay(conn, pair[0], *worker, state.cancelled);
-      if (pair[0] >= 0) ::close(pair[0]);
+      const bool relayed = conn.encrypted();
+      if (relayed) why = relay(conn, worker->channel(), *worker, state.cancelled);
+      worker->close_channel();
       std::optional<int> status =
-          worker->wait(pair[0] >= 0 ? std::optional(std::chrono::seconds(5)) : std::nullopt);
+          worker->wait(relayed ? std::optional(std::chrono::seconds(5)) : std::nullopt);
       if (!status) {  // the relay ended first (the client left): the worker ends too
         worker->signal(SIGTERM);
         status = worker->wait(std::chrono::seconds(3));
@@ -539,7 +653,7 @@ struct Server::Impl {
       } catch (const std::exception&) {
       }
     }
-    remove_session_directory(dir);
+    if (!dir.empty()) remove_session_directory(dir);
   }
 
   // Tells a client whose session process crashed why its request got no answer (as the
@@ -666,6 +780,13 @@ struct Server::Impl {
         stuck = true;
       }
     }
+    {
+      std::lock_guard lock(mu);
+      pool_closing = true;
+    }
+    cv.notify_all();
+    // Only now: the pool's thread is the parent thread of the sessions' processes it started.
+    if (pool_thread.joinable()) pool_thread.join();
     if (!stuck) registration.reset();
     if (own_work_dir) {
       std::error_code ec;
@@ -692,6 +813,10 @@ Server::Server(ServerOptions options, Runtime& runtime)
     throw ValueError(fmt::format("key '{}' contains whitespace", s.options.key));
   }
   if (s.options.handshake_timeout_s <= 0) throw ValueError("handshake_timeout must be > 0");
+  if (s.options.prestarted_sessions < 0 || s.options.prestarted_sessions > 64) {
+    throw ValueError(fmt::format("prestarted_sessions must be in [0, 64], not {}",
+                                 s.options.prestarted_sessions));
+  }
   if (s.options.token.empty() && !is_loopback_host(s.options.host)) {
     if (!s.options.allow_insecure) {
       throw ValueError(fmt::format(
@@ -752,6 +877,9 @@ Server::Server(ServerOptions options, Runtime& runtime)
   s.io_thread = std::thread([&s] { s.io.run(); });
   s.housekeeping_thread = std::thread([&s] { s.housekeeping(); });
   if (s.registration) s.registration_thread = std::thread([&s] { s.keep_registered(); });
+  if (s.isolated() && s.options.prestarted_sessions > 0) {
+    s.pool_thread = std::thread([&s] { s.keep_pool(); });
+  }
 }
 
 Server::~Server() {

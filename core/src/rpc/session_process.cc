@@ -97,9 +97,9 @@ fs::path own_cgroup() {
   return {};
 }
 
-// A fresh cgroup for session `id` under this process's own, or empty where the machine does
-// not let this process make one (no cgroup v2, not writable, turned off).
-fs::path make_session_cgroup(uint64_t id) {
+// A fresh cgroup for one worker (one session) under this process's own, or empty where the
+// machine does not let this process make one (no cgroup v2, not writable, turned off).
+fs::path make_session_cgroup() {
   if (const char* env = std::getenv("KILN_RPC_SESSION_CGROUP");
       env != nullptr && std::strcmp(env, "off") == 0) {
     return {};
@@ -107,8 +107,7 @@ fs::path make_session_cgroup(uint64_t id) {
   static const fs::path parent = own_cgroup();
   if (parent.empty()) return {};
   static std::atomic<uint64_t> serial{0};
-  const fs::path dir =
-      parent / fmt::format("kiln-session-{}-{}-{}", ::getpid(), id, serial.fetch_add(1));
+  const fs::path dir = parent / fmt::format("kiln-session-{}-{}", ::getpid(), serial.fetch_add(1));
   if (::mkdir(dir.c_str(), 0755) != 0) return {};
   return dir;
 }
@@ -117,32 +116,15 @@ fs::path make_session_cgroup(uint64_t id) {
 
 std::vector<std::string> worker_arguments(const WorkerConfig& c) {
   std::vector<std::string> a = {
-      "--sessions-root",
-      c.sessions_root.string(),
-      "--work-dir",
-      c.work_dir.string(),
-      "--id",
-      std::to_string(c.id),
-      "--peer",
-      c.peer,
-      "--timeout",
-      fmt::format("{}", c.timeout_s),
-      "--time-left",
-      fmt::format("{}", c.time_left_s),
-      "--max-memory",
-      std::to_string(c.max_memory_bytes),
-      "--max-handles",
-      std::to_string(c.max_handles),
-      "--max-upload",
-      std::to_string(c.max_upload_bytes),
-      "--idle-timeout-ms",
-      std::to_string(c.idle_timeout_ms),
-      "--write-timeout-ms",
-      std::to_string(c.write_timeout_ms),
-      "--log-level",
-      std::to_string(static_cast<int>(c.log_level)),
-      "--server-pid",
-      std::to_string(c.server_pid),
+      "--sessions-root",    c.sessions_root.string(),
+      "--work-dir",         c.work_dir.string(),
+      "--max-memory",       std::to_string(c.max_memory_bytes),
+      "--max-handles",      std::to_string(c.max_handles),
+      "--max-upload",       std::to_string(c.max_upload_bytes),
+      "--idle-timeout-ms",  std::to_string(c.idle_timeout_ms),
+      "--write-timeout-ms", std::to_string(c.write_timeout_ms),
+      "--log-level",        std::to_string(static_cast<int>(c.log_level)),
+      "--server-pid",       std::to_string(c.server_pid),
   };
   if (c.test_functions) a.emplace_back("--test-functions");
   if (c.echo_function) a.emplace_back("--echo-function");
@@ -183,14 +165,6 @@ WorkerConfig parse_worker_arguments(const std::vector<std::string>& args) {
       c.sessions_root = v;
     } else if (flag == "--work-dir") {
       c.work_dir = v;
-    } else if (flag == "--id") {
-      c.id = parse_number<uint64_t>(flag, v);
-    } else if (flag == "--peer") {
-      c.peer = v;
-    } else if (flag == "--timeout") {
-      c.timeout_s = parse_seconds(flag, v);
-    } else if (flag == "--time-left") {
-      c.time_left_s = parse_seconds(flag, v);
     } else if (flag == "--max-memory") {
       c.max_memory_bytes = parse_number<uint64_t>(flag, v);
     } else if (flag == "--max-handles") {
@@ -227,6 +201,47 @@ WorkerConfig parse_worker_arguments(const std::vector<std::string>& args) {
   return c;
 }
 
+std::string encode_session_start(const SessionStart& start) {
+  const std::string args[] = {"--id",        std::to_string(start.id),
+                              "--peer",      start.peer,
+                              "--timeout",   fmt::format("{}", start.timeout_s),
+                              "--time-left", fmt::format("{}", start.time_left_s)};
+  std::string bytes;
+  for (const std::string& a : args) {
+    bytes += a;
+    bytes.push_back('\0');
+  }
+  return bytes;
+}
+
+SessionStart decode_session_start(const std::string& bytes) {
+  std::vector<std::string> args;
+  for (size_t at = 0; at < bytes.size();) {
+    const size_t end = bytes.find('\0', at);
+    if (end == std::string::npos) throw ValueError("the session's start message is cut short");
+    args.push_back(bytes.substr(at, end - at));
+    at = end + 1;
+  }
+  SessionStart start;
+  for (size_t i = 0; i < args.size(); i += 2) {
+    const std::string& flag = args[i];
+    if (i + 1 >= args.size()) throw ValueError(fmt::format("{} needs a value", flag));
+    const std::string& v = args[i + 1];
+    if (flag == "--id") {
+      start.id = parse_number<uint64_t>(flag, v);
+    } else if (flag == "--peer") {
+      start.peer = v;
+    } else if (flag == "--timeout") {
+      start.timeout_s = parse_seconds(flag, v);
+    } else if (flag == "--time-left") {
+      start.time_left_s = parse_seconds(flag, v);
+    } else {
+      throw ValueError(fmt::format("unknown start argument '{}'", flag));
+    }
+  }
+  return start;
+}
+
 fs::path find_session_worker(const fs::path& configured) {
   if (!configured.empty()) {
     if (::access(configured.c_str(), X_OK) != 0) {
@@ -260,10 +275,18 @@ fs::path find_session_worker(const fs::path& configured) {
       kWorkerName, where.empty() ? "nothing: libkiln's location is unknown" : where));
 }
 
-SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& given, int session_fd)
+SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& given)
     : write_timeout_(given.write_timeout_ms) {
   WorkerConfig config = given;
-  cgroup_ = make_session_cgroup(config.id);
+  // The channel: the worker's start message, then (under a token) the session's plaintext.
+  int pair[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    throw RuntimeError(
+        fmt::format("cannot make a socket pair for a session worker: {}", std::strerror(errno)));
+  }
+  channel_ = pair[0];
+  const int session_fd = pair[1];
+  cgroup_ = make_session_cgroup();
   config.cgroup = cgroup_;
   std::vector<std::string> args = worker_arguments(config);
   args.insert(args.begin(), worker.string());
@@ -300,8 +323,10 @@ SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& given
   const int rc = ::posix_spawn(&pid_, worker.c_str(), &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
+  ::close(session_fd);
   if (rc != 0) {
     pid_ = -1;
+    close_channel();
     end_cgroup();
     throw RuntimeError(
         fmt::format("cannot start the session worker {}: {}", worker.string(), std::strerror(rc)));
@@ -309,7 +334,62 @@ SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& given
   pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
 }
 
+SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& config, int session_fd)
+    : SessionProcess(worker, config) {
+  SessionStart start;
+  start.id = config.id;
+  start.peer = config.peer;
+  start.timeout_s = config.timeout_s;
+  start.time_left_s = config.time_left_s;
+  begin(start, session_fd);
+  close_channel();
+}
+
+void SessionProcess::begin(const SessionStart& start, int session_fd) {
+  const std::string text = encode_session_start(start);
+  // A 4-byte length, then the text; the socket, when there is one, rides on the first byte.
+  const auto length = static_cast<uint32_t>(text.size());
+  std::string bytes(reinterpret_cast<const char*>(&length), sizeof(length));
+  bytes += text;
+  iovec iov{bytes.data(), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (session_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &session_fd, sizeof(int));
+  }
+  // A blocking socket and a message far below its buffer: all of it goes, or the worker is gone.
+  ssize_t sent = -1;
+  do {
+    sent = channel_ >= 0 ? ::sendmsg(channel_, &msg, MSG_NOSIGNAL) : -1;
+  } while (sent < 0 && errno == EINTR);
+  if (sent != static_cast<ssize_t>(bytes.size())) {
+    throw RuntimeError(fmt::format("cannot hand session {} to its process {}: {}", start.id, pid_,
+                                   sent < 0 ? std::strerror(errno) : "the message was cut"));
+  }
+}
+
+void SessionProcess::close_channel() noexcept {
+  if (channel_ >= 0) ::close(channel_);
+  channel_ = -1;
+}
+
+bool SessionProcess::exited() const {
+  if (status_) return true;
+  if (pidfd_ < 0) return false;
+  pollfd p{pidfd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
+
 SessionProcess::~SessionProcess() {
+  close_channel();
   if (!status_ && pid_ > 0) {
     signal(SIGKILL);
     wait(std::nullopt);
@@ -393,20 +473,37 @@ namespace {
 // timeout.
 constexpr uint64_t kRelayMinBytesPerSecond = uint64_t{1} << 20;
 
-// Bytes on their way in one direction.
-struct Pipe {
-  std::vector<uint8_t> bytes;
-  size_t at = 0;  // bytes before this one are sent
-  bool empty() const { return at == bytes.size(); }
-  size_t size() const { return bytes.size() - at; }
-  const uint8_t* data() const { return bytes.data() + at; }
-  void took(size_t n) {
-    at += n;
-    if (at == bytes.size()) {
-      bytes.clear();
-      at = 0;
+// Bytes on their way in one direction: a buffer of fixed capacity that reads and decryption
+// fill in place (one copy less than reading into a chunk and appending it).
+class Pipe {
+ public:
+  explicit Pipe(size_t capacity) : bytes_(capacity) {}
+  bool empty() const { return begin_ == end_; }
+  size_t size() const { return end_ - begin_; }
+  const uint8_t* data() const { return bytes_.data() + begin_; }
+  // Room for more at the end; what waits moves to the front first when the end is reached.
+  size_t room() {
+    if (end_ == bytes_.size() && begin_ > 0) {
+      std::memmove(bytes_.data(), bytes_.data() + begin_, size());
+      end_ -= begin_;
+      begin_ = 0;
     }
+    return bytes_.size() - end_;
   }
+  uint8_t* space() { return bytes_.data() + end_; }
+  // `n` bytes were put at space().
+  void filled(size_t n) { end_ += n; }
+  // `n` bytes from data() were sent.
+  void took(size_t n) {
+    begin_ += n;
+    if (begin_ == end_) begin_ = end_ = 0;
+  }
+  void clear() { begin_ = end_ = 0; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+  size_t begin_ = 0;  // bytes before this one are sent
+  size_t end_ = 0;    // bytes from this one are free
 };
 
 // The deadline of reply data the relay holds for the client: from the moment some is waiting,
@@ -462,14 +559,17 @@ class ReplyDeadline {
 std::string relay(Connection& client, int worker_fd, const SessionProcess& worker,
                   const std::atomic<bool>& stop) {
   using Outcome = tls::Session::Io::Outcome;
-  constexpr size_t kBufferBytes = size_t{256} << 10;
+  // Per direction: a few socket buffers' worth, so that each wake-up moves a lot.
+  constexpr size_t kBufferBytes = size_t{512} << 10;
   constexpr int kStopCheckMs = 100;  // how often `stop` is looked at while nothing happens
   tls::Session& tls = *client.tls_session();
+  // Many records per socket read; every read below goes on until kWouldBlock before a poll.
+  tls.read_ahead();
   const int client_fd = client.fd();
   ::fcntl(client_fd, F_SETFL, ::fcntl(client_fd, F_GETFL) | O_NONBLOCK);
   ::fcntl(worker_fd, F_SETFL, ::fcntl(worker_fd, F_GETFL) | O_NONBLOCK);
-  Pipe to_worker;
-  Pipe to_client;
+  Pipe to_worker(kBufferBytes);
+  Pipe to_client(kBufferBytes);
   ReplyDeadline reply_deadline(worker.write_timeout());
   bool client_sends = true;    // no close_notify, EOF or failure from the client yet
   bool worker_sends = true;    // the worker's end may still give bytes
@@ -478,18 +578,17 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
   // What the last TLS read / write waits for on the client's socket (0: nothing).
   short read_waits = 0;
   short write_waits = 0;
-  std::vector<uint8_t> chunk(size_t{64} << 10);
   while (!stop.load()) {
     bool moved = false;  // something happened this round: go on without waiting in poll
-    // Client -> worker: decrypt what arrived (and what TLS already holds).
+    // Client -> worker: decrypt what arrived (and what TLS already holds), record after record
+    // until none is left or the buffer is full.
     read_waits = 0;
-    if (client_sends && worker_takes && to_worker.size() < kBufferBytes) {
-      const tls::Session::Io io = tls.read(chunk.data(), chunk.size());
+    while (client_sends && worker_takes && read_waits == 0 && to_worker.room() > 0) {
+      const tls::Session::Io io = tls.read(to_worker.space(), to_worker.room());
       switch (io.outcome) {
         case Outcome::kData:
           moved = true;
-          to_worker.bytes.insert(to_worker.bytes.end(), chunk.begin(),
-                                 chunk.begin() + static_cast<ptrdiff_t>(io.bytes));
+          to_worker.filled(io.bytes);
           break;
         case Outcome::kWouldBlock:
           read_waits = io.wants_write ? POLLOUT : POLLIN;
@@ -520,16 +619,17 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
       } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
         // The worker's end closed: what the client sends now has nobody to go to.
         worker_takes = false;
-        to_worker = Pipe();
+        to_worker.clear();
         moved = true;
       }
     }
-    // Worker -> client.
-    if (worker_sends && to_client.size() < kBufferBytes) {
-      const ssize_t got = ::recv(worker_fd, chunk.data(), chunk.size(), 0);
+    // Worker -> client: as much as the buffer takes in one read, then encrypted and written
+    // record after record until it is sent or the client's socket is full.
+    if (worker_sends && to_client.room() > 0) {
+      const ssize_t got = ::recv(worker_fd, to_client.space(), to_client.room(), 0);
       if (got > 0) {
         moved = true;
-        to_client.bytes.insert(to_client.bytes.end(), chunk.begin(), chunk.begin() + got);
+        to_client.filled(static_cast<size_t>(got));
         reply_deadline.queued(static_cast<size_t>(got));
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR) || worker_exited) {
         // It ended the session, its end failed, or it exited and all it wrote is here (a
@@ -539,7 +639,7 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
       }
     }
     write_waits = 0;
-    if (!to_client.empty()) {
+    while (!to_client.empty() && write_waits == 0) {
       const tls::Session::Io io = tls.write(to_client.data(), to_client.size());
       switch (io.outcome) {
         case Outcome::kData:
@@ -569,12 +669,12 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     pollfd fds[3];
     short client_events = static_cast<short>(read_waits | write_waits);
     const bool decrypted_waits =
-        client_sends && worker_takes && to_worker.size() < kBufferBytes && tls.pending() > 0;
+        client_sends && worker_takes && to_worker.room() > 0 && tls.pending() > 0;
     if (decrypted_waits) continue;
     // The client's socket is always watched: POLLHUP / POLLERR there end the relay.
     fds[0] = {client_fd, client_events, 0};
     short worker_events = 0;
-    if (worker_sends && to_client.size() < kBufferBytes) worker_events |= POLLIN;
+    if (worker_sends && to_client.room() > 0) worker_events |= POLLIN;
     if (!to_worker.empty() && worker_takes) worker_events |= POLLOUT;
     fds[1] = {worker_events != 0 ? worker_fd : -1, worker_events, 0};
     fds[2] = {worker_exited ? -1 : worker.exit_fd(), POLLIN, 0};
@@ -593,13 +693,13 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     if ((fds[1].revents & (POLLERR | POLLHUP)) != 0 && (worker_events & POLLIN) == 0) {
       // Its end closed while the relay only had bytes for it: they have nobody to go to.
       worker_takes = false;
-      to_worker = Pipe();
+      to_worker.clear();
     }
     if ((fds[2].revents & POLLIN) != 0) {
       // Exited: what it wrote is in its end already; read that, then end (above).
       worker_exited = true;
       worker_takes = false;
-      to_worker = Pipe();
+      to_worker.clear();
     }
   }
   return "the server is stopping";

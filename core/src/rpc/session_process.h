@@ -9,6 +9,12 @@
 // Without a token the worker gets the client's socket itself; with one the server keeps the
 // TLS channel and relays plaintext to the worker over a socket pair (relay()), so no key
 // material ever enters the worker.
+//
+// A worker is started before its session is known (the server keeps a few started ahead, so
+// that a session does not wait for exec, confinement and the runtime's start): everything that
+// does not depend on the session is on its command line; the session's own settings and the
+// client's socket come later, once, over the socket pair it was started with (begin()). A
+// worker serves exactly one session, whenever it was started.
 #ifndef KILN_SRC_RPC_SESSION_PROCESS_H_
 #define KILN_SRC_RPC_SESSION_PROCESS_H_
 
@@ -28,14 +34,17 @@ namespace kiln::rpc {
 
 class Connection;
 
-// What a session worker needs to serve one session; it travels on the worker's command line.
+// What a session worker needs before its session is known; it travels on the worker's command
+// line.
 struct WorkerConfig {
   std::filesystem::path sessions_root;  // where the server makes session directories
-  std::filesystem::path work_dir;       // this session's (inside sessions_root, made by the server)
-  uint64_t id = 0;                      // the server's session number, for logs
-  std::string peer;                     // the client's address, for logs
-  double timeout_s = 0;                 // the session's timeout as agreed; 0: none
-  double time_left_s = 0;               // seconds left of it when the worker starts
+  std::filesystem::path work_dir;       // this worker's (inside sessions_root, made by the server)
+  // The session's own settings, for the constructor that hands the session over at once (not on
+  // the command line: begin() sends them); see SessionStart.
+  uint64_t id = 0;
+  std::string peer;
+  double timeout_s = 0;
+  double time_left_s = 0;
   uint64_t max_memory_bytes = 0;
   uint64_t max_handles = 0;
   uint64_t max_upload_bytes = 0;
@@ -62,6 +71,20 @@ struct WorkerConfig {
 std::vector<std::string> worker_arguments(const WorkerConfig& config);
 WorkerConfig parse_worker_arguments(const std::vector<std::string>& args);
 
+// What is known only once a client has its session: sent to a started worker by
+// SessionProcess::begin().
+struct SessionStart {
+  uint64_t id = 0;         // the server's session number, for logs
+  std::string peer;        // the client's address, for logs
+  double timeout_s = 0;    // the session's timeout as agreed; 0: none
+  double time_left_s = 0;  // seconds left of it when the session is handed over
+};
+
+// `start` as the bytes of the start message (NUL-separated arguments), and back. decode throws
+// ValueError naming the bad argument.
+std::string encode_session_start(const SessionStart& start);
+SessionStart decode_session_start(const std::string& bytes);
+
 // The session worker executable: `configured` when not empty, else $KILN_RPC_SESSION_WORKER,
 // else kiln-rpc-session beside libkiln's install (<prefix>/libexec/kiln/) or build tree
 // (<build>/bin/). Throws RuntimeError listing where it looked.
@@ -77,19 +100,38 @@ std::filesystem::path find_session_worker(const std::filesystem::path& configure
 // worker that crashed or was killed. $KILN_RPC_SESSION_CGROUP=off turns the cgroup off.
 class SessionProcess {
  public:
-  // Starts `worker` with `session_fd` as its descriptor 3, stdin /dev/null, stdout and stderr
-  // the server's, in a process group of its own (and a cgroup of its own where it can make
-  // one), every other descriptor closed, signals at their defaults, and the environment
-  // without KILN_RPC_TOKEN and KILN_TRACKER_TOKEN. Throws RuntimeError when it cannot start.
+  // Starts `worker` with one end of a new socket pair (the channel) as its descriptor 3, stdin
+  // /dev/null, stdout and stderr the server's, in a process group of its own (and a cgroup of
+  // its own where it can make one), every other descriptor closed, signals at their defaults,
+  // and the environment without KILN_RPC_TOKEN and KILN_TRACKER_TOKEN. It confines itself and
+  // starts its runtime, then waits for begin(); closing the channel before that ends it.
+  // Throws RuntimeError when it cannot start. The worker gets SIGKILL when the thread that
+  // constructs this ends (PR_SET_PDEATHSIG): construct it on a thread that outlives the session.
+  SessionProcess(const std::filesystem::path& worker, const WorkerConfig& config);
+  // The same, then begin() at once with `config`'s id, peer, timeout_s and time_left_s and
+  // `session_fd` (the caller keeps its copy), and the channel closed.
   SessionProcess(const std::filesystem::path& worker, const WorkerConfig& config, int session_fd);
   // Kills (SIGKILL, the whole group and cgroup) and reaps a worker still running.
   ~SessionProcess();
   SessionProcess(const SessionProcess&) = delete;
   SessionProcess& operator=(const SessionProcess&) = delete;
 
+  // Hands the worker its session, once: `start`, and `session_fd` (the client's socket, passed
+  // with SCM_RIGHTS; the caller keeps its own copy) or -1, when the channel itself carries the
+  // session (the relay's end). Throws RuntimeError when the worker cannot take it (it exited).
+  void begin(const SessionStart& start, int session_fd);
+  // The server's end of the socket pair (-1 once closed): after begin(start, -1), the session's
+  // plaintext goes through it.
+  int channel() const { return channel_; }
+  // Closes the server's end of the channel (a worker still waiting for begin() then exits).
+  void close_channel() noexcept;
+
   pid_t pid() const { return pid_; }
   // A descriptor that polls readable once the worker exited (-1 where pidfds are missing).
   int exit_fd() const { return pidfd_; }
+  // Whether the worker exited, as its pidfd says (without one: false until wait() saw it);
+  // it may be a zombie still, for wait() to reap.
+  bool exited() const;
   // The server's write timeout (0: none): relay() gives the client that long, plus 1 s per
   // MiB, to take reply data, as a session without a token does.
   std::chrono::milliseconds write_timeout() const { return write_timeout_; }
@@ -108,6 +150,7 @@ class SessionProcess {
   void end_cgroup() noexcept;
   pid_t pid_ = -1;
   int pidfd_ = -1;
+  int channel_ = -1;
   std::optional<int> status_;
   std::chrono::milliseconds write_timeout_{0};
   std::filesystem::path cgroup_;  // set once, in the constructor

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "kiln/error.h"
@@ -157,6 +159,59 @@ void watch(SessionState& state, const sigset_t& signals) {
   }
 }
 
+// Waits for the server's start message on the channel (kSessionFd): a 4-byte length and the
+// encoded SessionStart, the client's socket riding on it with SCM_RIGHTS when the session is
+// not relayed; that socket then replaces the channel on kSessionFd. nullopt when the server
+// closed the channel first (it no longer needs this worker). Throws ValueError for a message
+// that does not parse.
+std::optional<SessionStart> wait_for_session() {
+  constexpr uint32_t kMaxStartBytes = 64 << 10;
+  uint32_t length = 0;
+  size_t got = 0;
+  int passed = -1;
+  while (got < sizeof(length)) {
+    iovec iov{reinterpret_cast<char*>(&length) + got, sizeof(length) - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t n = ::recvmsg(kSessionFd, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (passed >= 0) ::close(passed);
+      return std::nullopt;
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && passed < 0) {
+        std::memcpy(&passed, CMSG_DATA(c), sizeof(int));
+      }
+    }
+    got += static_cast<size_t>(n);
+  }
+  if (length > kMaxStartBytes) {
+    throw ValueError(
+        fmt::format("a start message of {} bytes (at most {})", length, kMaxStartBytes));
+  }
+  std::string text(length, '\0');
+  for (size_t at = 0; at < text.size();) {
+    const ssize_t n = ::recv(kSessionFd, text.data() + at, text.size() - at, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (passed >= 0) ::close(passed);
+      return std::nullopt;
+    }
+    at += static_cast<size_t>(n);
+  }
+  if (passed >= 0) {
+    // The client's socket becomes the session's; the channel (its old occupant) closes.
+    ::dup3(passed, kSessionFd, O_CLOEXEC);
+    ::close(passed);
+  }
+  return decode_session_start(text);
+}
+
 // Joins the cgroup `dir` (its cgroup.procs); returns why not, or "".
 std::string join_cgroup(const fs::path& dir) {
   if (write_file((dir / "cgroup.procs").c_str(), "0")) return "";
@@ -189,8 +244,8 @@ int session_worker_main(int argc, char** argv) {
   if (!config.cgroup.empty()) {
     if (std::string why = join_cgroup(config.cgroup); !why.empty()) {
       log(LogLevel::kInfo, "rpc-session",
-          fmt::format("session {}: {}; its descendants are ended by this process alone", config.id,
-                      why));
+          fmt::format("session process {}: {}; its descendants are ended by this process alone",
+                      ::getpid(), why));
     }
   }
   struct stat st {};
@@ -201,15 +256,16 @@ int session_worker_main(int argc, char** argv) {
   }
 
   const fs::path work_dir = config.work_dir;
+  const pid_t self = ::getpid();
   if (std::string why = confine_files(config.sessions_root, work_dir, config.hidden_files);
       !why.empty()) {
     log(LogLevel::kInfo, "rpc-session",
-        fmt::format("session {}: files not confined ({}): the session can read what the "
-                    "server's user can (docs/rpc.md, \"What a session can reach\")",
-                    config.id, why));
+        fmt::format("session process {}: files not confined ({}): the session can read what "
+                    "the server's user can (docs/rpc.md, \"What a session can reach\")",
+                    self, why));
   }
   if (std::string why = drop_privileges(); !why.empty()) {
-    warn(fmt::format("session {}: {}", config.id, why));
+    warn(fmt::format("session process {}: {}", self, why));
   }
 
   // Signals are taken by the watcher only (every thread started below inherits the mask).
@@ -228,17 +284,28 @@ int session_worker_main(int argc, char** argv) {
   // function (a weight folder to vm.builtin.tensor_cache.load) names an uploaded file.
   load_builtin_libraries(runtime);
   if (::chdir(work_dir.c_str()) != 0) {
-    warn(fmt::format("session {}: cannot enter its work directory: {}", config.id,
+    warn(fmt::format("session process {}: cannot enter its work directory: {}", self,
                      std::strerror(errno)));
   }
 
+  // Ready: everything above may happen before a client asked for a session (a worker started
+  // ahead); from here on this process serves the one session it is handed.
+  std::optional<SessionStart> start;
+  try {
+    start = wait_for_session();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln-rpc-session: %s\n", e.what());
+    return 2;
+  }
+  if (!start) return 0;  // the server closed the channel: no session for this process
+
   SessionState state;
-  state.conn = Connection::adopt(kSessionFd, config.peer);
-  state.id = config.id;
-  state.timeout_s = config.timeout_s;
-  if (config.timeout_s > 0) {
+  state.conn = Connection::adopt(kSessionFd, start->peer);
+  state.id = start->id;
+  state.timeout_s = start->timeout_s;
+  if (start->timeout_s > 0) {
     state.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(config.time_left_s));
+                                        std::chrono::duration<double>(start->time_left_s));
   }
   state.max_memory_bytes = config.max_memory_bytes;
   state.max_handles = config.max_handles;

@@ -213,6 +213,11 @@ Context::Context(Side side, Purpose purpose, const std::string& token)
   SSL_CTX_set_options(ctx_, SSL_OP_NO_TICKET);
   SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_OFF);
+  // The server's side of a session may read ahead (Session::read_ahead(), the relay): its read
+  // buffer, allocated by the handshake, must be large enough then.
+  if (side == Side::kServer && purpose == Purpose::kSession) {
+    SSL_CTX_set_default_read_buffer_len(ctx_, Session::kReadBufferBytes);
+  }
   if (side == Side::kClient) {
     SSL_CTX_set_psk_use_session_callback(ctx_, use_session);
   } else {
@@ -420,6 +425,8 @@ ssize_t Session::send(const void* data, size_t n) {
 }
 
 size_t Session::pending() const { return static_cast<size_t>(SSL_pending(ssl_)); }
+
+void Session::read_ahead() { SSL_set_read_ahead(ssl_, 1); }
 
 bool Session::wants_write() const { return SSL_want_write(ssl_) != 0; }
 

@@ -107,6 +107,12 @@ class Session {
   ssize_t send(const void* data, size_t n);
   // Bytes decrypted and waiting to be read.
   size_t pending() const;
+  // From now on one socket read takes as many records as the read buffer holds (a session's
+  // server side has kReadBufferBytes), not one record in two reads: for a reader that calls
+  // read() until kWouldBlock before it polls (records it read ahead are not in pending()).
+  void read_ahead();
+  // The read buffer of a session's server side (Purpose::kSession, Side::kServer).
+  static constexpr size_t kReadBufferBytes = size_t{256} << 10;
   // Whether the last recv/send that returned EAGAIN waits for the socket to take data (on a
   // non-blocking socket: poll for POLLOUT, not POLLIN).
   bool wants_write() const;
