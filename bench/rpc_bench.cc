@@ -22,7 +22,7 @@
 //    the same against the `--session-isolation thread` server; BM_Raw_Session: a TCP connect,
 //    one ping-pong of the call's sizes, and a close that waits for the peer's.
 //    BM_Kiln_SessionOpen, BM_KilnThread_SessionOpen: the same sessions with the clock stopped
-//    for the close and for 50 ms after it (connect to the call's return: what a client waits
+//    for the close and for 100 ms after it (connect to the call's return: what a client waits
 //    for before its work, when sessions are not back to back: the process and TLS servers run
 //    with `--prestarted-sessions 1` and have started the next session process by then).
 //  - BM_KilnCold_Session, BM_KilnCold_SessionOpen: the same against a server with
@@ -314,7 +314,7 @@ void session_case(benchmark::State& state, Server server) {
 
 // The same, timing the session's start only: the close (and the end of the server's side of
 // the session, which close() waits for) and a pause of kSessionGap run with the clock stopped.
-constexpr auto kSessionGap = std::chrono::milliseconds(50);
+constexpr auto kSessionGap = std::chrono::milliseconds(100);
 void session_open_case(benchmark::State& state, Server server) {
   session_once(server);
   std::this_thread::sleep_for(kSessionGap);

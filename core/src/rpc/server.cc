@@ -68,6 +68,11 @@ constexpr auto kHousekeepingPeriod = std::chrono::milliseconds(100);
 // the deadline, and a call that ignores cancellation gets 2 s (session_worker.cc).
 constexpr auto kWorkerKillAfterDeadline = std::chrono::seconds(4);
 constexpr auto kWorkerTellsAfter = 2 * kHousekeepingPeriod;
+// How long after a session took a process started ahead its replacement starts: starting one
+// (exec, confinement, the runtime: ~10 ms of CPU) at once competed for the CPU with the session
+// just handed over, whose first calls are what the pool is for (docs/benchmarks.md, "Sessions
+// started ahead").
+constexpr auto kRefillDelay = std::chrono::milliseconds(20);
 
 std::chrono::milliseconds seconds_to_ms(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
@@ -157,7 +162,9 @@ struct Server::Impl {
   std::map<std::string, int> handshakes_by_address;
   std::deque<Prestarted> pool;  // started ahead, oldest first (process isolation)
   bool pool_closing = false;    // keep_pool() empties the pool and returns
-  bool stuck = false;           // stop() left a call running
+  // No replacement starts before this (kRefillDelay after a process was taken).
+  std::chrono::steady_clock::time_point refill_after;
+  bool stuck = false;  // stop() left a call running
   int active = 0;
   bool stopping = false;
   bool stopped = false;
@@ -483,7 +490,7 @@ struct Server::Impl {
   }
 
   // Takes the oldest pre-started process still alive, or nullopt (pool empty or off); the pool
-  // thread replaces it at once.
+  // thread replaces it kRefillDelay later.
   std::optional<Prestarted> take_prestarted() {
     std::optional<Prestarted> taken;
     std::vector<Prestarted> dead;
@@ -496,6 +503,7 @@ struct Server::Impl {
           dead.push_back(std::move(p));
         } else {
           taken = std::move(p);
+          refill_after = std::chrono::steady_clock::now() + kRefillDelay;
         }
       }
     }
@@ -504,8 +512,9 @@ struct Server::Impl {
     return taken;
   }
 
-  // Keeps options.prestarted_sessions processes started ahead: replaces each one taken, and
-  // each one that died while it waited (checked every kHousekeepingPeriod), until stop() ends
+  // Keeps options.prestarted_sessions processes started ahead: replaces each one taken (after
+  // kRefillDelay), and each one that died while it waited (checked every kHousekeepingPeriod),
+  // until stop() ends
   // the sessions; then kills and reaps the pool's processes and removes their directories.
   void keep_pool() {
     const auto target = static_cast<size_t>(options.prestarted_sessions);
@@ -521,10 +530,15 @@ struct Server::Impl {
           ++it;
         }
       }
-      const bool refill =
-          !stopping && pool.size() < target && std::chrono::steady_clock::now() >= retry_at;
+      const auto now = std::chrono::steady_clock::now();
+      const auto refill_at = std::max(retry_at, refill_after);
+      const bool wanted = !stopping && pool.size() < target;
+      const bool refill = wanted && now >= refill_at;
       if (dead.empty() && !refill) {
-        cv.wait_for(lock, kHousekeepingPeriod);
+        auto wait =
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(kHousekeepingPeriod);
+        if (wanted) wait = std::min(wait, refill_at - now);
+        cv.wait_for(lock, wait);
         continue;
       }
       lock.unlock();
