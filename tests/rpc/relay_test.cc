@@ -116,9 +116,20 @@ uint64_t start_time(pid_t pid) {
   return std::stoull(field);
 }
 
+// Waits until the server's pool holds its one process started ahead and no session process
+// runs: the next session takes that process. Whether it did. The process shows in /proc as soon
+// as it was exec'd, a moment before the server put it in its pool: a session that came in that
+// moment would get a process started for it, younger than the pool's, and the_session_process()
+// would name the wrong one; hence the pause.
+bool pool_ready() {
+  if (!wait_until([] { return session_processes().size() == 1; }, 10s)) return false;
+  std::this_thread::sleep_for(100ms);
+  return session_processes().size() == 1;
+}
+
 // The session process of the session that just started (waiting up to 10 s for one), or -1:
-// the oldest of this process's session processes. With a pool of one (the default) that is
-// the process the session took; the pool's replacement is younger.
+// the oldest of this process's session processes. After pool_ready() that is the process the
+// session took; the pool's replacement is younger (it starts 20 ms after the take).
 pid_t the_session_process() {
   pid_t pid = -1;
   wait_until(
@@ -227,6 +238,7 @@ class ScopedEnv {
 // and the session process stayed a zombie.
 TEST(Relay, ACloseNotifyAfterARequestFreesTheSlot) {
   Server server(token_server());
+  ASSERT_TRUE(pool_ready());
   auto conn = raw_tls_session(server.port());
   const pid_t worker = the_session_process();
   ASSERT_GT(worker, 0);
@@ -247,6 +259,7 @@ TEST(Relay, AClientThatNeverReadsCannotHoldTheSlot) {
   ServerOptions o = token_server();
   o.write_timeout_s = 1;
   Server server(o);
+  ASSERT_TRUE(pool_ready());
   auto conn = raw_tls_session(server.port());
   const pid_t worker = the_session_process();
   // More than every buffer on the way holds (the client's socket takes 64 KiB).
@@ -337,7 +350,7 @@ TEST(Relay, EverySessionEndGivesTheSlotBack) {
   }
   ASSERT_TRUE(wait_until([&] { return server.active_sessions() == 0; }, 10s));
   // The pool refilled (a pre-started process holds descriptors of the server's).
-  ASSERT_TRUE(wait_until([&] { return session_processes().size() == 1; }, 10s));
+  ASSERT_TRUE(pool_ready());
   const int fds_before = entries("/proc/self/fd");
   const int threads_before = entries("/proc/self/task");
   static const char* const kRequests[] = {"none", "64 KiB", "1 MiB", "8 MiB"};
@@ -360,6 +373,7 @@ TEST(Relay, EverySessionEndGivesTheSlotBack) {
     SCOPED_TRACE(fmt::format("round {}: request {}, end '{}', kill {}, delay {} ms", round,
                              kRequests[request], kEnds[end], kill_worker, delay.count()));
     pid_t worker = -1;
+    ASSERT_TRUE(pool_ready()) << "the pool did not refill";
     try {
       auto conn = raw_tls_session(server.port());
       worker = the_session_process();

@@ -481,9 +481,10 @@ class Pipe {
   bool empty() const { return begin_ == end_; }
   size_t size() const { return end_ - begin_; }
   const uint8_t* data() const { return bytes_.data() + begin_; }
-  // Room for more at the end; what waits moves to the front first when the end is reached.
+  // Room for more at the end. What waits moves to the front when the end is reached and little
+  // waits (a cheap move); a full buffer waits to drain instead.
   size_t room() {
-    if (end_ == bytes_.size() && begin_ > 0) {
+    if (end_ == bytes_.size() && begin_ > 0 && size() <= kCompactBytes) {
       std::memmove(bytes_.data(), bytes_.data() + begin_, size());
       end_ -= begin_;
       begin_ = 0;
@@ -501,6 +502,7 @@ class Pipe {
   void clear() { begin_ = end_ = 0; }
 
  private:
+  static constexpr size_t kCompactBytes = size_t{64} << 10;
   std::vector<uint8_t> bytes_;
   size_t begin_ = 0;  // bytes before this one are sent
   size_t end_ = 0;    // bytes from this one are free
@@ -575,14 +577,15 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
   bool worker_sends = true;    // the worker's end may still give bytes
   bool worker_takes = true;    // the worker's end still takes bytes
   bool worker_exited = false;  // its pidfd polled readable (without one, its end's EOF tells)
-  // What the last TLS read / write waits for on the client's socket (0: nothing).
+  // What a TLS read / write that would block waits for on the client's socket (0: nothing),
+  // until poll() reports it: no read or write is tried again before (no would-block calls).
   short read_waits = 0;
   short write_waits = 0;
+  bool worker_readable = true;  // false after a would-block recv, until poll() reports POLLIN
   while (!stop.load()) {
     bool moved = false;  // something happened this round: go on without waiting in poll
     // Client -> worker: decrypt what arrived (and what TLS already holds), record after record
     // until none is left or the buffer is full.
-    read_waits = 0;
     while (client_sends && worker_takes && read_waits == 0 && to_worker.room() > 0) {
       const tls::Session::Io io = tls.read(to_worker.space(), to_worker.room());
       switch (io.outcome) {
@@ -625,7 +628,7 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     }
     // Worker -> client: as much as the buffer takes in one read, then encrypted and written
     // record after record until it is sent or the client's socket is full.
-    if (worker_sends && to_client.room() > 0) {
+    if (worker_sends && worker_readable && to_client.room() > 0) {
       const ssize_t got = ::recv(worker_fd, to_client.space(), to_client.room(), 0);
       if (got > 0) {
         moved = true;
@@ -636,9 +639,10 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
         // process it started may hold its end open: that must not keep the session).
         worker_sends = false;
         moved = true;
+      } else if (errno == EAGAIN) {
+        worker_readable = false;
       }
     }
-    write_waits = 0;
     while (!to_client.empty() && write_waits == 0) {
       const tls::Session::Io io = tls.write(to_client.data(), to_client.size());
       switch (io.outcome) {
@@ -670,7 +674,10 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     short client_events = static_cast<short>(read_waits | write_waits);
     const bool decrypted_waits =
         client_sends && worker_takes && to_worker.room() > 0 && tls.pending() > 0;
-    if (decrypted_waits) continue;
+    if (decrypted_waits) {  // decrypted data waits in TLS: read it rather than wait
+      read_waits = 0;
+      continue;
+    }
     // The client's socket is always watched: POLLHUP / POLLERR there end the relay.
     fds[0] = {client_fd, client_events, 0};
     short worker_events = 0;
@@ -690,6 +697,9 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
       // Reset, or closed in both directions: nothing can reach the client any more.
       return "the client's connection was closed or reset";
     }
+    if ((fds[0].revents & read_waits) != 0) read_waits = 0;
+    if ((fds[0].revents & write_waits) != 0) write_waits = 0;
+    if ((fds[1].revents & (POLLIN | POLLERR | POLLHUP)) != 0) worker_readable = true;
     if ((fds[1].revents & (POLLERR | POLLHUP)) != 0 && (worker_events & POLLIN) == 0) {
       // Its end closed while the relay only had bytes for it: they have nobody to go to.
       worker_takes = false;
@@ -698,6 +708,7 @@ std::string relay(Connection& client, int worker_fd, const SessionProcess& worke
     if ((fds[2].revents & POLLIN) != 0) {
       // Exited: what it wrote is in its end already; read that, then end (above).
       worker_exited = true;
+      worker_readable = true;
       worker_takes = false;
       to_worker.clear();
     }
