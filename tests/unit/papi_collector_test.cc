@@ -44,7 +44,9 @@ TEST(PapiCollector, UnavailableEventsAreLeftOutNotZero) {
   if (!metrics.count("perf::TASK-CLOCK")) {
     GTEST_SKIP() << "PAPI counts no event on this machine (no usable perf_event component)";
   }
-  EXPECT_GT(std::get<Count>(metrics.at("perf::TASK-CLOCK")).value, 1'000'000)
+  // The spin is 5 ms of wall time; the CPU time it gets can be less on a loaded machine (0.98
+  // ms was seen beside a build), so the count is only required to be a real one: above 0.1 ms.
+  EXPECT_GT(std::get<Count>(metrics.at("perf::TASK-CLOCK")).value, 100'000)
       << "task-clock in ns over a 5 ms spin";
 }
 
