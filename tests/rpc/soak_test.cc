@@ -319,7 +319,7 @@ TEST(RpcSoak, WithATokenHostileClientsAmongLegitimateOnesLeaveNothingBehind) {
     } catch (const std::exception& e) {
       ++refused;
       std::lock_guard<std::mutex> lock(failures_mu);
-      if (failures.size() < 5) failures.push_back(e.what());
+      if (failures.size() < 5) failures.emplace_back(e.what());
     }
   };
   // Readers that never read keep their socket here until 6 s have passed.
@@ -368,6 +368,7 @@ TEST(RpcSoak, WithATokenHostileClientsAmongLegitimateOnesLeaveNothingBehind) {
 
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   std::vector<std::thread> clients;
+  clients.reserve(4);
   for (int t = 0; t < 4; ++t) {
     clients.emplace_back([&, t] {
       std::mt19937 rng(37 + t);
@@ -418,6 +419,7 @@ TEST(RpcSoak, WithATokenHostileClientsAmongLegitimateOnesLeaveNothingBehind) {
   EXPECT_EQ(after.files, 0) << "session files left behind";
   // Every slot serves again: kSlots sessions at once.
   std::vector<RPCSession> all;
+  all.reserve(kSlots);
   for (int i = 0; i < kSlots; ++i) all.push_back(connect("127.0.0.1", server.port, options));
   for (RPCSession& s : all)
     EXPECT_EQ(s.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);

@@ -629,6 +629,7 @@ TEST(TrackerToken, AChurnOfUnauthenticatedConnectionsDoesNotEvictTokenHolders) {
   // 400 raw connections from 16 other addresses that send nothing: the table (128) is full
   // and every new one closes another.
   std::vector<std::unique_ptr<Peer>> churn;
+  churn.reserve(400);
   for (int i = 0; i < 400; ++i)
     churn.push_back(std::make_unique<Peer>(tracker.port, flood_address(i)));
   EXPECT_TRUE(churn.front()->closed_within(10s)) << "the oldest raw connection made room";

@@ -107,7 +107,7 @@ fs::path make_session_cgroup() {
   static const fs::path parent = own_cgroup();
   if (parent.empty()) return {};
   static std::atomic<uint64_t> serial{0};
-  const fs::path dir = parent / fmt::format("kiln-session-{}-{}", ::getpid(), serial.fetch_add(1));
+  fs::path dir = parent / fmt::format("kiln-session-{}-{}", ::getpid(), serial.fetch_add(1));
   if (::mkdir(dir.c_str(), 0755) != 0) return {};
   return dir;
 }
