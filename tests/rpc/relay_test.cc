@@ -86,19 +86,8 @@ void drain(Connection& conn, std::chrono::milliseconds limit, std::chrono::milli
 // The processes whose parent is this one (the in-process server's session processes).
 std::vector<pid_t> session_processes() {
   std::vector<pid_t> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const size_t close_paren = line.rfind(')');
-    if (close_paren == std::string::npos) continue;
-    const std::string comm = line.substr(line.find('(') + 1, close_paren - line.find('(') - 1);
-    char state = 0;
-    int ppid = 0;
-    if (std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2) continue;
-    if (ppid == ::getpid() && comm.rfind("kiln-rpc-sess", 0) == 0) out.push_back(std::stoi(name));
+  for (const kiln::test::ProcessStat& p : kiln::test::children_of(::getpid())) {
+    if (p.comm.rfind("kiln-rpc-sess", 0) == 0) out.push_back(p.pid);
   }
   return out;
 }

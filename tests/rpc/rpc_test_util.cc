@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <regex>
@@ -129,6 +131,32 @@ StartedProcess start_tracker(std::vector<std::string> extra_args) {
   std::vector<std::string> argv = {kiln_cli(), "tracker", "--port", "0"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   return start(std::move(argv));
+}
+
+std::vector<ProcessStat> children_of(pid_t parent) {
+  std::vector<ProcessStat> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // gone meanwhile
+    // The name may hold spaces and parentheses: it ends at the last ')'.
+    const size_t open_paren = line.find('(');
+    const size_t close_paren = line.rfind(')');
+    if (open_paren == std::string::npos || close_paren == std::string::npos) continue;
+    ProcessStat p;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + close_paren + 1, " %c %d", &p.state, &ppid) != 2 ||
+        ppid != parent) {
+      continue;
+    }
+    p.pid = std::stoi(name);
+    p.ppid = ppid;
+    p.comm = line.substr(open_paren + 1, close_paren - open_paren - 1);
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 StartedProcess start_rpc_server(std::vector<std::string> extra_args) {

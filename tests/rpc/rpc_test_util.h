@@ -88,6 +88,16 @@ void add_asan_option_for_children(const char* option);
 // Polls `predicate` every 20 ms until it holds or `timeout` passes; returns whether it held.
 bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
 
+// One process as /proc/<pid>/stat describes it.
+struct ProcessStat {
+  pid_t pid = -1;
+  std::string comm;  // the name in parentheses (at most 15 characters)
+  char state = 0;    // 'R', 'S', ... 'Z' for a zombie
+  pid_t ppid = -1;
+};
+// The processes whose parent is `parent` now, zombies included.
+std::vector<ProcessStat> children_of(pid_t parent);
+
 // Starts `kiln tracker --port 0` and returns it with its port.
 struct StartedProcess {
   std::unique_ptr<ChildProcess> process;

@@ -168,24 +168,12 @@ struct SessionProcesses {
 };
 SessionProcesses session_processes() {
   SessionProcesses out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const size_t open_paren = line.find('(');
-    const size_t close_paren = line.rfind(')');
-    if (open_paren == std::string::npos || close_paren == std::string::npos) continue;
-    const std::string comm = line.substr(open_paren + 1, close_paren - open_paren - 1);
-    char state = 0;
-    int ppid = 0;
-    if (std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2) continue;
-    if (ppid != ::getpid() || comm.rfind("kiln-rpc-sess", 0) != 0) continue;
-    if (state == 'Z') {
+  for (const kiln::test::ProcessStat& p : kiln::test::children_of(::getpid())) {
+    if (p.comm.rfind("kiln-rpc-sess", 0) != 0) continue;
+    if (p.state == 'Z') {
       ++out.zombies;
     } else {
-      out.running.push_back(std::stoi(name));
+      out.running.push_back(p.pid);
     }
   }
   return out;

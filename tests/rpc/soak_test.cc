@@ -228,23 +228,10 @@ struct Children {
   int running = 0;
   int zombies = 0;
 };
-Children children_of(pid_t parent) {
+Children children_now(pid_t parent) {
   Children c;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const size_t close_paren = line.rfind(')');
-    char state = 0;
-    int ppid = 0;
-    if (close_paren == std::string::npos ||
-        std::sscanf(line.c_str() + close_paren + 1, " %c %d", &state, &ppid) != 2 ||
-        ppid != parent) {
-      continue;
-    }
-    ++(state == 'Z' ? c.zombies : c.running);
+  for (const kiln::test::ProcessStat& p : kiln::test::children_of(parent)) {
+    ++(p.state == 'Z' ? c.zombies : c.running);
   }
   return c;
 }
@@ -361,7 +348,7 @@ TEST(RpcSoak, WithATokenHostileClientsAmongLegitimateOnesLeaveNothingBehind) {
 
   for (int i = 0; i < 10; ++i) legitimate(i);  // warm-up: what the server sets up once
   ASSERT_EQ(served.load(), 10) << (failures.empty() ? "" : failures[0]);
-  ASSERT_TRUE(kiln::test::wait_until([&] { return children_of(server_pid).running == 0; }, 10s));
+  ASSERT_TRUE(kiln::test::wait_until([&] { return children_now(server_pid).running == 0; }, 10s));
   const Usage before = usage(server_pid, work / "sessions");
   const int64_t threads_before = threads_of(server_pid);
   served = 0;
@@ -389,13 +376,13 @@ TEST(RpcSoak, WithATokenHostileClientsAmongLegitimateOnesLeaveNothingBehind) {
   // Sessions end asynchronously: wait for the server to come back to where it was.
   kiln::test::wait_until(
       [&] {
-        const Children c = children_of(server_pid);
+        const Children c = children_now(server_pid);
         return c.running == 0 && c.zombies == 0 && threads_of(server_pid) <= threads_before &&
                usage(server_pid, work / "sessions").fds <= before.fds;
       },
       20s);
   const Usage after = usage(server_pid, work / "sessions");
-  const Children left = children_of(server_pid);
+  const Children left = children_now(server_pid);
   const int64_t threads_after = threads_of(server_pid);
   const double ratio = static_cast<double>(served) / static_cast<double>(served + refused);
   std::printf(
