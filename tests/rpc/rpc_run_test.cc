@@ -371,13 +371,7 @@ TEST(RpcCli, RunWithARemoteSection) {
   {
     std::ofstream(dir / "token") << "t0ken-0123456789abcdef\n";
     std::ofstream yaml(dir / "run.yaml");
-    yaml << "module: " << kKernels << "/libvector_add.so\n"
-         << "function: vector_add\ndevice: cpu\nexport: tar\n"
-         << "evaluator: {number: 2, repeat: 2, min_repeat_ms: 0}\n"
-         << "inputs:\n  - {name: a, shape: [64], dtype: float32, init: arange}\n"
-         << "  - {name: b, shape: [64], dtype: float32, init: ones}\n"
-         << "  - {name: out, shape: [64], dtype: float32, init: zeros}\n"
-         << "  - {name: alpha, scalar: 2.0}\n"
+    yaml << kiln::test::vector_add_run_config()
          << "remote:\n  tracker: 127.0.0.1:" << tracker.port()
          << "\n  key: cli-board\n  wait: 10\n  token_file: token\n";
   }

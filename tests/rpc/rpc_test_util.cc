@@ -133,6 +133,17 @@ StartedProcess start_tracker(std::vector<std::string> extra_args) {
   return start(std::move(argv));
 }
 
+std::string vector_add_run_config() {
+  return std::string("module: ") + KILN_EXAMPLE_KERNEL_DIR +
+         "/libvector_add.so\n"
+         "function: vector_add\ndevice: cpu\nexport: tar\n"
+         "evaluator: {number: 2, repeat: 2, min_repeat_ms: 0}\n"
+         "inputs:\n  - {name: a, shape: [64], dtype: float32, init: arange}\n"
+         "  - {name: b, shape: [64], dtype: float32, init: ones}\n"
+         "  - {name: out, shape: [64], dtype: float32, init: zeros}\n"
+         "  - {name: alpha, scalar: 2.0}\n";
+}
+
 std::vector<ProcessStat> children_of(pid_t parent) {
   std::vector<ProcessStat> out;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {

@@ -88,6 +88,10 @@ void add_asan_option_for_children(const char* option);
 // Polls `predicate` every 20 ms until it holds or `timeout` passes; returns whether it held.
 bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
 
+// The lines of a `kiln run` config that times the example vector_add on the CPU (2 x 2 runs,
+// 64 floats), up to its `remote:` section, which each test writes after them.
+std::string vector_add_run_config();
+
 // One process as /proc/<pid>/stat describes it.
 struct ProcessStat {
   pid_t pid = -1;

@@ -679,14 +679,8 @@ TEST(TrackerToken, KilnRunTakesTheTrackerTokenFromTheRunConfig) {
   const fs::path yaml = files.dir / "run.yaml";
   const auto write_config = [&](const std::string& token_line) {
     std::ofstream out(yaml);
-    out << "module: " << KILN_EXAMPLE_KERNEL_DIR << "/libvector_add.so\n"
-        << "function: vector_add\ndevice: cpu\nexport: tar\n"
-        << "evaluator: {number: 2, repeat: 2, min_repeat_ms: 0}\n"
-        << "inputs:\n  - {name: a, shape: [64], dtype: float32, init: arange}\n"
-        << "  - {name: b, shape: [64], dtype: float32, init: ones}\n"
-        << "  - {name: out, shape: [64], dtype: float32, init: zeros}\n"
-        << "  - {name: alpha, scalar: 2.0}\n"
-        << "remote:\n  tracker: " << at << "\n  key: run-board\n  wait: 20\n"
+    out << kiln::test::vector_add_run_config() << "remote:\n  tracker: " << at
+        << "\n  key: run-board\n  wait: 20\n"
         << token_line;
   };
   write_config("  tracker_token_file: good\n");
