@@ -1,137 +1,82 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kiln/sdk/support/sha256.hpp"
 
-#include <cstring>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <stdexcept>
+#include <utility>
 
 namespace kiln::sdk {
 namespace {
 
-// The first 32 bits of the fractional parts of the cube roots of the first 64 primes.
-constexpr std::array<uint32_t, 64> kRound = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+EVP_MD_CTX* native(void* context) { return static_cast<EVP_MD_CTX*>(context); }
 
-constexpr uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+[[noreturn]] void fail(const char* what) {
+  throw std::runtime_error(std::string("SHA-256: libcrypto's ") + what + " failed");
+}
 
 }  // namespace
 
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-         0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+Sha256::Sha256() : context_(EVP_MD_CTX_new()) {
+  if (context_ == nullptr) fail("EVP_MD_CTX_new");
+  if (EVP_DigestInit_ex(native(context_), EVP_sha256(), nullptr) != 1) {
+    EVP_MD_CTX_free(native(context_));
+    fail("EVP_DigestInit_ex");
+  }
+}
 
-void Sha256::block(const uint8_t* p) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
-    w[i] = (uint32_t{p[4 * i]} << 24) | (uint32_t{p[4 * i + 1]} << 16) |
-           (uint32_t{p[4 * i + 2]} << 8) | uint32_t{p[4 * i + 3]};
+Sha256::~Sha256() { EVP_MD_CTX_free(native(context_)); }
+
+Sha256::Sha256(Sha256&& other) noexcept : context_(std::exchange(other.context_, nullptr)) {}
+
+Sha256& Sha256::operator=(Sha256&& other) noexcept {
+  if (this != &other) {
+    EVP_MD_CTX_free(native(context_));
+    context_ = std::exchange(other.context_, nullptr);
   }
-  for (int i = 16; i < 64; ++i) {
-    const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-  for (int i = 0; i < 64; ++i) {
-    const uint32_t s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
-    const uint32_t ch = (e & f) ^ (~e & g);
-    const uint32_t t1 = h + s1 + ch + kRound[i] + w[i];
-    const uint32_t s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
-    const uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
-    const uint32_t t2 = s0 + maj;
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  h_[0] += a;
-  h_[1] += b;
-  h_[2] += c;
-  h_[3] += d;
-  h_[4] += e;
-  h_[5] += f;
-  h_[6] += g;
-  h_[7] += h;
+  return *this;
 }
 
 void Sha256::update(const void* data, size_t size) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  total_bytes_ += size;
-  if (buffered_ > 0) {
-    const size_t take = std::min(size, buffer_.size() - buffered_);
-    std::memcpy(buffer_.data() + buffered_, p, take);
-    buffered_ += take;
-    p += take;
-    size -= take;
-    if (buffered_ < buffer_.size()) return;
-    block(buffer_.data());
-    buffered_ = 0;
-  }
-  for (; size >= 64; size -= 64, p += 64) block(p);
-  if (size > 0) {
-    std::memcpy(buffer_.data(), p, size);
-    buffered_ = size;
+  if (size == 0) return;
+  if (context_ == nullptr || EVP_DigestUpdate(native(context_), data, size) != 1) {
+    fail("EVP_DigestUpdate");
   }
 }
 
 Sha256::Digest Sha256::finish() {
-  const uint64_t bits = total_bytes_ * 8;
-  // Padding: 0x80, zeros up to 56 mod 64, then the message length in bits, big-endian.
-  const uint8_t one = 0x80;
-  update(&one, 1);
-  const uint8_t zero = 0;
-  while (buffered_ != 56) update(&zero, 1);
-  uint8_t length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
-  update(length, 8);
-  Digest out;
-  for (int i = 0; i < 8; ++i) {
-    out[4 * i] = static_cast<uint8_t>(h_[i] >> 24);
-    out[4 * i + 1] = static_cast<uint8_t>(h_[i] >> 16);
-    out[4 * i + 2] = static_cast<uint8_t>(h_[i] >> 8);
-    out[4 * i + 3] = static_cast<uint8_t>(h_[i]);
+  Digest out{};
+  unsigned int length = 0;
+  if (context_ == nullptr || EVP_DigestFinal_ex(native(context_), out.data(), &length) != 1 ||
+      length != out.size()) {
+    fail("EVP_DigestFinal_ex");
   }
   return out;
 }
 
 Sha256::Digest Sha256::of(const void* data, size_t size) {
-  Sha256 s;
-  s.update(data, size);
-  return s.finish();
+  Digest out{};
+  unsigned int length = 0;
+  if (EVP_Digest(data, size, out.data(), &length, EVP_sha256(), nullptr) != 1 ||
+      length != out.size()) {
+    fail("EVP_Digest");
+  }
+  return out;
 }
 
 Sha256::Digest Sha256::hmac(std::string_view key, const void* data, size_t size) {
-  constexpr size_t kBlockBytes = 64;
-  std::array<uint8_t, kBlockBytes> block{};
-  if (key.size() > kBlockBytes) {
-    const Digest digest = of(key.data(), key.size());
-    std::memcpy(block.data(), digest.data(), digest.size());
-  } else {
-    std::memcpy(block.data(), key.data(), key.size());
+  Digest out{};
+  unsigned int length = 0;
+  // A zero-length key is legal HMAC; libcrypto wants a non-null pointer for it.
+  static const unsigned char kEmpty = 0;
+  const void* key_bytes = key.empty() ? static_cast<const void*>(&kEmpty) : key.data();
+  if (HMAC(EVP_sha256(), key_bytes, static_cast<int>(key.size()),
+           static_cast<const unsigned char*>(data), size, out.data(), &length) == nullptr ||
+      length != out.size()) {
+    fail("HMAC");
   }
-  std::array<uint8_t, kBlockBytes> inner_pad{};
-  std::array<uint8_t, kBlockBytes> outer_pad{};
-  for (size_t i = 0; i < kBlockBytes; ++i) {
-    inner_pad[i] = block[i] ^ 0x36;
-    outer_pad[i] = block[i] ^ 0x5c;
-  }
-  Sha256 inner;
-  inner.update(inner_pad.data(), inner_pad.size());
-  inner.update(data, size);
-  const Digest inner_digest = inner.finish();
-  Sha256 outer;
-  outer.update(outer_pad.data(), outer_pad.size());
-  outer.update(inner_digest.data(), inner_digest.size());
-  return outer.finish();
+  return out;
 }
 
 std::string Sha256::hex(const Digest& digest) {

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// SHA-256 (FIPS 180-4): the integrity checks of package artifacts (plugins/package) and of the
-// OpenCL program cache, whose keys name programs by the hash of their source and options; and
-// HMAC-SHA256 (RFC 2104) for the RPC token challenge. A local implementation: nothing else in
-// Kiln needs a crypto library.
+// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104) through OpenSSL's libcrypto: the integrity
+// checks of package artifacts (plugins/package), the keys of the OpenCL program cache (programs
+// named by the hash of their source and options), and module identities (`kiln ab`,
+// kiln-conformance reports). libcrypto is a dependency of Kiln already (TLS for RPC), and a
+// maintained implementation is both the rule for crypto and much faster than a local one
+// (SHA extensions where the CPU has them).
 #ifndef KILN_SDK_SUPPORT_SHA256_HPP_
 #define KILN_SDK_SUPPORT_SHA256_HPP_
 
@@ -14,11 +16,19 @@
 
 namespace kiln::sdk {
 
+// An incremental SHA-256. Move-only: it owns a libcrypto digest context. Every call throws
+// std::runtime_error if libcrypto fails (out of memory), never returns a wrong digest.
 class Sha256 {
  public:
   using Digest = std::array<uint8_t, 32>;
 
   Sha256();
+  ~Sha256();
+  Sha256(Sha256&& other) noexcept;
+  Sha256& operator=(Sha256&& other) noexcept;
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
   // Hashes `size` more bytes at `data`.
   void update(const void* data, size_t size);
   void update(std::string_view text) { update(text.data(), text.size()); }
@@ -32,11 +42,7 @@ class Sha256 {
   static Digest hmac(std::string_view key, const void* data, size_t size);
 
  private:
-  void block(const uint8_t* p);
-  std::array<uint32_t, 8> h_;
-  std::array<uint8_t, 64> buffer_{};
-  size_t buffered_ = 0;
-  uint64_t total_bytes_ = 0;
+  void* context_ = nullptr;  // EVP_MD_CTX*, owned (kept out of this header: no OpenSSL types)
 };
 
 }  // namespace kiln::sdk
