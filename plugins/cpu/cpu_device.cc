@@ -14,7 +14,7 @@
 namespace kiln::cpu {
 namespace {
 
-// The host is one device: oneTBB spreads work over its cores inside a kernel call.
+// The host is one device: the plugin's pool spreads work over its cores inside a kernel call.
 constexpr int32_t kDeviceCount = 1;
 
 // Throws KILN_ERROR_INDEX naming `device_id` and the count unless it is 0.
@@ -206,7 +206,7 @@ KilnError* CpuDevice::launch(void* kernel, const KilnAny* args, int32_t num_args
                              uint32_t /*dynamic_shared_bytes*/, void* /*stream*/) {
   // grid, block and shared memory describe a GPU's thread hierarchy. A CPU kernel is one
   // call that covers the whole problem and parallelises itself through the environment's
-  // parallel_for (sized to the plugin's arena), so the extents carry no information here.
+  // parallel_for (sized to the plugin's pool), so the extents carry no information here.
   if (kernel == nullptr || num_args < 0 || (num_args > 0 && args == nullptr)) {
     throw sdk::Error(KILN_ERROR_VALUE, "launch: kernel is NULL or the arguments are malformed");
   }

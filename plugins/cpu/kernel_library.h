@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The cpu plugin's kernel libraries: the SDK's loader (kiln/sdk/support/kernel_library.hpp)
-// with the plugin's oneTBB environments.
+// with the environments of the plugin's pool.
 #ifndef KILN_PLUGINS_CPU_KERNEL_LIBRARY_H_
 #define KILN_PLUGINS_CPU_KERNEL_LIBRARY_H_
 
@@ -14,8 +14,8 @@ class PluginState;
 using KernelLibrary = sdk::KernelLibrary;
 
 // How the cpu plugin loads kernel libraries: with the environments of `state` (one per dlopen
-// handle, PluginState::kernel_envs: errors and logs to the host, parallel_for in the plugin's
-// task arena), initialised one at a time under the state's init mutex, and "the cpu plugin" named
+// handle, PluginState::kernel_envs: errors and logs to the host, parallel_for on the plugin's
+// pool), initialised one at a time under the state's init mutex, and "the cpu plugin" named
 // in ABI messages. `state` is borrowed and must outlive every library loaded with the result.
 sdk::KernelLibraryOptions kernel_library_options(PluginState& state);
 

@@ -11,13 +11,13 @@
 
 namespace kiln::cpu {
 
-// The largest thread count accepted; more is almost certainly a typo and would make oneTBB
-// reserve that many arena slots.
+// The largest thread count accepted; more is almost certainly a typo and would start that many
+// worker threads.
 inline constexpr int64_t kMaxThreads = 4096;
 
 // The resolved configuration.
 struct PluginOptions {
-  int32_t num_threads = 1;           // the plugin's threads (arena and task team), >= 1
+  int32_t num_threads = 1;           // the plugin's pool threads, caller included, >= 1
   std::string threads_source;        // where num_threads came from, for people
   std::vector<std::string> unknown;  // option keys this plugin does not know (warned about)
 };

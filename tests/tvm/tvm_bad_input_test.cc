@@ -19,7 +19,7 @@
 #include <iterator>
 #include <thread>
 
-#include "kiln/c/task_team.h"
+#include "kiln/private/task_team.h"
 #include "kiln/kiln.h"
 #include "test_util.h"
 #include "tvm/elf_symbols.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/c/task_team.h"
+#include "kiln/private/task_team.h"
 #include "kiln/device_backend.h"
 #include "kiln/function.h"
 #include "kiln/module.h"

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Kiln plugin ABI, all of it. */
+/* Kiln plugin ABI 1.0, all of it. (The task team, a private extension of the cpu backend, is
+ * not part of it: kiln/private/task_team.h, not installed.) */
 #ifndef KILN_C_KILN_H_
 #define KILN_C_KILN_H_
 
@@ -10,6 +11,5 @@
 #include "kiln/c/kernel.h"
 #include "kiln/c/module.h"
 #include "kiln/c/plugin.h"
-#include "kiln/c/task_team.h"
 
 #endif /* KILN_C_KILN_H_ */

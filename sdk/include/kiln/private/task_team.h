@@ -3,16 +3,18 @@
  * KilnDeviceBackend::next.
  *
  * STATUS: a private agreement between libkiln and Kiln's cpu plugin in the vendor range of
- * extension types (abi.h, KILN_EXTENSION_TYPE_VENDOR_FIRST), not part of ABI 1.0. Another CPU
- * plugin may offer it as well; a host that does not know it skips it. It is meant to become a
- * numbered extension type of a later minor (docs/plugin-abi.md §10.1, "The task team").
+ * extension types (abi.h, KILN_EXTENSION_TYPE_VENDOR_FIRST), not part of ABI 1.0. That is why it
+ * lives in kiln/private/: on the in-tree SDK include path, but neither installed nor included by
+ * the umbrella kiln/c/kiln.h, so no out-of-tree plugin can come to depend on it. It moves to
+ * kiln/c/ when it becomes a numbered extension type of a later minor (docs/plugin-abi.md §10.1,
+ * "The task team"). A host that does not know it skips it.
  *
  * Why: code compiled by TVM runs its parallel loops as a fixed number of tasks that may wait
  * for each other at a barrier (__TVMBackendParallelBarrier), so every task of a launch must run
  * at the same time, each on its own thread. A work-stealing scheduler (oneTBB) gives no such
  * guarantee. The team does: it runs at most max_tasks tasks, each on a thread of its own. */
-#ifndef KILN_C_TASK_TEAM_H_
-#define KILN_C_TASK_TEAM_H_
+#ifndef KILN_PRIVATE_TASK_TEAM_H_
+#define KILN_PRIVATE_TASK_TEAM_H_
 
 #include "kiln/c/abi.h"
 
@@ -68,4 +70,4 @@ static inline const KilnTaskTeam* kiln_find_task_team(const KilnExtension* chain
 }
 #endif
 
-#endif /* KILN_C_TASK_TEAM_H_ */
+#endif /* KILN_PRIVATE_TASK_TEAM_H_ */
