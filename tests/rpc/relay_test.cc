@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Issue 37, items 1-3: the token relay between a client's TLS connection and its session
-// process (rpc/session_process.h, relay()) ends however the session ends, bounds the time a
-// client may leave reply data unread, and the session's whole process tree ends with it. Each
-// TEST below failed on the code before the fix; EverySessionEndGivesTheSlotBack drives random
+// Issue 37, items 1-3: a session under a token ends however it ends, bounds the time a client
+// may leave reply data unread, and the session's whole process tree ends with it. The defects
+// were in the token relay between the client's TLS connection and the session process; since
+// item 9 the session process holds the TLS connection itself (rpc/session_process.h) and there
+// is no relay, and these tests hold that path to the same ends. Each TEST below failed on the
+// relay before its fix; EverySessionEndGivesTheSlotBack drives random
 // ends (close_notify, resets, half-closes, slow and absent readers, killed session processes)
 // and checks after each that nothing is left behind.
 #include <fmt/format.h>
@@ -52,7 +54,7 @@ ServerOptions token_server() {
   o.token = kToken;
   o.test_hooks.test_functions = true;
   // Sessions take processes started ahead (the default starts each for its session: every
-  // other test file covers that): the relay's ends hold for them too.
+  // other test file covers that): the session's ends hold for them too.
   o.prestarted_sessions = 1;
   return o;
 }
@@ -242,7 +244,7 @@ TEST(Relay, ACloseNotifyAfterARequestFreesTheSlot) {
 }
 
 // Defect 2: under a token, a client that never reads its reply held the slot for as long as it
-// kept its socket; the relay's writes now have the plain path's deadline (the write timeout
+// kept its socket; the session's writes now have the plain path's deadline (the write timeout
 // plus 1 s per MiB).
 TEST(Relay, AClientThatNeverReadsCannotHoldTheSlot) {
   ServerOptions o = token_server();

@@ -397,7 +397,7 @@ TEST(RpcSoak, WithATokenHostileClientsAmongLegitimateOnesLeaveNothingBehind) {
   std::fflush(stdout);
   for (const std::string& f : failures)
     std::printf("  a legitimate session failed: %s\n", f.c_str());
-  EXPECT_GE(ratio, 0.99);
+  EXPECT_GE(ratio, 0.99) << server.process->log();
   EXPECT_GT(hostile.load(), 0);
   EXPECT_LE(threads_after, threads_before) << "threads left behind";
   EXPECT_LE(after.fds, before.fds) << "descriptors leaked";

@@ -116,8 +116,8 @@ class Connection {
   // does not hold the key or the handshake does not finish by `deadline`.
   void start_tls(const tls::Context& context, std::chrono::steady_clock::time_point deadline);
   bool encrypted() const { return tls_ != nullptr; }
-  // The TLS session once start_tls() ran (nullptr before): relay() reads and writes it
-  // directly, on a non-blocking socket.
+  // The TLS session once start_tls() ran (nullptr before), for callers that read and write it
+  // directly (tests: close_notify, raw reads).
   tls::Session* tls_session() { return tls_.get(); }
   // Stops reads and writes in both directions (wakes a thread blocked in a read).
   void shutdown() noexcept;

@@ -73,6 +73,10 @@ constexpr auto kWorkerTellsAfter = 2 * kHousekeepingPeriod;
 // just handed over, whose first calls are what the pool is for (docs/benchmarks.md, "Sessions
 // started ahead").
 constexpr auto kRefillDelay = std::chrono::milliseconds(20);
+// How long past the handshake deadline the server waits for a session process's report of a
+// handshake it runs before it kills the process: its handshake ends at the deadline itself,
+// and the server shuts the connection down then (housekeeping), which ends it at once.
+constexpr auto kReportGrace = std::chrono::milliseconds(500);
 
 std::chrono::milliseconds seconds_to_ms(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
@@ -154,6 +158,10 @@ struct Server::Impl {
   struct Prestarted {
     std::shared_ptr<SessionProcess> process;
     fs::path dir;
+    // Started by the pool's thread (its parent thread for PR_SET_PDEATHSIG), so that it may go
+    // back to the pool after a handshake that gave it no session; one started by a connection's
+    // thread dies with that thread.
+    bool pooled = false;
   };
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -281,11 +289,15 @@ struct Server::Impl {
   // Handshake, then the session. Runs on the connection's own thread.
   void run_connection(SessionState& state) {
     bool holds_slot = false;
+    // Under a token with process isolation: the session process that ran the TLS handshake and
+    // holds the client's verified connection.
+    std::optional<Prestarted> handshaker;
     try {
-      holds_slot = handshake(state);
+      holds_slot = handshake(state, handshaker);
     } catch (const std::exception& e) {
       refusals.log(fmt::format("handshake with {} failed: {}", state.conn->peer(), e.what()));
     }
+    if (!holds_slot && handshaker) discard(*handshaker);
     {
       std::lock_guard lock(mu);
       --handshakes;
@@ -295,7 +307,7 @@ struct Server::Impl {
     }
     if (holds_slot) {
       if (isolated()) {
-        serve_in_worker(state);
+        serve_in_worker(state, handshaker);
       } else {
         serve_session(state, work_dir, runtime);
       }
@@ -312,8 +324,12 @@ struct Server::Impl {
   }
 
   // Runs the TLS handshake of a client that says it holds the token, at the time the
-  // throttle admits it. Returns false (having logged why) when it is refused.
-  bool authenticate(SessionState& state, std::chrono::steady_clock::time_point deadline) {
+  // throttle admits it: here (sessions on threads), or in a session process (process
+  // isolation), which then holds the connection and reads the client's hello; `hello` is it,
+  // and `handshaker` that process. Returns false (having logged why) when it is refused.
+  bool authenticate(SessionState& state, std::chrono::steady_clock::time_point deadline,
+                    std::optional<handshake::ClientHello>& hello,
+                    std::optional<Prestarted>& handshaker) {
     Connection& conn = *state.conn;
     const std::string source = AuthThrottle::source_of(state.peer_ip);
     const auto admitted = auth.admit(source, std::chrono::steady_clock::now(), deadline);
@@ -342,25 +358,109 @@ struct Server::Impl {
       std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
           at - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
     }
-    try {
-      conn.start_tls(*tls, deadline);
-    } catch (const tls::HandshakeError& e) {
-      const bool wrong_key = e.kind() == tls::HandshakeError::Kind::kWrongKey;
+    const auto refused = [&](bool wrong_key, const std::string& detail) {
       if (wrong_key) outcome = AuthThrottle::Outcome::kWrong;
       refusals.log(fmt::format("refused {}: {} ({})", conn.peer(),
                                wrong_key ? "the TLS handshake failed: it does not hold the token"
                                          : "the TLS handshake did not complete",
-                               e.what()));
+                               detail));
       return false;
+    };
+    if (isolated()) {
+      // The client's first flight is checked here first (its PSK binder), without consuming
+      // it: a client without the token, or one that drips its first flight, never costs a
+      // session process; the process runs the real handshake from the same bytes.
+      try {
+        (void)tls::check_first_flight(*tls, conn.fd(), deadline);
+      } catch (const tls::HandshakeError& e) {
+        return refused(e.kind() == tls::HandshakeError::Kind::kWrongKey, e.what());
+      }
+      std::optional<HandshakeReport> report = handshake_in_worker(state, deadline, handshaker);
+      if (!report) return false;  // logged
+      if (report->outcome != HandshakeReport::Outcome::kVerified) {
+        recycle(*handshaker);
+        handshaker.reset();
+        return refused(report->outcome == HandshakeReport::Outcome::kWrongKey, report->detail);
+      }
+      outcome = AuthThrottle::Outcome::kRight;
+      if (!report->hello) {
+        recycle(*handshaker);
+        handshaker.reset();
+        refusals.log(fmt::format("handshake with {} failed: {}", conn.peer(), report->detail));
+        return false;
+      }
+      hello = handshake::ClientHello{report->version, report->key, report->session_timeout_s};
+      return true;
+    }
+    try {
+      conn.start_tls(*tls, deadline);
+    } catch (const tls::HandshakeError& e) {
+      return refused(e.kind() == tls::HandshakeError::Kind::kWrongKey, e.what());
     }
     outcome = AuthThrottle::Outcome::kRight;
     return true;
   }
 
+  // Hands the client's socket to a session process (one started ahead, else one started now)
+  // for the TLS handshake and the hello, and waits for its report until the handshake deadline
+  // (and kReportGrace). Returns the report with the process in `handshaker`, or nullopt (having
+  // logged why; the process ended) when no process could take the connection or none reported
+  // in time: a process that did not report by then is killed with its whole tree.
+  std::optional<HandshakeReport> handshake_in_worker(SessionState& state,
+                                                     std::chrono::steady_clock::time_point deadline,
+                                                     std::optional<Prestarted>& handshaker) {
+    Connection& conn = *state.conn;
+    std::optional<Prestarted> ready = take_prestarted();
+    for (int attempt = 0; attempt < 2 && !handshaker; ++attempt) {
+      Prestarted p;
+      try {
+        if (ready) {
+          p = std::move(*ready);
+          ready.reset();
+        } else {
+          p = start_worker();
+        }
+      } catch (const std::exception& e) {
+        warn(fmt::format("connection from {} not served: {}", conn.peer(), e.what()));
+        return std::nullopt;
+      }
+      HandshakeRequest request;
+      request.peer = conn.peer();
+      request.time_left_s = std::max(
+          0.001,
+          std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+      try {
+        p.process->handshake(conn.fd(), request);
+        handshaker = std::move(p);
+      } catch (const std::exception& e) {
+        warn(fmt::format("{}; starting another", e.what()));
+        discard(p);
+      }
+    }
+    if (!handshaker) return std::nullopt;
+    std::optional<HandshakeReport> report;
+    std::string why;
+    try {
+      report = handshaker->process->report(deadline + kReportGrace);
+      if (!report) {
+        why = fmt::format("session process {} did not report the handshake by its deadline",
+                          handshaker->process->pid());
+      }
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!report) {
+      refusals.log(fmt::format("connection from {}: {}; ending that process", conn.peer(), why));
+      discard(*handshaker);
+      handshaker.reset();
+    }
+    return report;
+  }
+
   // Returns whether the client got a session slot. With a token nothing about the server
   // (its key, whether it is busy) is said before the client proved it holds the token: the
   // connection is TLS keyed by the token, and the hello comes inside it.
-  bool handshake(SessionState& state) {
+  bool handshake(SessionState& state, std::optional<Prestarted>& handshaker) {
     Connection& conn = *state.conn;
     const auto limit = seconds_to_ms(options.handshake_timeout_s);
     conn.set_timeouts(limit, limit);
@@ -368,11 +468,29 @@ struct Server::Impl {
     // is bounded by it, and housekeeping() ends a connection still in its handshake past it.
     const auto deadline = handshake_deadline(state);
     conn.set_deadline(deadline);
+    // The server hello: sent by the session process that holds the client's TLS connection
+    // when there is one (which then waits for the next client), else here.
+    const auto send_hello = [&](wire::HelloStatus status, const std::string& message) {
+      if (handshaker) {
+        // Once it went out (the server closes its copy of the socket when this returns); a
+        // process that did not say so by the deadline is ended.
+        if (handshaker->process->answer(HelloAnswer{static_cast<int>(status), message},
+                                        deadline + kReportGrace)) {
+          recycle(*handshaker);
+        } else {
+          discard(*handshaker);
+        }
+        handshaker.reset();
+      } else {
+        handshake::send_server_hello(conn, status, message);
+      }
+    };
     const auto refuse = [&](wire::HelloStatus status, const std::string& message) {
       refusals.log(fmt::format("refused {}: {}", conn.peer(), message));
-      handshake::send_server_hello(conn, status, message);
+      send_hello(status, message);
       return false;
     };
+    std::optional<handshake::ClientHello> hello_in_tls;
     if (tls) {
       uint8_t first = 0;
       if (poll_until(conn.fd(), POLLIN, deadline) <= 0 ||
@@ -388,9 +506,10 @@ struct Server::Impl {
                       "this server requires a token: connect with it (the channel is then TLS "
                       "1.3 keyed by the token)");
       }
-      if (!authenticate(state, deadline)) return false;
+      if (!authenticate(state, deadline, hello_in_tls, handshaker)) return false;
     }
-    const handshake::ClientHello hello = handshake::read_client_hello(conn);
+    const handshake::ClientHello hello =
+        hello_in_tls ? *hello_in_tls : handshake::read_client_hello(conn);
     if (hello.version != wire::kProtocolVersion) {
       return refuse(wire::HelloStatus::kVersionMismatch,
                     fmt::format("this server speaks Kiln RPC protocol version {}, the client {}",
@@ -411,24 +530,29 @@ struct Server::Impl {
                                 registration ? " (request a server through the tracker)"
                                              : fmt::format(" (its key is '{}')", options.key)));
     }
+    std::string busy;  // why the client is told the server is busy (sent without `mu`)
     {
       std::lock_guard lock(mu);
       // Ended to make room, or past its deadline (housekeeping): its connection is closed.
       if (!state.in_handshake) return false;
       if (active >= options.max_sessions || (registration && !registration->claim(key))) {
-        const std::string message = fmt::format("the server is busy: {} of {} sessions are running",
-                                                active, options.max_sessions);
-        info(fmt::format("refused {}: {}", conn.peer(), message));
-        handshake::send_server_hello(conn, wire::HelloStatus::kBusy, message);
-        return false;
+        busy = fmt::format("the server is busy: {} of {} sessions are running", active,
+                           options.max_sessions);
+      } else {
+        ++active;
+        // From here the connection holds a slot: neither ended for room nor by the handshake's
+        // deadline in housekeeping() (the answer below is still bounded by the deadline).
+        state.in_handshake = false;
       }
-      ++active;
-      // From here the connection holds a slot: neither ended for room nor by the handshake's
-      // deadline in housekeeping() (the answer below is still bounded by the deadline).
-      state.in_handshake = false;
+    }
+    if (!busy.empty()) {
+      info(fmt::format("refused {}: {}", conn.peer(), busy));
+      send_hello(wire::HelloStatus::kBusy, busy);  // it may take the pool's lock (recycle)
+      return false;
     }
     try {
-      handshake::send_server_hello(conn, wire::HelloStatus::kAccepted, server_key);
+      // The session process that holds the TLS connection sends it with the session's start.
+      if (!handshaker) handshake::send_server_hello(conn, wire::HelloStatus::kAccepted, server_key);
     } catch (...) {
       std::lock_guard lock(mu);
       release_slot(state);  // the client left before its session started: the slot is free
@@ -450,7 +574,7 @@ struct Server::Impl {
     }
     info(fmt::format("session {} with {} started (timeout {}{})", state.id, conn.peer(),
                      timeout > 0 ? fmt::format("{} s", timeout) : "none",
-                     conn.encrypted() ? ", encrypted" : ""));
+                     conn.encrypted() || handshaker ? ", encrypted" : ""));
     return true;
   }
 
@@ -474,6 +598,7 @@ struct Server::Impl {
     config.log_level = log_level();
     config.hidden_files = options.secret_files;
     config.server_pid = ::getpid();
+    if (tls) config.session_key = tls->key();
     try {
       p.process = std::make_shared<SessionProcess>(worker_path, config);
     } catch (...) {
@@ -487,6 +612,20 @@ struct Server::Impl {
   static void discard(Prestarted& p) {
     p.process.reset();
     remove_session_directory(p.dir);
+  }
+
+  // A session process whose handshake gave it no session (it waits for the next client): back
+  // to the pool when it came from there and the pool has room, else discarded.
+  void recycle(Prestarted& p) {
+    {
+      std::lock_guard lock(mu);
+      if (p.pooled && !pool_closing && !stopping &&
+          pool.size() < static_cast<size_t>(options.prestarted_sessions) && !p.process->exited()) {
+        pool.push_front(std::move(p));
+        return;
+      }
+    }
+    discard(p);
   }
 
   // Takes the oldest pre-started process still alive, or nullopt (pool empty or off); the pool
@@ -561,7 +700,10 @@ struct Server::Impl {
         }
       }
       lock.lock();
-      if (fresh) pool.push_back(std::move(*fresh));
+      if (fresh) {
+        fresh->pooled = true;
+        pool.push_back(std::move(*fresh));
+      }
     }
     std::deque<Prestarted> left;
     left.swap(pool);
@@ -569,9 +711,10 @@ struct Server::Impl {
     for (Prestarted& p : left) discard(p);
   }
 
-  // Serves the session in a worker process (session_process.h), waits for it to end, and
-  // removes its directory, crashed or not.
-  void serve_in_worker(SessionState& state) {
+  // Serves the session in a worker process (session_process.h): `handshaker`, the one that ran
+  // the session's TLS handshake and holds its connection, or else one started ahead or now,
+  // handed the client's socket. Waits for it to end, and removes its directory, crashed or not.
+  void serve_in_worker(SessionState& state, std::optional<Prestarted>& handshaker) {
     Connection& conn = *state.conn;
     if (conn.buffered() > 0) {
       // Bytes read past the hello would not reach the worker: a client sends nothing before
@@ -580,14 +723,21 @@ struct Server::Impl {
           fmt::format("session {} with {}: the client sent {} bytes before the server's "
                       "answer; ending the session",
                       state.id, conn.peer(), conn.buffered()));
+      if (handshaker) discard(*handshaker);
+      handshaker.reset();
       return;
     }
+    // Under a token the session process holds the TLS connection: only it can talk to the
+    // client (nothing here can tell the client of a crash).
+    const bool holds_tls = handshaker.has_value();
     // A process started ahead when there is one, else one started now; one that cannot take the
-    // session (it died since) is replaced by one started now, once.
-    std::optional<Prestarted> ready = take_prestarted();
+    // session (it died since) is replaced by one started now, once (not under a token: only the
+    // process that ran the handshake holds the TLS connection).
+    std::optional<Prestarted> ready = holds_tls ? std::move(handshaker) : take_prestarted();
+    handshaker.reset();
     std::shared_ptr<SessionProcess> worker;
     fs::path dir;
-    for (int attempt = 0; attempt < 2 && !worker; ++attempt) {
+    for (int attempt = 0; attempt < (holds_tls ? 1 : 2) && !worker; ++attempt) {
       Prestarted p;
       try {
         if (ready) {
@@ -612,16 +762,15 @@ struct Server::Impl {
                                                           std::chrono::steady_clock::now())
                                 .count());
       }
+      if (holds_tls) start.accepted_hello = "server:" + options.key;
       try {
-        // Under a token the server keeps the TLS channel and relays plaintext over the
-        // process's channel; without one the process gets the client's socket itself.
-        p.process->begin(start, conn.encrypted() ? -1 : conn.fd());
-        if (!conn.encrypted()) p.process->close_channel();
+        p.process->begin(start, holds_tls ? -1 : conn.fd());
+        p.process->close_channel();
         worker = p.process;
         dir = p.dir;
       } catch (const std::exception& e) {
-        warn(fmt::format("session {} with {}: {}; starting another", state.id, conn.peer(),
-                         e.what()));
+        warn(fmt::format("session {} with {}: {}{}", state.id, conn.peer(), e.what(),
+                         holds_tls ? "" : "; starting another"));
         discard(p);
       }
     }
@@ -630,34 +779,20 @@ struct Server::Impl {
         std::lock_guard lock(mu);
         state.worker = worker;
       }
-      std::string why;
-      const bool relayed = conn.encrypted();
-      if (relayed) why = relay(conn, worker->channel(), *worker, state.cancelled);
-      worker->close_channel();
-      std::optional<int> status =
-          worker->wait(relayed ? std::optional(std::chrono::seconds(5)) : std::nullopt);
-      if (!status) {  // the relay ended first (the client left): the worker ends too
-        worker->signal(SIGTERM);
-        status = worker->wait(std::chrono::seconds(3));
-      }
-      if (!status) {
-        worker->signal(SIGKILL);
-        status = worker->wait(std::nullopt);
-      }
+      std::optional<int> status = worker->wait(std::nullopt);
       if (crashed(*status)) {
         warn(
             fmt::format("session {} with {}: its process {} (a crash in an uploaded module, a "
                         "kernel or a plugin); the server goes on",
                         state.id, conn.peer(), kiln::detail::describe_wait_status(*status)));
-        tell_crash(conn, *status);
+        if (!holds_tls) tell_crash(conn, *status);
       } else {
-        info(fmt::format("session {} with {}: its process {}{}", state.id, conn.peer(),
-                         kiln::detail::describe_wait_status(*status),
-                         why.empty() ? "" : " (" + why + ")"));
+        info(fmt::format("session {} with {}: its process {}", state.id, conn.peer(),
+                         kiln::detail::describe_wait_status(*status)));
       }
       std::lock_guard lock(mu);
       state.worker.reset();
-    } else {
+    } else if (!holds_tls) {
       std::vector<uint8_t> body;
       wire::Writer w(body);
       w.i32(KILN_ERROR_RUNTIME);

@@ -24,7 +24,6 @@
 #include <thread>
 
 #include "kiln/error.h"
-#include "rpc/connection.h"
 
 extern char** environ;
 
@@ -128,6 +127,7 @@ std::vector<std::string> worker_arguments(const WorkerConfig& c) {
   };
   if (c.test_functions) a.emplace_back("--test-functions");
   if (c.echo_function) a.emplace_back("--echo-function");
+  if (c.session_key || c.tls) a.emplace_back("--tls");
   if (c.plugin_set) {
     a.emplace_back("--plugin-set");
     a.push_back(c.plugin_set->string());
@@ -157,6 +157,10 @@ WorkerConfig parse_worker_arguments(const std::vector<std::string>& args) {
     }
     if (flag == "--echo-function") {
       c.echo_function = true;
+      continue;
+    }
+    if (flag == "--tls") {
+      c.tls = true;
       continue;
     }
     if (i + 1 >= args.size()) throw ValueError(fmt::format("{} needs a value", flag));
@@ -201,32 +205,74 @@ WorkerConfig parse_worker_arguments(const std::vector<std::string>& args) {
   return c;
 }
 
-std::string encode_session_start(const SessionStart& start) {
-  const std::string args[] = {"--id",        std::to_string(start.id),
-                              "--peer",      start.peer,
-                              "--timeout",   fmt::format("{}", start.timeout_s),
-                              "--time-left", fmt::format("{}", start.time_left_s)};
+namespace {
+
+// Flag / value pairs as NUL-terminated strings: the bodies of channel messages.
+std::string encode_pairs(const std::vector<std::pair<std::string, std::string>>& pairs) {
   std::string bytes;
-  for (const std::string& a : args) {
-    bytes += a;
+  for (const auto& [flag, value] : pairs) {
+    bytes += flag;
+    bytes.push_back('\0');
+    bytes += value;
     bytes.push_back('\0');
   }
   return bytes;
 }
 
-SessionStart decode_session_start(const std::string& bytes) {
+// The pairs of encode_pairs; throws ValueError naming `what` when the bytes are cut short.
+std::vector<std::pair<std::string, std::string>> decode_pairs(const std::string& bytes,
+                                                              const char* what) {
   std::vector<std::string> args;
   for (size_t at = 0; at < bytes.size();) {
     const size_t end = bytes.find('\0', at);
-    if (end == std::string::npos) throw ValueError("the session's start message is cut short");
+    if (end == std::string::npos) throw ValueError(fmt::format("{} is cut short", what));
     args.push_back(bytes.substr(at, end - at));
     at = end + 1;
   }
+  if (args.size() % 2 != 0) {
+    throw ValueError(fmt::format("{}: {} needs a value", what, args.back()));
+  }
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (size_t i = 0; i < args.size(); i += 2) pairs.emplace_back(args[i], args[i + 1]);
+  return pairs;
+}
+
+[[noreturn]] void unknown_argument(const char* what, const std::string& flag) {
+  throw ValueError(fmt::format("{}: unknown argument '{}'", what, flag));
+}
+
+const char* outcome_name(HandshakeReport::Outcome o) {
+  switch (o) {
+    case HandshakeReport::Outcome::kVerified:
+      return "verified";
+    case HandshakeReport::Outcome::kWrongKey:
+      return "wrong-key";
+    case HandshakeReport::Outcome::kTimedOut:
+      return "timed-out";
+    case HandshakeReport::Outcome::kClosed:
+      return "closed";
+    case HandshakeReport::Outcome::kNotTls:
+      return "not-tls";
+  }
+  return "closed";
+}
+
+}  // namespace
+
+std::string encode_session_start(const SessionStart& start) {
+  std::vector<std::pair<std::string, std::string>> pairs = {
+      {"--id", std::to_string(start.id)},
+      {"--peer", start.peer},
+      {"--timeout", fmt::format("{}", start.timeout_s)},
+      {"--time-left", fmt::format("{}", start.time_left_s)}};
+  if (!start.accepted_hello.empty()) pairs.emplace_back("--accepted-hello", start.accepted_hello);
+  return encode_pairs(pairs);
+}
+
+SessionStart decode_session_start(const std::string& bytes) {
+  constexpr char kWhat[] = "the session's start message";
   SessionStart start;
-  for (size_t i = 0; i < args.size(); i += 2) {
-    const std::string& flag = args[i];
-    if (i + 1 >= args.size()) throw ValueError(fmt::format("{} needs a value", flag));
-    const std::string& v = args[i + 1];
+  for (const auto& [flag, v] : decode_pairs(bytes, kWhat)) {
     if (flag == "--id") {
       start.id = parse_number<uint64_t>(flag, v);
     } else if (flag == "--peer") {
@@ -235,11 +281,190 @@ SessionStart decode_session_start(const std::string& bytes) {
       start.timeout_s = parse_seconds(flag, v);
     } else if (flag == "--time-left") {
       start.time_left_s = parse_seconds(flag, v);
+    } else if (flag == "--accepted-hello") {
+      start.accepted_hello = v;
     } else {
-      throw ValueError(fmt::format("unknown start argument '{}'", flag));
+      unknown_argument(kWhat, flag);
     }
   }
   return start;
+}
+
+std::string encode_handshake_request(const HandshakeRequest& request) {
+  return encode_pairs(
+      {{"--peer", request.peer}, {"--time-left", fmt::format("{}", request.time_left_s)}});
+}
+
+HandshakeRequest decode_handshake_request(const std::string& bytes) {
+  constexpr char kWhat[] = "the handshake request";
+  HandshakeRequest request;
+  for (const auto& [flag, v] : decode_pairs(bytes, kWhat)) {
+    if (flag == "--peer") {
+      request.peer = v;
+    } else if (flag == "--time-left") {
+      request.time_left_s = parse_seconds(flag, v);
+    } else {
+      unknown_argument(kWhat, flag);
+    }
+  }
+  return request;
+}
+
+std::string encode_handshake_report(const HandshakeReport& report) {
+  std::vector<std::pair<std::string, std::string>> pairs = {
+      {"--outcome", outcome_name(report.outcome)}, {"--detail", report.detail}};
+  if (report.hello) {
+    pairs.emplace_back("--version", std::to_string(report.version));
+    pairs.emplace_back("--key", report.key);
+    pairs.emplace_back("--session-timeout", fmt::format("{}", report.session_timeout_s));
+  }
+  return encode_pairs(pairs);
+}
+
+HandshakeReport decode_handshake_report(const std::string& bytes) {
+  constexpr char kWhat[] = "the handshake report";
+  HandshakeReport report;
+  bool outcome_seen = false;
+  for (const auto& [flag, v] : decode_pairs(bytes, kWhat)) {
+    if (flag == "--outcome") {
+      bool known = false;
+      for (const auto o : {HandshakeReport::Outcome::kVerified, HandshakeReport::Outcome::kWrongKey,
+                           HandshakeReport::Outcome::kTimedOut, HandshakeReport::Outcome::kClosed,
+                           HandshakeReport::Outcome::kNotTls}) {
+        if (v == outcome_name(o)) {
+          report.outcome = o;
+          known = true;
+        }
+      }
+      if (!known) throw ValueError(fmt::format("{}: unknown outcome '{}'", kWhat, v));
+      outcome_seen = true;
+    } else if (flag == "--detail") {
+      report.detail = v;
+    } else if (flag == "--version") {
+      report.hello = true;
+      report.version = parse_number<uint16_t>(flag, v);
+    } else if (flag == "--key") {
+      report.key = v;
+    } else if (flag == "--session-timeout") {
+      report.session_timeout_s = parse_seconds(flag, v);
+    } else {
+      unknown_argument(kWhat, flag);
+    }
+  }
+  if (!outcome_seen) throw ValueError(fmt::format("{} has no --outcome", kWhat));
+  return report;
+}
+
+std::string encode_hello_answer(const HelloAnswer& answer) {
+  return encode_pairs({{"--status", std::to_string(answer.status)}, {"--message", answer.message}});
+}
+
+HelloAnswer decode_hello_answer(const std::string& bytes) {
+  constexpr char kWhat[] = "the hello answer";
+  HelloAnswer answer;
+  for (const auto& [flag, v] : decode_pairs(bytes, kWhat)) {
+    if (flag == "--status") {
+      answer.status = parse_number<int>(flag, v);
+    } else if (flag == "--message") {
+      answer.message = v;
+    } else {
+      unknown_argument(kWhat, flag);
+    }
+  }
+  return answer;
+}
+
+namespace {
+
+constexpr uint32_t kMaxChannelMessageBytes = 64 << 10;
+
+}  // namespace
+
+void send_channel_message(int fd, ChannelMessage kind, const std::string& body, int passed_fd) {
+  const auto length = static_cast<uint32_t>(body.size() + 1);
+  std::string bytes(reinterpret_cast<const char*>(&length), sizeof(length));
+  bytes.push_back(static_cast<char>(kind));
+  bytes += body;
+  iovec iov{bytes.data(), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (passed_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &passed_fd, sizeof(int));
+  }
+  // A blocking socket and a message far below its buffer: the first sendmsg takes it all (the
+  // socket with it) or the other end is gone; a rest, if any, follows without the socket.
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n = 0;
+    if (sent == 0) {
+      n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    } else {
+      n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw RuntimeError(fmt::format("the session process's channel: {}",
+                                     n < 0 ? std::strerror(errno) : "closed"));
+    }
+    sent += static_cast<size_t>(n);
+  }
+}
+
+std::optional<std::pair<ChannelMessage, std::string>> read_channel_message(int fd, int* passed_fd) {
+  *passed_fd = -1;
+  uint32_t length = 0;
+  size_t got = 0;
+  const auto gone = [&]() -> std::optional<std::pair<ChannelMessage, std::string>> {
+    if (*passed_fd >= 0) ::close(*passed_fd);
+    *passed_fd = -1;
+    return std::nullopt;
+  };
+  while (got < sizeof(length)) {
+    iovec iov{reinterpret_cast<char*>(&length) + got, sizeof(length) - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return gone();
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        int passed = -1;
+        std::memcpy(&passed, CMSG_DATA(c), sizeof(int));
+        if (*passed_fd < 0) {
+          *passed_fd = passed;
+        } else {
+          ::close(passed);
+        }
+      }
+    }
+    got += static_cast<size_t>(n);
+  }
+  if (length == 0 || length > kMaxChannelMessageBytes) {
+    gone();
+    throw ValueError(
+        fmt::format("a channel message of {} bytes (1 to {})", length, kMaxChannelMessageBytes));
+  }
+  std::string text(length, '\0');
+  for (size_t at = 0; at < text.size();) {
+    const ssize_t n = ::recv(fd, text.data() + at, text.size() - at, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return gone();
+    at += static_cast<size_t>(n);
+  }
+  const auto kind = static_cast<ChannelMessage>(text[0]);
+  return std::make_pair(kind, text.substr(1));
 }
 
 fs::path find_session_worker(const fs::path& configured) {
@@ -275,8 +500,7 @@ fs::path find_session_worker(const fs::path& configured) {
       kWorkerName, where.empty() ? "nothing: libkiln's location is unknown" : where));
 }
 
-SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& given)
-    : write_timeout_(given.write_timeout_ms) {
+SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& given) {
   WorkerConfig config = given;
   // The channel: the worker's start message, then (under a token) the session's plaintext.
   int pair[2] = {-1, -1};
@@ -332,6 +556,20 @@ SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& given
         fmt::format("cannot start the session worker {}: {}", worker.string(), std::strerror(rc)));
   }
   pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  if (config.session_key) {
+    // First on the channel, before the worker reads anything else from it.
+    try {
+      const auto& key = *config.session_key;
+      send_channel_message(channel_, ChannelMessage::kKey,
+                           std::string(reinterpret_cast<const char*>(key.data()), key.size()), -1);
+    } catch (const std::exception& e) {
+      signal(SIGKILL);
+      wait(std::nullopt);
+      close_channel();
+      throw RuntimeError(
+          fmt::format("cannot give the session worker {} its key: {}", pid_, e.what()));
+    }
+  }
 }
 
 SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& config, int session_fd)
@@ -346,34 +584,93 @@ SessionProcess::SessionProcess(const fs::path& worker, const WorkerConfig& confi
 }
 
 void SessionProcess::begin(const SessionStart& start, int session_fd) {
-  const std::string text = encode_session_start(start);
-  // A 4-byte length, then the text; the socket, when there is one, rides on the first byte.
-  const auto length = static_cast<uint32_t>(text.size());
-  std::string bytes(reinterpret_cast<const char*>(&length), sizeof(length));
-  bytes += text;
-  iovec iov{bytes.data(), bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (session_fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &session_fd, sizeof(int));
+  try {
+    if (channel_ < 0) throw RuntimeError("its channel is closed");
+    send_channel_message(channel_, ChannelMessage::kStart, encode_session_start(start), session_fd);
+  } catch (const std::exception& e) {
+    throw RuntimeError(
+        fmt::format("cannot hand session {} to its process {}: {}", start.id, pid_, e.what()));
   }
-  // A blocking socket and a message far below its buffer: all of it goes, or the worker is gone.
-  ssize_t sent = -1;
-  do {
-    sent = channel_ >= 0 ? ::sendmsg(channel_, &msg, MSG_NOSIGNAL) : -1;
-  } while (sent < 0 && errno == EINTR);
-  if (sent != static_cast<ssize_t>(bytes.size())) {
-    throw RuntimeError(fmt::format("cannot hand session {} to its process {}: {}", start.id, pid_,
-                                   sent < 0 ? std::strerror(errno) : "the message was cut"));
+}
+
+void SessionProcess::handshake(int client_fd, const HandshakeRequest& request) {
+  inbox_.clear();
+  try {
+    if (channel_ < 0) throw RuntimeError("its channel is closed");
+    send_channel_message(channel_, ChannelMessage::kHandshake, encode_handshake_request(request),
+                         client_fd);
+  } catch (const std::exception& e) {
+    throw RuntimeError(fmt::format("cannot hand the connection from {} to session process {}: {}",
+                                   request.peer, pid_, e.what()));
   }
+}
+
+std::optional<std::pair<ChannelMessage, std::string>> SessionProcess::receive(
+    Clock::time_point until) {
+  // Messages from the worker are small; read without blocking past `until`, whatever it does.
+  while (true) {
+    if (inbox_.size() >= sizeof(uint32_t)) {
+      uint32_t length = 0;
+      std::memcpy(&length, inbox_.data(), sizeof(length));
+      if (length == 0 || length > kMaxChannelMessageBytes) {
+        throw RuntimeError(
+            fmt::format("session process {} sent a message of {} bytes", pid_, length));
+      }
+      if (inbox_.size() >= sizeof(length) + length) {
+        const auto kind = static_cast<ChannelMessage>(inbox_[sizeof(length)]);
+        std::string body = inbox_.substr(sizeof(length) + 1, length - 1);
+        inbox_.erase(0, sizeof(length) + length);
+        return std::make_pair(kind, std::move(body));
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= until) return std::nullopt;
+    pollfd p{channel_, POLLIN, 0};
+    const int r = ::poll(
+        &p, 1, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(until - now).count()));
+    if (r < 0 && errno != EINTR) {
+      throw RuntimeError(
+          fmt::format("poll on session process {}'s channel: {}", pid_, std::strerror(errno)));
+    }
+    if (r <= 0) continue;
+    char chunk[4096];
+    const ssize_t n = ::recv(channel_, chunk, sizeof(chunk), MSG_DONTWAIT);
+    if (n > 0) {
+      inbox_.append(chunk, static_cast<size_t>(n));
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      throw RuntimeError(fmt::format("session process {} ended before it answered", pid_));
+    }
+  }
+}
+
+std::optional<HandshakeReport> SessionProcess::report(Clock::time_point until) {
+  const auto message = receive(until);
+  if (!message) return std::nullopt;
+  if (message->first != ChannelMessage::kReport) {
+    throw RuntimeError(fmt::format("session process {} sent '{}', not its handshake report", pid_,
+                                   static_cast<char>(message->first)));
+  }
+  try {
+    return decode_handshake_report(message->second);
+  } catch (const std::exception& e) {
+    throw RuntimeError(fmt::format("session process {}: {}", pid_, e.what()));
+  }
+}
+
+bool SessionProcess::answer(const HelloAnswer& answer, Clock::time_point until) {
+  try {
+    if (channel_ < 0) throw RuntimeError("its channel is closed");
+    send_channel_message(channel_, ChannelMessage::kAnswer, encode_hello_answer(answer), -1);
+  } catch (const std::exception& e) {
+    throw RuntimeError(fmt::format("cannot answer through session process {}: {}", pid_, e.what()));
+  }
+  const auto message = receive(until);
+  if (!message) return false;
+  if (message->first != ChannelMessage::kAnswered) {
+    throw RuntimeError(fmt::format("session process {} sent '{}', not that it answered", pid_,
+                                   static_cast<char>(message->first)));
+  }
+  return true;
 }
 
 void SessionProcess::close_channel() noexcept {
@@ -464,256 +761,6 @@ std::optional<int> SessionProcess::wait(std::optional<std::chrono::milliseconds>
 
 bool crashed(int status) {
   return WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL && WTERMSIG(status) != SIGTERM;
-}
-
-namespace {
-
-// The slowest a client may take reply data: the plain path's rule (session_server.cc,
-// kMinSessionBytesPerSecond with Connection::set_min_throughput), 1 MiB/s after the write
-// timeout.
-constexpr uint64_t kRelayMinBytesPerSecond = uint64_t{1} << 20;
-
-// Bytes on their way in one direction: a buffer of fixed capacity that reads and decryption
-// fill in place (one copy less than reading into a chunk and appending it).
-class Pipe {
- public:
-  explicit Pipe(size_t capacity) : bytes_(capacity) {}
-  bool empty() const { return begin_ == end_; }
-  size_t size() const { return end_ - begin_; }
-  const uint8_t* data() const { return bytes_.data() + begin_; }
-  // Room for more at the end. What waits moves to the front when the end is reached and little
-  // waits (a cheap move); a full buffer waits to drain instead.
-  size_t room() {
-    if (end_ == bytes_.size() && begin_ > 0 && size() <= kCompactBytes) {
-      std::memmove(bytes_.data(), bytes_.data() + begin_, size());
-      end_ -= begin_;
-      begin_ = 0;
-    }
-    return bytes_.size() - end_;
-  }
-  uint8_t* space() { return bytes_.data() + end_; }
-  // `n` bytes were put at space().
-  void filled(size_t n) { end_ += n; }
-  // `n` bytes from data() were sent.
-  void took(size_t n) {
-    begin_ += n;
-    if (begin_ == end_) begin_ = end_ = 0;
-  }
-  void clear() { begin_ = end_ = 0; }
-
- private:
-  static constexpr size_t kCompactBytes = size_t{64} << 10;
-  std::vector<uint8_t> bytes_;
-  size_t begin_ = 0;  // bytes before this one are sent
-  size_t end_ = 0;    // bytes from this one are free
-};
-
-// The deadline of reply data the relay holds for the client: from the moment some is waiting,
-// the write timeout plus 1 s per kRelayMinBytesPerSecond of every byte queued until the client
-// took them all; and no wait for the client longer than the write timeout. A client that takes
-// a little now and then cannot stretch it. No deadline with a write timeout of 0.
-class ReplyDeadline {
- public:
-  explicit ReplyDeadline(std::chrono::milliseconds timeout) : timeout_(timeout) {}
-  // `n` more bytes wait for the client.
-  void queued(size_t n) {
-    if (timeout_.count() <= 0) return;
-    const auto now = Clock::now();
-    if (!deadline_) {
-      deadline_ = now + timeout_;
-      last_progress_ = now;
-    }
-    *deadline_ += std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(static_cast<double>(n) / kRelayMinBytesPerSecond));
-  }
-  // The client took some; `drained`: all that waited.
-  void took(bool drained) {
-    last_progress_ = Clock::now();
-    if (drained) deadline_.reset();
-  }
-  // The earlier of the two limits, or none.
-  std::optional<Clock::time_point> next() const {
-    if (!deadline_) return std::nullopt;
-    return std::min(*deadline_, last_progress_ + timeout_);
-  }
-  // Why the client lost its session, or "" while it is in time.
-  std::string passed(size_t waiting) const {
-    const auto limit = next();
-    if (!limit || Clock::now() < *limit) return "";
-    if (Clock::now() >= last_progress_ + timeout_) {
-      return fmt::format("the client took no reply data for {} ms ({} bytes waiting)",
-                         timeout_.count(), waiting);
-    }
-    return fmt::format(
-        "the client took reply data too slowly: it must take it within the write timeout of {} "
-        "ms plus 1 s per {} bytes ({} bytes waiting)",
-        timeout_.count(), kRelayMinBytesPerSecond, waiting);
-  }
-
- private:
-  std::chrono::milliseconds timeout_;
-  std::optional<Clock::time_point> deadline_;
-  Clock::time_point last_progress_;
-};
-
-}  // namespace
-
-std::string relay(Connection& client, int worker_fd, const SessionProcess& worker,
-                  const std::atomic<bool>& stop) {
-  using Outcome = tls::Session::Io::Outcome;
-  // Per direction: a few socket buffers' worth, so that each wake-up moves a lot.
-  constexpr size_t kBufferBytes = size_t{512} << 10;
-  constexpr int kStopCheckMs = 100;  // how often `stop` is looked at while nothing happens
-  tls::Session& tls = *client.tls_session();
-  // Many records per socket read; every read below goes on until kWouldBlock before a poll.
-  tls.read_ahead();
-  const int client_fd = client.fd();
-  ::fcntl(client_fd, F_SETFL, ::fcntl(client_fd, F_GETFL) | O_NONBLOCK);
-  ::fcntl(worker_fd, F_SETFL, ::fcntl(worker_fd, F_GETFL) | O_NONBLOCK);
-  Pipe to_worker(kBufferBytes);
-  Pipe to_client(kBufferBytes);
-  ReplyDeadline reply_deadline(worker.write_timeout());
-  bool client_sends = true;    // no close_notify, EOF or failure from the client yet
-  bool worker_sends = true;    // the worker's end may still give bytes
-  bool worker_takes = true;    // the worker's end still takes bytes
-  bool worker_exited = false;  // its pidfd polled readable (without one, its end's EOF tells)
-  // What a TLS read / write that would block waits for on the client's socket (0: nothing),
-  // until poll() reports it: no read or write is tried again before (no would-block calls).
-  short read_waits = 0;
-  short write_waits = 0;
-  bool worker_readable = true;  // false after a would-block recv, until poll() reports POLLIN
-  while (!stop.load()) {
-    bool moved = false;  // something happened this round: go on without waiting in poll
-    // Client -> worker: decrypt what arrived (and what TLS already holds), record after record
-    // until none is left or the buffer is full.
-    while (client_sends && worker_takes && read_waits == 0 && to_worker.room() > 0) {
-      const tls::Session::Io io = tls.read(to_worker.space(), to_worker.room());
-      switch (io.outcome) {
-        case Outcome::kData:
-          moved = true;
-          to_worker.filled(io.bytes);
-          break;
-        case Outcome::kWouldBlock:
-          read_waits = io.wants_write ? POLLOUT : POLLIN;
-          break;
-        case Outcome::kPeerClosed:
-          // close_notify or a half-close: the client sends no more, but may still read. The
-          // worker sees the end of its input and ends the session; replies until then go out.
-          moved = true;
-          client_sends = false;
-          break;
-        case Outcome::kFailed:
-          if (io.error == EPROTO) {
-            return fmt::format("the encrypted channel failed its integrity check ({})",
-                               tls.error());
-          }
-          return fmt::format("the client's connection failed: {}", std::strerror(io.error));
-      }
-    }
-    if (!client_sends && to_worker.empty() && worker_takes) {
-      ::shutdown(worker_fd, SHUT_WR);
-      worker_takes = false;
-    }
-    if (!to_worker.empty() && worker_takes) {
-      const ssize_t n = ::send(worker_fd, to_worker.data(), to_worker.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        to_worker.took(static_cast<size_t>(n));
-        moved = true;
-      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-        // The worker's end closed: what the client sends now has nobody to go to.
-        worker_takes = false;
-        to_worker.clear();
-        moved = true;
-      }
-    }
-    // Worker -> client: as much as the buffer takes in one read, then encrypted and written
-    // record after record until it is sent or the client's socket is full.
-    if (worker_sends && worker_readable && to_client.room() > 0) {
-      const ssize_t got = ::recv(worker_fd, to_client.space(), to_client.room(), 0);
-      if (got > 0) {
-        moved = true;
-        to_client.filled(static_cast<size_t>(got));
-        reply_deadline.queued(static_cast<size_t>(got));
-      } else if (got == 0 || (errno != EAGAIN && errno != EINTR) || worker_exited) {
-        // It ended the session, its end failed, or it exited and all it wrote is here (a
-        // process it started may hold its end open: that must not keep the session).
-        worker_sends = false;
-        moved = true;
-      } else if (errno == EAGAIN) {
-        worker_readable = false;
-      }
-    }
-    while (!to_client.empty() && write_waits == 0) {
-      const tls::Session::Io io = tls.write(to_client.data(), to_client.size());
-      switch (io.outcome) {
-        case Outcome::kData:
-          moved = true;
-          to_client.took(io.bytes);
-          reply_deadline.took(to_client.empty());
-          break;
-        case Outcome::kWouldBlock:
-          write_waits = io.wants_write ? POLLOUT : POLLIN;
-          break;
-        case Outcome::kPeerClosed:
-          return "the client closed the connection";
-        case Outcome::kFailed:
-          if (io.error == EPROTO) {
-            return fmt::format("the encrypted channel failed ({})", tls.error());
-          }
-          return fmt::format("the client's connection failed: {}", std::strerror(io.error));
-      }
-    }
-    if (!worker_sends && to_client.empty()) return "the session ended";
-    if (std::string late = reply_deadline.passed(to_client.size()); !late.empty()) return late;
-    if (moved) continue;
-
-    // Nothing to do now: wait for one of the sockets or the worker's exit. A descriptor is
-    // polled only for what would let the relay go on, so that a hang-up that changes nothing
-    // (reported whatever is asked) cannot wake it again and again.
-    pollfd fds[3];
-    short client_events = static_cast<short>(read_waits | write_waits);
-    const bool decrypted_waits =
-        client_sends && worker_takes && to_worker.room() > 0 && tls.pending() > 0;
-    if (decrypted_waits) {  // decrypted data waits in TLS: read it rather than wait
-      read_waits = 0;
-      continue;
-    }
-    // The client's socket is always watched: POLLHUP / POLLERR there end the relay.
-    fds[0] = {client_fd, client_events, 0};
-    short worker_events = 0;
-    if (worker_sends && to_client.room() > 0) worker_events |= POLLIN;
-    if (!to_worker.empty() && worker_takes) worker_events |= POLLOUT;
-    fds[1] = {worker_events != 0 ? worker_fd : -1, worker_events, 0};
-    fds[2] = {worker_exited ? -1 : worker.exit_fd(), POLLIN, 0};
-    int wait_ms = kStopCheckMs;
-    if (const auto limit = reply_deadline.next()) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*limit - Clock::now());
-      wait_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, kStopCheckMs));
-    }
-    const int r = ::poll(fds, 3, wait_ms);
-    if (r < 0 && errno != EINTR) return fmt::format("poll failed: {}", std::strerror(errno));
-    if (r <= 0) continue;
-    if ((fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
-      // Reset, or closed in both directions: nothing can reach the client any more.
-      return "the client's connection was closed or reset";
-    }
-    if ((fds[0].revents & read_waits) != 0) read_waits = 0;
-    if ((fds[0].revents & write_waits) != 0) write_waits = 0;
-    if ((fds[1].revents & (POLLIN | POLLERR | POLLHUP)) != 0) worker_readable = true;
-    if ((fds[1].revents & (POLLERR | POLLHUP)) != 0 && (worker_events & POLLIN) == 0) {
-      // Its end closed while the relay only had bytes for it: they have nobody to go to.
-      worker_takes = false;
-      to_worker.clear();
-    }
-    if ((fds[2].revents & POLLIN) != 0) {
-      // Exited: what it wrote is in its end already; read that, then end (above).
-      worker_exited = true;
-      worker_readable = true;
-      worker_takes = false;
-      to_worker.clear();
-    }
-  }
-  return "the server is stopping";
 }
 
 int end_descendants(std::chrono::milliseconds limit) noexcept {

@@ -1,20 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // Each RPC session in a process of its own (docs/rpc.md, "Sessions are processes").
 //
-// The server accepts, runs the handshake and keeps the slot; the session itself runs in a
-// freshly executed worker (kiln-rpc-session): a new process image that never held the
-// server's token, with an environment without it, that cannot read the server's memory or
-// other sessions' (every Kiln process involved is non-dumpable and the worker drops its
-// capabilities). A crash, a hang or a backdoor in uploaded code ends with the worker.
-// Without a token the worker gets the client's socket itself; with one the server keeps the
-// TLS channel and relays plaintext to the worker over a socket pair (relay()), so no key
-// material ever enters the worker.
+// The server accepts, checks the peer against its limits and keeps the slot; the session itself
+// runs in a freshly executed worker (kiln-rpc-session): a new process image that never held the
+// server's token, with an environment without it, that cannot read the server's memory or other
+// sessions' (every Kiln process involved is non-dumpable and the worker drops its capabilities).
+// A crash, a hang or a backdoor in uploaded code ends with the worker. The worker gets the
+// client's socket itself. Under a token it also holds the TLS connection (issue 37, item 9): it
+// gets the key derived from the token (never the token) when it starts, runs the TLS handshake
+// and reads the client's hello on the socket the server hands it, reports how that went, and
+// the server decides (its throttle, slots, keys) and answers; the session's bytes never pass
+// through the server.
 //
 // A worker is started before its session is known (the server keeps a few started ahead, so
 // that a session does not wait for exec, confinement and the runtime's start): everything that
 // does not depend on the session is on its command line; the session's own settings and the
-// client's socket come later, once, over the socket pair it was started with (begin()). A
-// worker serves exactly one session, whenever it was started.
+// client's socket come later over the socket pair it was started with (the channel). A worker
+// serves at most one session, whenever it was started; a handshake that did not give it a
+// session (a wrong token, a client that left, a refusal) leaves it waiting for the next one.
 #ifndef KILN_SRC_RPC_SESSION_PROCESS_H_
 #define KILN_SRC_RPC_SESSION_PROCESS_H_
 
@@ -26,13 +29,13 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/logging.h"
+#include "rpc/tls_psk.h"
 
 namespace kiln::rpc {
-
-class Connection;
 
 // What a session worker needs before its session is known; it travels on the worker's command
 // line.
@@ -64,6 +67,10 @@ struct WorkerConfig {
   // A cgroup v2 directory made for this session (SessionProcess does), which the worker joins
   // first thing; empty: none (the worker's subreaper role alone keeps its descendants).
   std::filesystem::path cgroup;
+  // Under a token: the key derived from it. Sent over the channel first thing (never on the
+  // command line, which /proc shows everyone); the command line only says one comes (--tls).
+  std::optional<tls::Context::KeyBytes> session_key;
+  bool tls = false;  // parsed: a key comes first on the channel
 };
 
 // `config` as command-line arguments (after the program name), and back. parse throws
@@ -78,12 +85,74 @@ struct SessionStart {
   std::string peer;        // the client's address, for logs
   double timeout_s = 0;    // the session's timeout as agreed; 0: none
   double time_left_s = 0;  // seconds left of it when the session is handed over
+  // The session ran its TLS handshake in the worker (SessionProcess::handshake): the worker
+  // sends the accepted server hello with this message first. Empty: the server answered.
+  std::string accepted_hello;
 };
 
 // `start` as the bytes of the start message (NUL-separated arguments), and back. decode throws
 // ValueError naming the bad argument.
 std::string encode_session_start(const SessionStart& start);
 SessionStart decode_session_start(const std::string& bytes);
+
+// The kinds of message on a worker's channel. Each message is a 4-byte length (host order: both
+// ends share a machine), a kind byte and its body; a socket may ride on it (SCM_RIGHTS).
+enum class ChannelMessage : char {
+  kKey = 'K',        // server -> worker, first, under a token: tls::Context::KeyBytes
+  kHandshake = 'H',  // server -> worker, with the client's socket: run the TLS handshake and read
+                     // the hello by the deadline (HandshakeRequest)
+  kReport = 'R',     // worker -> server: how the handshake went (HandshakeReport)
+  kAnswer = 'A',     // server -> worker: refuse the client with this server hello, then wait for
+                     // the next client (HelloAnswer)
+  kAnswered = 'D',   // worker -> server: the refusal went out (or could not), the client's
+                     // connection is closed here: empty
+  kStart = 'S',      // server -> worker: serve the session (SessionStart), on the socket that
+                     // rides on it or the one of the handshake
+};
+
+// What the server asks of a handshake in the worker.
+struct HandshakeRequest {
+  std::string peer;        // the client's address, for logs
+  double time_left_s = 0;  // seconds left of the handshake's one deadline
+};
+std::string encode_handshake_request(const HandshakeRequest& request);
+HandshakeRequest decode_handshake_request(const std::string& bytes);
+
+// How a handshake in the worker went: the TLS outcome (what the server's throttle counts and
+// logs) and, once verified, the client's hello.
+struct HandshakeReport {
+  enum class Outcome {
+    kVerified,  // the client proved the token
+    kWrongKey,  // it does not hold it (tls::HandshakeError::Kind::kWrongKey)
+    kTimedOut,  // the deadline passed first
+    kClosed,    // the client closed or reset the connection (or the server shut it down)
+    kNotTls,    // it does not speak TLS
+  };
+  Outcome outcome = Outcome::kClosed;
+  std::string detail;  // why the TLS handshake failed, or why the hello could not be read
+  bool hello = false;  // verified and the hello was read (the fields below)
+  uint16_t version = 0;
+  std::string key;
+  double session_timeout_s = 0;
+};
+std::string encode_handshake_report(const HandshakeReport& report);
+HandshakeReport decode_handshake_report(const std::string& bytes);
+
+// A refusal the worker sends as the server hello (wire::HelloStatus and its message).
+struct HelloAnswer {
+  int status = 0;
+  std::string message;
+};
+std::string encode_hello_answer(const HelloAnswer& answer);
+HelloAnswer decode_hello_answer(const std::string& bytes);
+
+// Sends one channel message on `fd` (blocking; `passed_fd` rides on it unless -1). Throws
+// RuntimeError when the other end is gone.
+void send_channel_message(int fd, ChannelMessage kind, const std::string& body, int passed_fd);
+// Reads one channel message from the blocking `fd`: its kind and body, and the socket that rode
+// on it in *passed_fd (-1 if none; close-on-exec). nullopt when the other end closed first.
+// Throws ValueError for a message over 64 KiB.
+std::optional<std::pair<ChannelMessage, std::string>> read_channel_message(int fd, int* passed_fd);
 
 // The session worker executable: `configured` when not empty, else $KILN_RPC_SESSION_WORKER,
 // else kiln-rpc-session beside libkiln's install (<prefix>/libexec/kiln/) or build tree
@@ -117,11 +186,23 @@ class SessionProcess {
   SessionProcess& operator=(const SessionProcess&) = delete;
 
   // Hands the worker its session, once: `start`, and `session_fd` (the client's socket, passed
-  // with SCM_RIGHTS; the caller keeps its own copy) or -1, when the channel itself carries the
-  // session (the relay's end). Throws RuntimeError when the worker cannot take it (it exited).
+  // with SCM_RIGHTS; the caller keeps its own copy) or -1, when the worker holds it from
+  // handshake() (then `start.accepted_hello` is its server hello). Throws RuntimeError when the
+  // worker cannot take it (it exited).
   void begin(const SessionStart& start, int session_fd);
-  // The server's end of the socket pair (-1 once closed): after begin(start, -1), the session's
-  // plaintext goes through it.
+  // Under a token: hands the worker the client's socket `client_fd` (the caller keeps its copy)
+  // to run the TLS handshake and read the hello on, by `request`'s deadline. Its outcome comes
+  // from report(). Throws RuntimeError when the worker cannot take it.
+  void handshake(int client_fd, const HandshakeRequest& request);
+  // Waits until `until` for the worker's report of the handshake; nullopt when none came by
+  // then. Throws RuntimeError when the worker closed its channel or exited first, or sent
+  // something else.
+  std::optional<HandshakeReport> report(std::chrono::steady_clock::time_point until);
+  // After a report: the worker sends the client `answer` as the server's hello, closes its
+  // socket and waits for the next client; returns once it says it did, or false when it did not
+  // by `until`. Throws RuntimeError when the worker is gone.
+  bool answer(const HelloAnswer& answer, std::chrono::steady_clock::time_point until);
+  // The server's end of the socket pair (-1 once closed).
   int channel() const { return channel_; }
   // Closes the server's end of the channel (a worker still waiting for begin() then exits).
   void close_channel() noexcept;
@@ -132,9 +213,6 @@ class SessionProcess {
   // Whether the worker exited, as its pidfd says (without one: false until wait() saw it);
   // it may be a zombie still, for wait() to reap.
   bool exited() const;
-  // The server's write timeout (0: none): relay() gives the client that long, plus 1 s per
-  // MiB, to take reply data, as a session without a token does.
-  std::chrono::milliseconds write_timeout() const { return write_timeout_; }
   // The session's cgroup (removed once the worker was reaped), or empty when it has none.
   const std::filesystem::path& cgroup() const { return cgroup_; }
   // Sends `sig` to the worker's process group (what it spawned too; SIGKILL: its cgroup as
@@ -148,11 +226,15 @@ class SessionProcess {
  private:
   // Kills every process left in the cgroup and removes it (bounded: a second at most).
   void end_cgroup() noexcept;
+  // The worker's next message on the channel, waiting until `until`: its kind and body, or
+  // nullopt when none came by then. Throws RuntimeError when the channel closed or failed.
+  std::optional<std::pair<ChannelMessage, std::string>> receive(
+      std::chrono::steady_clock::time_point until);
   pid_t pid_ = -1;
   int pidfd_ = -1;
   int channel_ = -1;
   std::optional<int> status_;
-  std::chrono::milliseconds write_timeout_{0};
+  std::string inbox_;             // bytes of the worker's report read so far (report())
   std::filesystem::path cgroup_;  // set once, in the constructor
   std::atomic<bool> cgroup_ended_{false};
 };
@@ -160,17 +242,6 @@ class SessionProcess {
 // Whether the status says the worker crashed (a signal other than the server's own SIGTERM /
 // SIGKILL).
 bool crashed(int status);
-
-// Relays bytes between `client` (the encrypted side) and the worker's end of a socket pair,
-// `worker_fd`, until the session is over: the worker exited (after what it wrote was
-// forwarded) or closed its end, the client hung up, reset, or can take no more data, the
-// client did not take reply data within the worker's write_timeout() plus 1 s per MiB (the
-// same rule as without a token), `stop` was set, or the channel failed its integrity check.
-// After the client's close_notify (or a half-close) replies still go out until the worker ends.
-// Never spins: every state it can be in waits in poll(). Returns why it ended; the caller
-// closes `worker_fd` and reaps the worker.
-std::string relay(Connection& client, int worker_fd, const SessionProcess& worker,
-                  const std::atomic<bool>& stop);
 
 // Kills every descendant of this process and reaps them (this process must be a child
 // subreaper, so that orphaned ones became its children), for up to `limit`. Returns how many it
@@ -182,8 +253,8 @@ int end_descendants(std::chrono::milliseconds limit) noexcept;
 // before its first session worker starts; workers do it first thing.
 void make_non_dumpable() noexcept;
 
-// The worker's main (kiln-rpc-session): serves one session on descriptor 3 and returns its
-// exit code.
+// The worker's main (kiln-rpc-session): waits on its channel (descriptor 3) for its session,
+// serves it and returns its exit code.
 int session_worker_main(int argc, char** argv);
 
 }  // namespace kiln::rpc

@@ -11,10 +11,16 @@
 //      (a process an uploaded kernel starts does not hold it), it joins the session's cgroup
 //      where the server made one, and as a child subreaper it kills and reaps every descendant
 //      (orphaned, setsid() or not) before it exits.
+// Under a token it holds the session's TLS connection (issue 37, item 9): it gets the key the
+// server derived from the token (never the token) first on its channel, and runs each client's
+// TLS handshake and reads its hello itself, before anything uploaded runs; the server gets a
+// report of each and decides. OpenSSL needs nothing the confinement takes away (getrandom(2) for
+// its key shares; its configuration file stays readable).
 // What it could not do is logged once, and docs/rpc.md says what a session can reach then.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/capability.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -25,10 +31,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -36,6 +44,8 @@
 #include "kiln/plugin_discovery.h"
 #include "kiln/runtime.h"
 #include "rpc/connection.h"
+#include "rpc/handshake.h"
+#include "rpc/protocol.h"
 #include "rpc/session_process.h"
 #include "rpc/session_server.h"
 #include "runtime/builtin_libraries.h"
@@ -159,57 +169,153 @@ void watch(SessionState& state, const sigset_t& signals) {
   }
 }
 
-// Waits for the server's start message on the channel (kSessionFd): a 4-byte length and the
-// encoded SessionStart, the client's socket riding on it with SCM_RIGHTS when the session is
-// not relayed; that socket then replaces the channel on kSessionFd. nullopt when the server
-// closed the channel first (it no longer needs this worker). Throws ValueError for a message
-// that does not parse.
-std::optional<SessionStart> wait_for_session() {
-  constexpr uint32_t kMaxStartBytes = 64 << 10;
-  uint32_t length = 0;
-  size_t got = 0;
+// The key a worker under a token gets first on its channel (kSessionFd), as a server-side
+// session Context. Throws RuntimeError when it does not come or is not a key.
+std::unique_ptr<tls::Context> receive_key() {
   int passed = -1;
-  while (got < sizeof(length)) {
-    iovec iov{reinterpret_cast<char*>(&length) + got, sizeof(length) - got};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    const ssize_t n = ::recvmsg(kSessionFd, &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (passed >= 0) ::close(passed);
-      return std::nullopt;
+  auto message = read_channel_message(kSessionFd, &passed);
+  if (passed >= 0) ::close(passed);
+  tls::Context::KeyBytes key{};
+  if (!message || message->first != ChannelMessage::kKey || message->second.size() != key.size()) {
+    throw RuntimeError("the server did not send the session key first");
+  }
+  std::memcpy(key.data(), message->second.data(), key.size());
+  auto context =
+      std::make_unique<tls::Context>(tls::Context::Side::kServer, tls::Purpose::kSession, key);
+  OPENSSL_cleanse(key.data(), key.size());
+  OPENSSL_cleanse(message->second.data(), message->second.size());
+  return context;
+}
+
+// Runs the TLS handshake keyed by `context` on `conn` and reads the client's hello, both by
+// `deadline` (the server's one handshake deadline); what came of it, for the server.
+HandshakeReport run_handshake(Connection& conn, const tls::Context& context,
+                              Clock::time_point deadline) {
+  HandshakeReport report;
+  const auto limit = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+  conn.set_timeouts(std::max(limit, std::chrono::milliseconds(1)),
+                    std::max(limit, std::chrono::milliseconds(1)));
+  conn.set_deadline(deadline);
+  try {
+    conn.start_tls(context, deadline);
+  } catch (const tls::HandshakeError& e) {
+    using Kind = tls::HandshakeError::Kind;
+    switch (e.kind()) {
+      case Kind::kWrongKey:
+        report.outcome = HandshakeReport::Outcome::kWrongKey;
+        break;
+      case Kind::kTimedOut:
+        report.outcome = HandshakeReport::Outcome::kTimedOut;
+        break;
+      case Kind::kClosed:
+        report.outcome = HandshakeReport::Outcome::kClosed;
+        break;
+      case Kind::kNotTls:
+        report.outcome = HandshakeReport::Outcome::kNotTls;
+        break;
     }
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && passed < 0) {
-        std::memcpy(&passed, CMSG_DATA(c), sizeof(int));
+    report.detail = e.what();
+    return report;
+  } catch (const std::exception& e) {
+    report.outcome = HandshakeReport::Outcome::kClosed;
+    report.detail = e.what();
+    return report;
+  }
+  report.outcome = HandshakeReport::Outcome::kVerified;
+  try {
+    const handshake::ClientHello hello = handshake::read_client_hello(conn);
+    report.hello = true;
+    report.version = hello.version;
+    report.key = hello.key;
+    report.session_timeout_s = hello.session_timeout_s;
+  } catch (const std::exception& e) {
+    report.detail = e.what();
+  }
+  return report;
+}
+
+// What the worker waits for until its session is given: the start message and the client's
+// connection (the socket that rode on it, or the one a handshake here verified).
+struct Handed {
+  SessionStart start;
+  std::unique_ptr<Connection> conn;
+};
+
+// Waits on the channel (kSessionFd) for the server's messages until it hands this worker its
+// session: a start message with the client's socket (that socket then replaces the channel on
+// kSessionFd); under a token (`context`), handshake requests first, each reported, then
+// answered with a refusal (the worker then waits for the next client) or with the start
+// message. nullopt when the server closed the channel first (it no longer needs this worker).
+// Throws ValueError or RuntimeError for messages that do not parse or come out of turn.
+std::optional<Handed> wait_for_session(const tls::Context* context) {
+  std::unique_ptr<Connection> verified;  // the client of the last handshake, hello read
+  while (true) {
+    int passed = -1;
+    auto message = read_channel_message(kSessionFd, &passed);
+    if (!message) return std::nullopt;
+    const auto [kind, body] = std::move(*message);
+    if (kind == ChannelMessage::kStart) {
+      Handed handed;
+      handed.start = decode_session_start(body);
+      if (passed >= 0) {
+        // The client's socket becomes the session's; the channel (its old occupant) closes.
+        ::dup3(passed, kSessionFd, O_CLOEXEC);
+        ::close(passed);
+        handed.conn = Connection::adopt(kSessionFd, handed.start.peer);
+        return handed;
       }
+      if (!verified || handed.start.accepted_hello.empty()) {
+        throw RuntimeError("a start message without a client");
+      }
+      handed.conn = std::move(verified);
+      // The server hello, by the handshake's deadline still; a client gone by then ends the
+      // session at its first read.
+      try {
+        handshake::send_server_hello(*handed.conn, wire::HelloStatus::kAccepted,
+                                     handed.start.accepted_hello);
+      } catch (const std::exception& e) {
+        log(LogLevel::kInfo, "rpc-session",
+            fmt::format("session {} with {}: the accepted hello did not reach the client: {}",
+                        handed.start.id, handed.start.peer, e.what()));
+      }
+      handed.conn->set_deadline(std::nullopt);
+      ::close(kSessionFd);  // the channel: nothing more comes on it
+      return handed;
     }
-    got += static_cast<size_t>(n);
-  }
-  if (length > kMaxStartBytes) {
-    throw ValueError(
-        fmt::format("a start message of {} bytes (at most {})", length, kMaxStartBytes));
-  }
-  std::string text(length, '\0');
-  for (size_t at = 0; at < text.size();) {
-    const ssize_t n = ::recv(kSessionFd, text.data() + at, text.size() - at, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (passed >= 0) ::close(passed);
-      return std::nullopt;
+    if (passed >= 0 && kind != ChannelMessage::kHandshake) ::close(passed);
+    if (kind == ChannelMessage::kHandshake) {
+      verified.reset();
+      if (context == nullptr || passed < 0) {
+        if (passed >= 0) ::close(passed);
+        throw RuntimeError("a handshake request without a key or without a client");
+      }
+      const HandshakeRequest request = decode_handshake_request(body);
+      auto conn = Connection::adopt(passed, request.peer);
+      const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(request.time_left_s));
+      const HandshakeReport report = run_handshake(*conn, *context, deadline);
+      if (report.hello) verified = std::move(conn);
+      send_channel_message(kSessionFd, ChannelMessage::kReport, encode_handshake_report(report),
+                           -1);
+      continue;  // a connection that did not verify closes here
     }
-    at += static_cast<size_t>(n);
+    if (kind == ChannelMessage::kAnswer) {
+      const HelloAnswer answer = decode_hello_answer(body);
+      if (verified) {
+        try {
+          handshake::send_server_hello(*verified, static_cast<wire::HelloStatus>(answer.status),
+                                       answer.message);
+        } catch (const std::exception&) {
+          // The client left: nothing to tell it.
+        }
+        verified.reset();
+      }
+      send_channel_message(kSessionFd, ChannelMessage::kAnswered, "", -1);
+      continue;
+    }
+    throw RuntimeError(
+        fmt::format("an unexpected message '{}' on the channel", static_cast<char>(kind)));
   }
-  if (passed >= 0) {
-    // The client's socket becomes the session's; the channel (its old occupant) closes.
-    ::dup3(passed, kSessionFd, O_CLOEXEC);
-    ::close(passed);
-  }
-  return decode_session_start(text);
 }
 
 // Joins the cgroup `dir` (its cgroup.procs); returns why not, or "".
@@ -267,6 +373,16 @@ int session_worker_main(int argc, char** argv) {
   if (std::string why = drop_privileges(); !why.empty()) {
     warn(fmt::format("session process {}: {}", self, why));
   }
+  // Under a token the server's key comes first: the TLS handshakes of its clients run here.
+  std::unique_ptr<tls::Context> tls_context;
+  if (config.tls) {
+    try {
+      tls_context = receive_key();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln-rpc-session: %s\n", e.what());
+      return 2;
+    }
+  }
 
   // Signals are taken by the watcher only (every thread started below inherits the mask).
   sigset_t signals;
@@ -290,17 +406,19 @@ int session_worker_main(int argc, char** argv) {
 
   // Ready: everything above may happen before a client asked for a session (a worker started
   // ahead); from here on this process serves the one session it is handed.
-  std::optional<SessionStart> start;
+  std::optional<Handed> handed;
   try {
-    start = wait_for_session();
+    handed = wait_for_session(tls_context.get());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln-rpc-session: %s\n", e.what());
     return 2;
   }
-  if (!start) return 0;  // the server closed the channel: no session for this process
+  if (!handed) return 0;  // the server closed the channel: no session for this process
+  tls_context.reset();    // the session's Connection holds what it needs
+  const SessionStart* start = &handed->start;
 
   SessionState state;
-  state.conn = Connection::adopt(kSessionFd, start->peer);
+  state.conn = std::move(handed->conn);
   state.id = start->id;
   state.timeout_s = start->timeout_s;
   if (start->timeout_s > 0) {

@@ -25,7 +25,6 @@ namespace {
 // TLS_AES_128_GCM_SHA256: the cipher the PSK session names; its hash is the PSK's.
 constexpr unsigned char kPskCipherId[2] = {0x13, 0x01};
 constexpr char kCipherSuites[] = "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256";
-constexpr size_t kKeyBytes = 32;
 // scrypt cost: 16 MiB and about 50 ms per derivation on a 2020s core.
 constexpr uint64_t kScryptN = 1u << 14;
 constexpr uint64_t kScryptR = 8;
@@ -59,7 +58,7 @@ int context_index() {
 }  // namespace
 
 struct Context::Key {
-  std::array<unsigned char, kKeyBytes> bytes{};
+  Context::KeyBytes bytes{};
   std::string identity;
   ~Key() { OPENSSL_cleanse(bytes.data(), bytes.size()); }
 };
@@ -149,6 +148,33 @@ BIO_METHOD* socket_without_sigpipe() {
   return method;
 }
 
+// The HandshakeError for a handshake that ended with SSL_get_error `err` (errno `saved_errno`);
+// takes OpenSSL's queued errors.
+HandshakeError handshake_error(int err, int saved_errno) {
+  HandshakeError::Kind kind = HandshakeError::Kind::kWrongKey;
+  std::string why;
+  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+    kind = HandshakeError::Kind::kTimedOut;
+    why = "no answer in time";
+  } else if (err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN) {
+    kind = HandshakeError::Kind::kClosed;
+    why = saved_errno != 0 ? std::strerror(saved_errno) : "the peer closed the connection";
+  } else {
+    why = openssl_errors();
+    // OpenSSL 3 reports a peer that closed mid-handshake as an SSL error: it proves nothing
+    // about the key.
+    if (why.find("unexpected eof") != std::string::npos) {
+      kind = HandshakeError::Kind::kClosed;
+    } else if (why.find("wrong version number") != std::string::npos ||
+               why.find("packet length too long") != std::string::npos ||
+               why.find("http request") != std::string::npos) {
+      kind = HandshakeError::Kind::kNotTls;
+    }
+  }
+  ERR_clear_error();
+  return HandshakeError(kind, why);
+}
+
 }  // namespace
 
 void check_token_strength(const std::string& token, const std::string& what) {
@@ -195,6 +221,19 @@ Context::Context(Side side, Purpose purpose, const std::string& token)
     throw RuntimeError(
         fmt::format("cannot derive the TLS key from the token: {}", openssl_errors()));
   }
+  configure(purpose);
+}
+
+Context::Context(Side side, Purpose purpose, const KeyBytes& key)
+    : side_(side), key_(std::make_unique<Key>()) {
+  key_->bytes = key;
+  configure(purpose);
+}
+
+const Context::KeyBytes& Context::key() const { return key_->bytes; }
+
+void Context::configure(Purpose purpose) {
+  const Side side = side_;
   key_->identity = identity_of(purpose);
   ctx_ = SSL_CTX_new(side == Side::kClient ? TLS_client_method() : TLS_server_method());
   if (ctx_ == nullptr) {
@@ -309,33 +348,80 @@ Session::Session(const Context& context, int fd, std::chrono::steady_clock::time
       }
     }
     restore_mode();
-    HandshakeError::Kind kind = HandshakeError::Kind::kWrongKey;
-    std::string why;
-    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-      kind = HandshakeError::Kind::kTimedOut;
-      why = "no answer in time";
-    } else if (err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN) {
-      kind = HandshakeError::Kind::kClosed;
-      why = saved_errno != 0 ? std::strerror(saved_errno) : "the peer closed the connection";
-    } else {
-      why = openssl_errors();
-      // OpenSSL 3 reports a peer that closed mid-handshake as an SSL error: it proves nothing
-      // about the key.
-      if (why.find("unexpected eof") != std::string::npos) {
-        kind = HandshakeError::Kind::kClosed;
-      } else if (why.find("wrong version number") != std::string::npos ||
-                 why.find("packet length too long") != std::string::npos ||
-                 why.find("http request") != std::string::npos) {
-        kind = HandshakeError::Kind::kNotTls;
-      }
-    }
     SSL_free(ssl_);
     ssl_ = nullptr;
-    throw HandshakeError(kind, why);
+    throw handshake_error(err, saved_errno);
   }
 }
 
 Session::~Session() { SSL_free(ssl_); }
+
+FirstFlight check_first_flight(const Context& context, int fd,
+                               std::chrono::steady_clock::time_point deadline) {
+  // The largest first flight looked at: far above a real ClientHello (a few hundred bytes),
+  // and above what OpenSSL accepts as one, so a larger one fails as it would anyway.
+  constexpr size_t kMaxFlightBytes = size_t{256} << 10;
+  SSL* ssl = SSL_new(context.native());
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  if (ssl == nullptr || in == nullptr || out == nullptr) {
+    const std::string why = openssl_errors();
+    BIO_free(in);
+    BIO_free(out);
+    SSL_free(ssl);
+    throw HandshakeError(HandshakeError::Kind::kClosed, fmt::format("cannot start TLS: {}", why));
+  }
+  SSL_set_bio(ssl, in, out);  // ssl owns both
+  SSL_set_accept_state(ssl);
+  struct Cleanup {
+    SSL* ssl;
+    int fd;
+    ~Cleanup() {
+      SSL_free(ssl);
+      const int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one));
+    }
+  } cleanup{ssl, fd};
+  std::vector<uint8_t> flight(kMaxFlightBytes);
+  size_t fed = 0;  // bytes of the flight given to OpenSSL so far
+  while (true) {
+    const ssize_t n = ::recv(fd, flight.data(), flight.size(), MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) {
+      throw HandshakeError(HandshakeError::Kind::kClosed, "the peer closed the connection");
+    }
+    if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      throw HandshakeError(HandshakeError::Kind::kClosed, std::strerror(errno));
+    }
+    if (n > 0 && static_cast<size_t>(n) > fed) {
+      BIO_write(in, flight.data() + fed, static_cast<int>(static_cast<size_t>(n) - fed));
+      fed = static_cast<size_t>(n);
+      ERR_clear_error();
+      errno = 0;
+      const int r = SSL_accept(ssl);
+      const int err = SSL_get_error(ssl, r);
+      if (r == 1 || (err == SSL_ERROR_WANT_READ && BIO_ctrl_pending(out) > 0)) {
+        // It answered the first flight: with the PSK accepted (the binder verified), or with a
+        // HelloRetryRequest, which has not looked at the binder yet.
+        return SSL_session_reused(ssl) == 1 ? FirstFlight::kVerified : FirstFlight::kUndecided;
+      }
+      if (err != SSL_ERROR_WANT_READ) throw handshake_error(err, errno);
+    } else if (n > 0) {
+      // Readable, and nothing new: the peer closed after part of its flight.
+      throw HandshakeError(HandshakeError::Kind::kClosed,
+                           "the peer closed the connection before its first flight was whole");
+    }
+    if (fed >= flight.size()) {
+      throw HandshakeError(HandshakeError::Kind::kNotTls,
+                           fmt::format("a first flight of more than {} bytes", flight.size()));
+    }
+    // Wait for more than what is there: the socket polls readable only then (or at its end).
+    const int more = static_cast<int>(fed + 1);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &more, sizeof(more));
+    const int ready = poll_until(fd, POLLIN, deadline);
+    if (ready == 0) throw HandshakeError(HandshakeError::Kind::kTimedOut, "no answer in time");
+    if (ready < 0) throw HandshakeError(HandshakeError::Kind::kClosed, std::strerror(errno));
+  }
+}
 
 Session::Io Session::finish_io(int result) {
   const int saved_errno = errno;

@@ -47,18 +47,27 @@ std::string generate_token();
 class Context {
  public:
   enum class Side { kClient, kServer };
+  // The key derived from a token: what a Context made from it again needs, no scrypt.
+  using KeyBytes = std::array<unsigned char, 32>;
   // Throws RuntimeError when OpenSSL refuses the parameters (it says why).
   Context(Side side, Purpose purpose, const std::string& token);
+  // The same from a key another Context derived (key()): a session process gets its server's
+  // key this way, never the token, and pays no derivation. Throws as the other does.
+  Context(Side side, Purpose purpose, const KeyBytes& key);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
   SSL_CTX* native() const { return ctx_; }
   Side side() const { return side_; }
+  // The derived key (secret: it opens this purpose's channels as the token does).
+  const KeyBytes& key() const;
 
   struct Key;  // the derived key and identity (tls_psk.cc)
 
  private:
+  // Makes the SSL_CTX once key_ holds the key.
+  void configure(Purpose purpose);
   Side side_;
   SSL_CTX* ctx_ = nullptr;
   std::unique_ptr<Key> key_;
@@ -142,6 +151,22 @@ class HandshakeError : public std::exception {
   Kind kind_;
   std::string message_;
 };
+
+// What the server side's check of a client's first flight came to (check_first_flight).
+enum class FirstFlight {
+  kVerified,   // its PSK binder verified: the client holds the key (or replays a flight of one)
+  kUndecided,  // the handshake goes on without telling (a HelloRetryRequest): the full
+               // handshake decides
+};
+
+// Server side, before the real handshake runs elsewhere (a session process): reads the client's
+// first flight on the connected socket `fd` without consuming it (MSG_PEEK, so the real
+// handshake reads it again), waiting for the rest of it until `deadline`, and runs the server's
+// side of the handshake on a copy, so that a client without the key is told apart without
+// handing its connection to anyone. The socket's bytes and mode are left as they were. Throws
+// HandshakeError as Session does (kWrongKey: the binder did not verify).
+FirstFlight check_first_flight(const Context& context, int fd,
+                               std::chrono::steady_clock::time_point deadline);
 
 // Whether `first_byte`, the first byte a client sent, starts a TLS handshake record.
 inline bool starts_tls(uint8_t first_byte) { return first_byte == 0x16; }
