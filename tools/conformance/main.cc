@@ -87,11 +87,14 @@ std::vector<std::string> with_declared(std::vector<std::string> loaded,
   return loaded;
 }
 
-// Every device type a considered plugin serves or would serve: loaded backends first.
-std::vector<std::string> all_device_types(const kiln::Runtime& runtime) {
-  std::vector<std::string> loaded;
-  for (const kiln::BackendInfo& b : runtime.backends()) loaded.push_back(b.type_name);
-  return with_declared(std::move(loaded), runtime, "device:");
+// Every device type a considered plugin serves or would serve, from the manifests and the plugin
+// set alone (Runtime::declared_device_types): listing them loads no plugin and starts no driver.
+std::vector<std::string> all_device_types(const kiln::RuntimeOptions& options) {
+  std::vector<std::string> types;
+  for (const kiln::DeclaredDeviceType& d : kiln::Runtime::declared_device_types(options)) {
+    types.push_back(d.type_name);
+  }
+  return types;
 }
 
 // Every collector a considered plugin provides or would provide: loaded ones first.
@@ -275,13 +278,18 @@ int run(int argc, char** argv) {
   kiln::RuntimeOptions runtime_options;
   runtime_options.plugin_set = options.plugin_set;
   runtime_options.search_paths = options.plugin_paths;
+  // Neither --device nor --collector: everything found. Naming either tests only what is named.
+  // With devices alone, only the plugins that serve one of them (or no device type at all:
+  // loaders, collectors) are loaded, so that `--device cpu` starts no GPU driver. (A named
+  // collector may come from a plugin that also serves devices: then every plugin loads.)
+  const std::vector<std::string> known_types = all_device_types(runtime_options);
+  const bool everything = options.devices.empty() && options.collectors.empty();
+  if (options.collectors.empty() && !options.devices.empty()) {
+    runtime_options.only_device_types = options.devices;
+  }
   kiln::Runtime runtime(runtime_options);
 
-  // Neither --device nor --collector: everything found. Naming either tests only what is named.
-  // Found once: listing the backends enumerates every device of every plugin.
-  const std::vector<std::string> known_types = all_device_types(runtime);
   const std::vector<std::string> known_collectors = all_collectors(runtime);
-  const bool everything = options.devices.empty() && options.collectors.empty();
   const std::vector<std::string>& types = everything ? known_types : options.devices;
   const std::vector<std::string>& collectors = everything ? known_collectors : options.collectors;
   // Manifests that could not be read: "<manifest>: <error at file:line:column>".

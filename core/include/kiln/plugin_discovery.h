@@ -40,6 +40,12 @@ struct RuntimeOptions {
   bool read_environment = true;
   // Search <prefix>/lib/kiln/plugins last, where <prefix> is libkiln's install prefix.
   bool search_install_prefix = true;
+  // The device types the caller will use. Set: a plugin whose manifest declares device types,
+  // none of them listed, is not loaded (status disabled, "not loaded: ..."), so that no driver
+  // starts that nobody asked for (Runtime::declared_device_types lists the choices without
+  // loading anything). Plugins that declare no device type (loaders, exporters, collectors)
+  // load as usual. Unset: every selected plugin loads.
+  std::optional<std::vector<std::string>> only_device_types;
 };
 
 }  // namespace kiln

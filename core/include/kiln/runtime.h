@@ -39,6 +39,16 @@ struct BackendInfo {
   std::string why_none;  // set when `devices` is empty
 };
 
+// A device type a plugin declares in its manifest, as discovery sees it: nothing is loaded.
+struct DeclaredDeviceType {
+  std::string type_name;
+  std::string plugin;
+  // The plugin would be loaded to serve it (selected, its manifest and library in order, the
+  // type not given to another plugin by the plugin set). Loading may still fail.
+  bool selected = false;
+  std::string why_not;  // set when !selected: "plugin disabled: ...", "not built: ..."
+};
+
 // The explicit context of everything Kiln does: the loaded plugins and what they provide
 // (device backends and their type names, module loaders, exporters, metric collectors), the
 // module format loaders, and the RPC sessions whose remote devices it serves. Library code
@@ -88,6 +98,14 @@ class Runtime : public DeviceContext {
   // serve but does not: disabled or failed ("plugin disabled: ..."), or named by the plugin set
   // but not built ("not built: ..."), with no devices.
   std::vector<BackendInfo> backends() const;
+
+  // Every device type the plugins `options` lead to would provide, from their manifests and the
+  // plugin set alone: no plugin is loaded and no driver started, so a tool can list device
+  // types, or choose Runtime::only_device_types, without touching devices. Sorted by type name,
+  // one entry per type (the selected plugin's, when one is). Includes the types of plugins that
+  // are disabled or failed in discovery (with why), and plugin-set entries named after a
+  // built-in device type that were not built. Throws ConfigError for a malformed plugin set.
+  static std::vector<DeclaredDeviceType> declared_device_types(const RuntimeOptions& options = {});
 
   // Loads a module through the format loader for its file (ModuleLoaderRegistry::load).
   Module load_module(const std::filesystem::path& path,

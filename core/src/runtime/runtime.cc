@@ -11,6 +11,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "kiln/error.h"
@@ -151,6 +152,58 @@ std::optional<std::string> Runtime::Impl::add(const Ref<LoadedPlugin>& plugin) {
   return std::nullopt;
 }
 
+namespace {
+
+// Whether `planned` declares no device type (a loader, exporter or collector plugin) or one of
+// `wanted` that the plugin set does not give to another plugin.
+bool serves_any(const plugin::PlannedLoad& planned, const std::vector<std::string>& wanted) {
+  const std::vector<std::string>& devices = planned.manifest.devices;
+  if (devices.empty()) return true;
+  return std::any_of(devices.begin(), devices.end(), [&](const std::string& type) {
+    return planned.refused.count("device:" + type) == 0 &&
+           std::find(wanted.begin(), wanted.end(), type) != wanted.end();
+  });
+}
+
+}  // namespace
+
+std::vector<DeclaredDeviceType> Runtime::declared_device_types(const RuntimeOptions& options) {
+  const plugin::Discovery found = plugin::discover(options);
+  std::map<std::string, DeclaredDeviceType> by_type;
+  // The first entry of a type stays unless a selected plugin's comes later.
+  const auto add = [&by_type](DeclaredDeviceType d) {
+    auto [it, added] = by_type.emplace(d.type_name, d);
+    if (!added && d.selected && !it->second.selected) it->second = std::move(d);
+  };
+  for (const plugin::PlannedLoad& planned : found.to_load) {
+    for (const std::string& type : planned.manifest.devices) {
+      const bool refused = planned.refused.count("device:" + type) != 0;
+      add({type, planned.manifest.name, !refused,
+           refused ? "the plugin set gives it to another plugin" : std::string()});
+    }
+  }
+  std::set<size_t> planned;  // statuses of the plugins listed above
+  for (const plugin::PlannedLoad& p : found.to_load) planned.insert(p.status);
+  for (size_t i = 0; i < found.statuses.size(); ++i) {
+    if (planned.count(i) != 0) continue;
+    const PluginStatus& s = found.statuses[i];
+    for (const std::string& p : s.provides) {
+      if (p.rfind("device:", 0) == 0) {
+        add({p.substr(7), s.name, false,
+             fmt::format("plugin {}: {}", to_string(s.state), s.reason)});
+      }
+    }
+    // As backends() lists it: a plugin-set entry named after a built-in type, never built.
+    if (s.manifest.empty() && DeviceTypeNames::builtin().find(s.name)) {
+      add({s.name, s.name, false, "not built: " + s.reason});
+    }
+  }
+  std::vector<DeclaredDeviceType> out;
+  out.reserve(by_type.size());
+  for (auto& [type, d] : by_type) out.push_back(std::move(d));
+  return out;
+}
+
 Runtime::Runtime(const RuntimeOptions& options) : impl_(std::make_shared<Impl>()) {
   const auto start = std::chrono::steady_clock::now();
   plugin::Discovery found = plugin::discover(options);
@@ -159,6 +212,16 @@ Runtime::Runtime(const RuntimeOptions& options) : impl_(std::make_shared<Impl>()
   impl_->statuses = std::move(found.statuses);
   for (const plugin::PlannedLoad& planned : found.to_load) {
     PluginStatus& status = impl_->statuses[planned.status];
+    if (options.only_device_types && !serves_any(planned, *options.only_device_types)) {
+      status.state = PluginStatus::State::kDisabled;
+      status.reason =
+          fmt::format("not loaded: it serves none of the device types asked for ({})",
+                      options.only_device_types->empty()
+                          ? std::string("none")
+                          : fmt::format("{}", fmt::join(*options.only_device_types, ", ")));
+      log(LogLevel::kDebug, "plugins", fmt::format("{}: {}", status.name, status.reason));
+      continue;
+    }
     Ref<LoadedPlugin> plugin = plugin::load_plugin(planned, status);
     if (!plugin) continue;
     if (std::optional<std::string> conflict = impl_->add(plugin)) {
