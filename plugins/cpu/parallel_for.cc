@@ -39,7 +39,7 @@ struct Loop {
 // while much is left, small runs to even out the end), until none is left or a chunk failed.
 void run_slot(void* closure, int32_t /*slot*/, int32_t /*slots*/) {
   auto& loop = *static_cast<Loop*>(closure);
-  const auto share = static_cast<uint64_t>(2 * loop.slots);
+  const uint64_t share = 2 * static_cast<uint64_t>(loop.slots);
   uint64_t c = loop.next.load(std::memory_order_relaxed);
   while (c < loop.chunks && loop.first.load(std::memory_order_relaxed) == nullptr) {
     const uint64_t take = std::max<uint64_t>(1, (loop.chunks - c) / share);

@@ -49,7 +49,10 @@ std::vector<std::string> new_threads(const std::map<std::string, std::string>& b
                                      const std::map<std::string, std::string>& after) {
   std::vector<std::string> out;
   for (const auto& [tid, name] : after) {
-    if (before.count(tid) == 0) out.push_back(tid + " (" + name + ")");
+    if (before.count(tid) != 0) continue;
+    std::string entry = tid;
+    entry.append(" (").append(name).append(")");
+    out.push_back(std::move(entry));
   }
   return out;
 }
@@ -117,9 +120,11 @@ TEST(CpuPool, CallersOnSeveralThreadsAtOnceAllFinishCorrectly) {
   Runtime rt;
   constexpr int kCallers = 3;
   std::vector<std::unique_ptr<Kernels>> kernels;
+  kernels.reserve(kCallers);
   for (int i = 0; i < kCallers; ++i) kernels.push_back(std::make_unique<Kernels>(rt));
   const auto before = process_threads();
   std::vector<std::thread> callers;
+  callers.reserve(kCallers);
   std::vector<std::set<int64_t>> task_counts(kCallers);
   for (int i = 0; i < kCallers; ++i) {
     callers.emplace_back([&kernels, &task_counts, i] {
