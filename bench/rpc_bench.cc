@@ -28,8 +28,9 @@
 //  - BM_KilnCold_Session, BM_KilnCold_SessionOpen: the same against a server with
 //    `--prestarted-sessions 0` (each session process started when its session begins).
 //  - BM_KilnTls_*: BM_Kiln_Call, _Session, _SessionOpen, _Upload and _Download on a session
-//    with the token, against the `--token-file` server (it relays plaintext between TLS and
-//    the session's worker over a socket pair); `--versus tls:^BM_KilnTls_=>BM_Kiln_` pairs
+//    with the token, against the `--token-file` server (its session processes hold the TLS
+//    connections themselves since issue 37, item 9; before, the server relayed plaintext to
+//    them over a socket pair); `--versus tls:^BM_KilnTls_=>BM_Kiln_` pairs
 //    them with the plaintext cases.
 // Every case moves its data once before timing: the first touch of fresh pages is not the
 // transfer's cost.

@@ -226,7 +226,7 @@ ssize_t Connection::call_interruptibly(bool sending, Call call) {
   // Bytes TLS already decrypted are read without waiting; a plain send is tried first (it does
   // not block here, see transport_send) and waited for only when the socket takes nothing; on a
   // non-blocking socket every call is tried first (it cannot block).
-  bool ready = nonblocking_ || (tls_ ? !sending && tls_->pending() > 0 : sending);
+  bool ready = nonblocking_ || (tls_ ? !sending && tls_->has_pending() : sending);
   while (true) {
     if (ready) {
       const ssize_t result = call();

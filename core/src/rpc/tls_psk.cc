@@ -512,6 +512,8 @@ ssize_t Session::send(const void* data, size_t n) {
 
 size_t Session::pending() const { return static_cast<size_t>(SSL_pending(ssl_)); }
 
+bool Session::has_pending() const { return SSL_has_pending(ssl_) == 1; }
+
 void Session::read_ahead() { SSL_set_read_ahead(ssl_, 1); }
 
 bool Session::wants_write() const { return SSL_want_write(ssl_) != 0; }

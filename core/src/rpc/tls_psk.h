@@ -116,9 +116,13 @@ class Session {
   ssize_t send(const void* data, size_t n);
   // Bytes decrypted and waiting to be read.
   size_t pending() const;
+  // Whether any bytes wait inside TLS: decrypted ones, or records read ahead from the socket
+  // and not decrypted yet (read_ahead()). A reader must not wait in poll() while they do.
+  bool has_pending() const;
   // From now on one socket read takes as many records as the read buffer holds (a session's
-  // server side has kReadBufferBytes), not one record in two reads: for a reader that calls
-  // read() until kWouldBlock before it polls (records it read ahead are not in pending()).
+  // server side has kReadBufferBytes), not one record in two reads: for a reader that reads
+  // until kWouldBlock before it polls, or asks has_pending() (records read ahead are not in
+  // pending()). A session process reads its client's requests so.
   void read_ahead();
   // The read buffer of a session's server side (Purpose::kSession, Side::kServer).
   static constexpr size_t kReadBufferBytes = size_t{256} << 10;
