@@ -41,8 +41,28 @@ fi
 # commands too.
 db="$build/clang-tidy"
 mkdir -p "$db"
-sed -e 's/ -fno-gnu-unique//g' -e 's/ -Wno-restrict//g' -e 's/ -fdiagnostics-color=always//g' \
+sed -e 's/ -fno-gnu-unique//g' -e 's/ -Wno-restrict//g' -e 's/ -Wno-subobject-linkage//g' -e 's/ -fdiagnostics-color=always//g' \
   "$build/compile_commands.json" >"$db/compile_commands.json"
+# A unity build (KILN_UNITY_BUILD=ON) lists its batch files (CMakeFiles/<target>.dir/Unity/
+# unity_<n>_cxx.cxx), not the sources: each batch becomes one entry per source it includes,
+# with the batch's command (all sources of a batch share their target's flags).
+python3 - "$db/compile_commands.json" <<'PY'
+import json, re, sys
+path = sys.argv[1]
+entries = json.load(open(path))
+out = []
+for e in entries:
+    unity = e["file"]
+    if "/Unity/unity_" not in unity:
+        out.append(e)
+        continue
+    with open(unity) as f:
+        sources = re.findall(r'^#include "([^"]+)"', f.read(), re.M)
+    for src in sources:
+        command = re.sub(r" -o \S+", "", e["command"]).replace(unity, src)
+        out.append({"directory": e["directory"], "command": command, "file": src})
+json.dump(out, open(path, "w"), indent=0)
+PY
 
 files=()
 while IFS= read -r f; do

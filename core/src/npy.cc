@@ -29,8 +29,8 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-constexpr uint8_t kMagic[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-constexpr size_t kMagicSize = sizeof(kMagic);
+constexpr uint8_t kNpyMagic[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+constexpr size_t kNpyMagicSize = sizeof(kNpyMagic);
 constexpr size_t kAlign = 64;                    // numpy aligns the data to 64 bytes
 constexpr size_t kMaxHeaderTextInMessage = 240;  // longer headers are cut in messages
 
@@ -352,14 +352,15 @@ uint32_t ReadLittleEndian(std::span<const uint8_t> bytes) {
 NpyArray parse_npy(std::span<const uint8_t> bytes, const std::string& source) {
   // Preamble: magic, version, header length.
   if (bytes.empty()) Fail(source, "not a .npy file: the file is empty");
-  if (bytes.size() < kMagicSize || !std::equal(kMagic, kMagic + kMagicSize, bytes.begin())) {
+  if (bytes.size() < kNpyMagicSize ||
+      !std::equal(kNpyMagic, kNpyMagic + kNpyMagicSize, bytes.begin())) {
     Fail(source, "not a .npy file: expected the magic string \\x93NUMPY at byte offset 0, found '" +
-                     Printable(bytes.first(std::min(bytes.size(), kMagicSize))) + "'" +
-                     (bytes.size() < kMagicSize
+                     Printable(bytes.first(std::min(bytes.size(), kNpyMagicSize))) + "'" +
+                     (bytes.size() < kNpyMagicSize
                           ? " (the file has only " + std::to_string(bytes.size()) + " bytes)"
                           : std::string()));
   }
-  if (bytes.size() < kMagicSize + 2) {
+  if (bytes.size() < kNpyMagicSize + 2) {
     Fail(source, "truncated .npy file: the version at byte offset 6 is missing (the file has " +
                      std::to_string(bytes.size()) + " bytes)");
   }
@@ -370,13 +371,13 @@ NpyArray parse_npy(std::span<const uint8_t> bytes, const std::string& source) {
                      " at byte offset 6 (supported: 1.0, 2.0, 3.0)");
   }
   const size_t length_size = major == 1 ? 2 : 4;
-  const size_t header_offset = kMagicSize + 2 + length_size;
+  const size_t header_offset = kNpyMagicSize + 2 + length_size;
   if (bytes.size() < header_offset) {
     Fail(source, "truncated .npy header: format " + version + " needs " +
                      std::to_string(header_offset) +
                      " bytes before the header, the file has only " + std::to_string(bytes.size()));
   }
-  const size_t header_length = ReadLittleEndian(bytes.subspan(kMagicSize + 2, length_size));
+  const size_t header_length = ReadLittleEndian(bytes.subspan(kNpyMagicSize + 2, length_size));
   if (header_length > bytes.size() - header_offset) {
     Fail(source, "truncated .npy header: the header length at byte offset 8 says " +
                      std::to_string(header_length) + " bytes, ending at byte offset " +
@@ -500,13 +501,13 @@ std::vector<uint8_t> serialize_npy(DataType dtype, std::span<const int64_t> shap
   const std::string dict =
       "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + ShapeText(shape) + ", }";
   // Version 1.0 stores the header length in 2 bytes, 2.0 in 4.
-  size_t header_offset = kMagicSize + 2 + 2;
+  size_t header_offset = kNpyMagicSize + 2 + 2;
   size_t unpadded = header_offset + dict.size() + 1;  // + 1 for the final '\n'
   size_t header_length = dict.size() + 1 + (kAlign - unpadded % kAlign) % kAlign;
   uint8_t major = 1;
   if (header_length > 0xffff) {
     major = 2;
-    header_offset = kMagicSize + 2 + 4;
+    header_offset = kNpyMagicSize + 2 + 4;
     unpadded = header_offset + dict.size() + 1;
     header_length = dict.size() + 1 + (kAlign - unpadded % kAlign) % kAlign;
     if (header_length > 0xffffffffu) {
@@ -518,11 +519,11 @@ std::vector<uint8_t> serialize_npy(DataType dtype, std::span<const int64_t> shap
   // (magic, version, header length, the dict padded with spaces, '\n', the data).
   std::vector<uint8_t> out(header_offset + header_length + nbytes, ' ');
   uint8_t* p = out.data();
-  std::memcpy(p, kMagic, kMagicSize);
-  p[kMagicSize] = major;
-  p[kMagicSize + 1] = 0;
-  for (size_t i = 0; i < header_offset - kMagicSize - 2; ++i) {
-    p[kMagicSize + 2 + i] = static_cast<uint8_t>(header_length >> (8 * i));
+  std::memcpy(p, kNpyMagic, kNpyMagicSize);
+  p[kNpyMagicSize] = major;
+  p[kNpyMagicSize + 1] = 0;
+  for (size_t i = 0; i < header_offset - kNpyMagicSize - 2; ++i) {
+    p[kNpyMagicSize + 2 + i] = static_cast<uint8_t>(header_length >> (8 * i));
   }
   std::memcpy(p + header_offset, dict.data(), dict.size());
   p[header_offset + header_length - 1] = '\n';

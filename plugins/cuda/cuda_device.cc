@@ -19,10 +19,8 @@ namespace {
 // cuMemAlloc's alignment; larger alignments are served by over-allocating.
 constexpr size_t kDriverAlignment = 256;
 
-[[noreturn]] void bad(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
-
 void check_pointer(const void* p, size_t nbytes, const char* what) {
-  if (p == nullptr && nbytes > 0) bad(std::string(what) + " is NULL");
+  if (p == nullptr && nbytes > 0) sdk::throw_value_error(std::string(what) + " is NULL");
 }
 
 CUdeviceptr device_address(const void* p, size_t offset) {
@@ -52,7 +50,8 @@ void* CudaDevice::alloc(int32_t device_id, size_t nbytes, size_t alignment) {
   CudaDriver& driver = state.driver();
   const DeviceProperties& props = driver.device(device_id);
   if (alignment != 0 && (alignment & (alignment - 1)) != 0) {
-    bad("alloc: alignment " + std::to_string(alignment) + " is not a power of two");
+    sdk::throw_value_error("alloc: alignment " + std::to_string(alignment) +
+                           " is not a power of two");
   }
   const size_t wanted = nbytes == 0 ? 1 : nbytes;
   const size_t extra = alignment > kDriverAlignment ? alignment - 1 : 0;
@@ -201,7 +200,7 @@ void* CudaDevice::timer_create(int32_t device_id) {
 }
 
 void CudaDevice::timer_start(void* timer, void* stream) {
-  if (timer == nullptr) bad("timer_start: timer is NULL");
+  if (timer == nullptr) sdk::throw_value_error("timer_start: timer is NULL");
   auto* t = static_cast<Timer*>(timer);
   CudaDriver& driver = state_.driver();
   driver.make_current(t->device_id);
@@ -212,9 +211,9 @@ void CudaDevice::timer_start(void* timer, void* stream) {
 }
 
 void CudaDevice::timer_stop(void* timer, void* stream) {
-  if (timer == nullptr) bad("timer_stop: timer is NULL");
+  if (timer == nullptr) sdk::throw_value_error("timer_stop: timer is NULL");
   auto* t = static_cast<Timer*>(timer);
-  if (!t->started) bad("timer_stop before timer_start");
+  if (!t->started) sdk::throw_value_error("timer_stop before timer_start");
   CudaDriver& driver = state_.driver();
   driver.make_current(t->device_id);
   driver.check(driver.api().cuEventRecord(t->stop, static_cast<CUstream>(stream)),
@@ -223,9 +222,10 @@ void CudaDevice::timer_stop(void* timer, void* stream) {
 }
 
 int64_t CudaDevice::timer_elapsed_ns(void* timer) {
-  if (timer == nullptr) bad("timer_elapsed_ns: timer is NULL");
+  if (timer == nullptr) sdk::throw_value_error("timer_elapsed_ns: timer is NULL");
   auto* t = static_cast<Timer*>(timer);
-  if (!t->stopped) bad("timer_elapsed_ns: the timer was not started and stopped");
+  if (!t->stopped)
+    sdk::throw_value_error("timer_elapsed_ns: the timer was not started and stopped");
   CudaDriver& driver = state_.driver();
   driver.make_current(t->device_id);
   driver.check(driver.api().cuEventSynchronize(t->stop), "cuEventSynchronize (timer stop)");
@@ -255,7 +255,8 @@ void* CudaDevice::module_load(int32_t device_id, const void* data, size_t size, 
 }
 
 void* CudaDevice::module_get_kernel(void* module, const char* name) {
-  if (module == nullptr || name == nullptr) bad("module_get_kernel: module or name is NULL");
+  if (module == nullptr || name == nullptr)
+    sdk::throw_value_error("module_get_kernel: module or name is NULL");
   return &static_cast<CudaModule*>(module)->kernel(name);
 }
 
@@ -264,10 +265,11 @@ void CudaDevice::module_unload(void* module) noexcept { delete static_cast<CudaM
 void CudaDevice::launch(void* kernel, const KilnAny* args, int32_t num_args, const uint32_t grid[3],
                         const uint32_t block[3], uint32_t dynamic_shared_bytes, void* stream) {
   if (kernel == nullptr || grid == nullptr || block == nullptr) {
-    bad("launch: kernel, grid or block is NULL");
+    sdk::throw_value_error("launch: kernel, grid or block is NULL");
   }
   if (num_args < 0 || (num_args > 0 && args == nullptr)) {
-    bad("launch: the arguments are malformed (" + std::to_string(num_args) + " at NULL)");
+    sdk::throw_value_error("launch: the arguments are malformed (" + std::to_string(num_args) +
+                           " at NULL)");
   }
   launch_kernel(*static_cast<CudaKernel*>(kernel), args, num_args, grid, block,
                 dynamic_shared_bytes, stream);

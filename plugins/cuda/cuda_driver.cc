@@ -10,10 +10,6 @@
 namespace kiln::cuda {
 namespace {
 
-std::string version_text(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
-}
-
 // " (CUDA_VISIBLE_DEVICES='...')" when the variable is set: it often explains a missing device.
 std::string visible_devices_note() {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");

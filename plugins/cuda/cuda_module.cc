@@ -19,8 +19,6 @@ namespace {
 // Bytes kept of each JIT log (info and error).
 constexpr size_t kJitLogBytes = 64 * 1024;
 
-[[noreturn]] void bad(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
-
 // Serialises raising a function's dynamic shared memory limit, so the attribute only grows.
 std::mutex& shared_limit_mutex() {
   static std::mutex mu;
@@ -50,9 +48,9 @@ void raise_shared_limit(CudaKernel& kernel, uint32_t bytes) {
   const DeviceProperties& props = driver.device(module.device_id());
   if (props.max_dynamic_shared_bytes > 0 &&
       bytes > static_cast<uint32_t>(props.max_dynamic_shared_bytes)) {
-    bad("kernel '" + kernel.info->name + "' asks for " + std::to_string(bytes) +
-        " bytes of dynamic shared memory; " + props.label + " allows at most " +
-        std::to_string(props.max_dynamic_shared_bytes) + " per block");
+    sdk::throw_value_error("kernel '" + kernel.info->name + "' asks for " + std::to_string(bytes) +
+                           " bytes of dynamic shared memory; " + props.label + " allows at most " +
+                           std::to_string(props.max_dynamic_shared_bytes) + " per block");
   }
   std::lock_guard<std::mutex> lock(shared_limit_mutex());
   if (bytes <= kernel.dynamic_shared_limit.load(std::memory_order_acquire)) return;
@@ -71,7 +69,7 @@ std::unique_ptr<CudaModule> CudaModule::load(PluginState& state, int32_t device_
                                              const char* metadata_json) {
   CudaDriver& driver = state.driver();
   const DeviceProperties& props = driver.device(device_id);
-  if (format == nullptr) bad("module_load: format is NULL");
+  if (format == nullptr) sdk::throw_value_error("module_load: format is NULL");
   const ImageFormat image_format = parse_image_format(format);
   std::vector<uint8_t> image = prepare_image(data, size, image_format);
   std::unique_ptr<CudaModule> module(new CudaModule(state, device_id));

@@ -15,12 +15,11 @@ namespace {
 // versioned one with the same signature (cuEventElapsedTime_v2 arrived in CUDA 12.8).
 bool has_compatible_fallback(std::string_view plain) { return plain == "cuEventElapsedTime"; }
 
-// "11.0" for 11000.
+}  // namespace
+
 std::string version_text(int version) {
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
-
-}  // namespace
 
 DriverApi::~DriverApi() { close(); }
 

@@ -60,6 +60,9 @@ std::string describe_result(const DriverApi* api, CUresult result);
 // a missing device or driver, RUNTIME otherwise.
 int32_t kiln_code_of(CUresult result);
 
+// A CUDA version number as people write it: "11.0" for 11000, "12.8" for 12080.
+std::string version_text(int version);
+
 }  // namespace kiln::cuda
 
 #endif  // KILN_PLUGINS_CUDA_DRIVER_API_H_

@@ -15,8 +15,6 @@ namespace {
 constexpr uint32_t kFatbinMagic = 0xBA55ED50u;
 constexpr uint16_t kEmCuda = 190;  // EM_CUDA, absent from older <elf.h>
 
-[[noreturn]] void bad(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
-
 template <typename T>
 T read_at(const uint8_t* data, size_t offset) {
   T value;
@@ -42,69 +40,77 @@ bool starts_with_fatbin(const uint8_t* data, size_t size) {
 
 void check_cubin(const uint8_t* data, size_t size) {
   if (!starts_with_elf(data, size)) {
-    bad(starts_with_fatbin(data, size)
+    sdk::throw_value_error(
+        starts_with_fatbin(data, size)
             ? "this is not a cubin but a fat binary: pass it as format 'fatbin'"
             : "this is not a cubin: it does not start with the ELF magic (\\x7fELF)");
   }
   if (size < sizeof(Elf64_Ehdr)) {
-    bad("truncated cubin: " + std::to_string(size) + " bytes, less than an ELF header (" +
-        std::to_string(sizeof(Elf64_Ehdr)) + ")");
+    sdk::throw_value_error("truncated cubin: " + std::to_string(size) +
+                           " bytes, less than an ELF header (" +
+                           std::to_string(sizeof(Elf64_Ehdr)) + ")");
   }
-  if (data[EI_CLASS] != ELFCLASS64) bad("the cubin is not a 64-bit ELF file");
-  if (data[EI_DATA] != ELFDATA2LSB) bad("the cubin is not a little-endian ELF file");
+  if (data[EI_CLASS] != ELFCLASS64) sdk::throw_value_error("the cubin is not a 64-bit ELF file");
+  if (data[EI_DATA] != ELFDATA2LSB)
+    sdk::throw_value_error("the cubin is not a little-endian ELF file");
   const auto header = read_at<Elf64_Ehdr>(data, 0);
   if (header.e_machine != kEmCuda) {
-    bad("the ELF file is for machine " + std::to_string(header.e_machine) +
-        ", not a CUDA cubin (EM_CUDA = 190)");
+    sdk::throw_value_error("the ELF file is for machine " + std::to_string(header.e_machine) +
+                           ", not a CUDA cubin (EM_CUDA = 190)");
   }
   if (header.e_phnum > 0) {
     if (header.e_phentsize != sizeof(Elf64_Phdr) ||
         !fits(header.e_phoff, header.e_phnum, header.e_phentsize, size)) {
-      bad("truncated or malformed cubin: its program header table lies outside the " +
+      sdk::throw_value_error(
+          "truncated or malformed cubin: its program header table lies outside the " +
           std::to_string(size) + " bytes given");
     }
     for (uint16_t i = 0; i < header.e_phnum; ++i) {
       const auto ph = read_at<Elf64_Phdr>(data, header.e_phoff + uint64_t{i} * sizeof(Elf64_Phdr));
       if (!fits(ph.p_offset, 1, ph.p_filesz, size)) {
-        bad("truncated cubin: segment " + std::to_string(i) + " lies outside the " +
-            std::to_string(size) + " bytes given");
+        sdk::throw_value_error("truncated cubin: segment " + std::to_string(i) +
+                               " lies outside the " + std::to_string(size) + " bytes given");
       }
     }
   }
   if (header.e_shnum > 0) {
     if (header.e_shentsize != sizeof(Elf64_Shdr) ||
         !fits(header.e_shoff, header.e_shnum, header.e_shentsize, size)) {
-      bad("truncated or malformed cubin: its section header table lies outside the " +
+      sdk::throw_value_error(
+          "truncated or malformed cubin: its section header table lies outside the " +
           std::to_string(size) + " bytes given");
     }
     for (uint16_t i = 0; i < header.e_shnum; ++i) {
       const auto sh = read_at<Elf64_Shdr>(data, header.e_shoff + uint64_t{i} * sizeof(Elf64_Shdr));
       if (sh.sh_type != SHT_NOBITS && !fits(sh.sh_offset, 1, sh.sh_size, size)) {
-        bad("truncated cubin: section " + std::to_string(i) + " lies outside the " +
-            std::to_string(size) + " bytes given");
+        sdk::throw_value_error("truncated cubin: section " + std::to_string(i) +
+                               " lies outside the " + std::to_string(size) + " bytes given");
       }
     }
     if (header.e_shstrndx >= header.e_shnum && header.e_shstrndx != SHN_UNDEF) {
-      bad("malformed cubin: its section name table index is out of range");
+      sdk::throw_value_error("malformed cubin: its section name table index is out of range");
     }
   } else if (header.e_phnum == 0) {
-    bad("malformed cubin: it has neither sections nor segments");
+    sdk::throw_value_error("malformed cubin: it has neither sections nor segments");
   }
 }
 
 void check_fatbin(const uint8_t* data, size_t size) {
   if (!starts_with_fatbin(data, size)) {
-    bad(starts_with_elf(data, size)
+    sdk::throw_value_error(
+        starts_with_elf(data, size)
             ? "this is not a fat binary but an ELF file: pass a cubin as format 'cubin'"
             : "this is not a fat binary: it does not start with the magic 0xBA55ED50");
   }
   constexpr size_t kHeader = 16;  // magic u32, version u16, header size u16, payload size u64
-  if (size < kHeader) bad("truncated fat binary: " + std::to_string(size) + " bytes");
+  if (size < kHeader)
+    sdk::throw_value_error("truncated fat binary: " + std::to_string(size) + " bytes");
   const auto header_size = read_at<uint16_t>(data, 6);
   const auto fat_size = read_at<uint64_t>(data, 8);
   if (header_size < kHeader || !fits(header_size, 1, fat_size, size)) {
-    bad("truncated or malformed fat binary: the header announces " + std::to_string(header_size) +
-        " + " + std::to_string(fat_size) + " bytes but " + std::to_string(size) + " were given");
+    sdk::throw_value_error("truncated or malformed fat binary: the header announces " +
+                           std::to_string(header_size) + " + " + std::to_string(fat_size) +
+                           " bytes but " + std::to_string(size) + " were given");
   }
   // Entries: kind u16, version u16, header size u32, payload size u64, ...; they must tile
   // the payload exactly.
@@ -112,18 +118,19 @@ void check_fatbin(const uint8_t* data, size_t size) {
   uint64_t offset = header_size;
   int entries = 0;
   while (offset < end) {
-    if (!fits(offset, 1, kHeader, end)) bad("malformed fat binary: truncated entry header");
+    if (!fits(offset, 1, kHeader, end))
+      sdk::throw_value_error("malformed fat binary: truncated entry header");
     const auto entry_header = read_at<uint32_t>(data, offset + 4);
     const auto entry_size = read_at<uint64_t>(data, offset + 8);
     if (entry_header < kHeader || !fits(offset, 1, entry_header, end) ||
         !fits(offset + entry_header, 1, entry_size, end)) {
-      bad("malformed fat binary: entry " + std::to_string(entries) +
-          " lies outside the announced payload");
+      sdk::throw_value_error("malformed fat binary: entry " + std::to_string(entries) +
+                             " lies outside the announced payload");
     }
     offset += entry_header + entry_size;
     ++entries;
   }
-  if (entries == 0) bad("the fat binary holds no code");
+  if (entries == 0) sdk::throw_value_error("the fat binary holds no code");
 }
 
 // PTX and CUDA source: text without NUL bytes, then one terminating NUL.
@@ -131,18 +138,19 @@ std::vector<uint8_t> text_image(const uint8_t* data, size_t size, ImageFormat fo
   size_t length = size;
   while (length > 0 && data[length - 1] == 0) --length;  // a NUL-terminated buffer is fine
   const char* what = format == ImageFormat::kPtx ? "PTX" : "CUDA source";
-  if (length == 0) bad(std::string(what) + " is empty");
+  if (length == 0) sdk::throw_value_error(std::string(what) + " is empty");
   if (format == ImageFormat::kPtx) {
     if (starts_with_elf(data, length))
-      bad("PTX text starts with the ELF magic: pass a cubin as 'cubin'");
+      sdk::throw_value_error("PTX text starts with the ELF magic: pass a cubin as 'cubin'");
     if (starts_with_fatbin(data, length)) {
-      bad("PTX text starts with the fat binary magic: pass it as 'fatbin'");
+      sdk::throw_value_error("PTX text starts with the fat binary magic: pass it as 'fatbin'");
     }
   }
   const void* nul = std::memchr(data, 0, length);
   if (nul != nullptr) {
-    bad(std::string(what) + " contains a NUL byte at offset " +
-        std::to_string(static_cast<const uint8_t*>(nul) - data) + " (binary data given as text?)");
+    sdk::throw_value_error(std::string(what) + " contains a NUL byte at offset " +
+                           std::to_string(static_cast<const uint8_t*>(nul) - data) +
+                           " (binary data given as text?)");
   }
   std::vector<uint8_t> out(data, data + length);
   out.push_back(0);
@@ -161,8 +169,8 @@ ImageFormat parse_image_format(std::string_view format) {
   if (format == "cubin") return ImageFormat::kCubin;
   if (format == "fatbin") return ImageFormat::kFatbin;
   if (format == "cuda_source") return ImageFormat::kCudaSource;
-  bad("the cuda backend cannot load format '" + std::string(format) +
-      "' (it loads ptx, cubin, fatbin and cuda_source)");
+  sdk::throw_value_error("the cuda backend cannot load format '" + std::string(format) +
+                         "' (it loads ptx, cubin, fatbin and cuda_source)");
 }
 
 const char* to_string(ImageFormat format) {
@@ -180,9 +188,10 @@ const char* to_string(ImageFormat format) {
 }
 
 std::vector<uint8_t> prepare_image(const void* data, size_t size, ImageFormat format) {
-  if (data == nullptr && size > 0) bad("device code pointer is NULL");
+  if (data == nullptr && size > 0) sdk::throw_value_error("device code pointer is NULL");
   const auto* bytes = static_cast<const uint8_t*>(data);
-  if (size == 0) bad(std::string("empty ") + to_string(format) + " image (0 bytes)");
+  if (size == 0)
+    sdk::throw_value_error(std::string("empty ") + to_string(format) + " image (0 bytes)");
   switch (format) {
     case ImageFormat::kPtx:
     case ImageFormat::kCudaSource:

@@ -10,13 +10,10 @@
 namespace kiln::opencl {
 namespace {
 
-[[noreturn]] void throw_value(const std::string& message) {
-  throw sdk::Error(KILN_ERROR_VALUE, message);
-}
-
 std::string string_option(const std::string& key, const nlohmann::json& value) {
   if (!value.is_string()) {
-    throw_value("option " + key + " = " + value.dump() + " is invalid: expected a string");
+    sdk::throw_value_error("option " + key + " = " + value.dump() +
+                           " is invalid: expected a string");
   }
   return value.get<std::string>();
 }
@@ -27,25 +24,28 @@ DeviceTypeFilter device_type_option(const nlohmann::json& value) {
                              DeviceTypeFilter::kAccelerator}) {
     if (text == to_string(f)) return f;
   }
-  throw_value("option device_type = " + value.dump() +
-              " is invalid: expected one of all, gpu, cpu, accelerator");
+  sdk::throw_value_error("option device_type = " + value.dump() +
+                         " is invalid: expected one of all, gpu, cpu, accelerator");
 }
 
 int64_t cache_entries_option(const nlohmann::json& value) {
   const std::string text = value.dump();
   const std::string range = "an integer from 0 to " + std::to_string(kMaxMemoryCacheEntries);
   if (!value.is_number_integer()) {
-    throw_value("option memory_cache_entries = " + text + " is invalid: expected " + range);
+    sdk::throw_value_error("option memory_cache_entries = " + text + " is invalid: expected " +
+                           range);
   }
   if (value.is_number_unsigned()) {
     if (value.get<uint64_t>() > static_cast<uint64_t>(kMaxMemoryCacheEntries)) {
-      throw_value("option memory_cache_entries = " + text + " is out of range: expected " + range);
+      sdk::throw_value_error("option memory_cache_entries = " + text +
+                             " is out of range: expected " + range);
     }
     return static_cast<int64_t>(value.get<uint64_t>());
   }
   const int64_t n = value.get<int64_t>();
   if (n < 0 || n > kMaxMemoryCacheEntries) {
-    throw_value("option memory_cache_entries = " + text + " is out of range: expected " + range);
+    sdk::throw_value_error("option memory_cache_entries = " + text + " is out of range: expected " +
+                           range);
   }
   return n;
 }
@@ -70,8 +70,10 @@ PluginOptions resolve_options(const char* options_json, const char* env_cache_di
   const std::string_view json_text =
       options_json != nullptr && *options_json != '\0' ? options_json : "{}";
   const nlohmann::json options = nlohmann::json::parse(json_text, nullptr, false);
-  if (options.is_discarded()) throw_value("options are not valid JSON: " + std::string(json_text));
-  if (!options.is_object()) throw_value("options must be a JSON object, got " + options.dump());
+  if (options.is_discarded())
+    sdk::throw_value_error("options are not valid JSON: " + std::string(json_text));
+  if (!options.is_object())
+    sdk::throw_value_error("options must be a JSON object, got " + options.dump());
   PluginOptions result;
   bool cache_dir_given = false;
   for (const auto& [key, value] : options.items()) {

@@ -18,7 +18,7 @@ namespace {
 
 // How much archive_read_data() is asked for at a time, and how much is reserved up front for
 // an entry: a declared size is not trusted for a large allocation before the data arrives.
-constexpr size_t kChunk = size_t{1} << 20;
+constexpr size_t kReadChunk = size_t{1} << 20;
 constexpr size_t kMaxReserve = size_t{64} << 20;
 
 // Frees a libarchive reader (which also closes the file).
@@ -28,7 +28,6 @@ struct ReaderDeleter {
 using Reader = std::unique_ptr<struct archive, ReaderDeleter>;
 
 // Throws kiln::sdk::Error(KILN_ERROR_VALUE, message).
-[[noreturn]] void fail(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
 
 // libarchive's description of its last error, or a fallback.
 std::string reason(struct archive* a) {
@@ -62,7 +61,8 @@ std::string strip_current_dir(std::string name) {
 // that stands for the archive's own folder ("." or "./"), which is skipped.
 bool check_type(struct archive_entry* entry, const std::string& name, const std::string& where) {
   if (const char* target = archive_entry_hardlink(entry)) {
-    fail(where + " is a hard link (to '" + target + "'); packages hold regular files only");
+    sdk::throw_value_error(where + " is a hard link (to '" + target +
+                           "'); packages hold regular files only");
   }
   switch (archive_entry_filetype(entry)) {
     case AE_IFREG:
@@ -70,22 +70,23 @@ bool check_type(struct archive_entry* entry, const std::string& name, const std:
     case AE_IFDIR: {
       const std::string stripped = strip_current_dir(name);
       if (name == "." || stripped.empty() || stripped == ".") return false;
-      fail(where + " is a directory; packages are flat");
+      sdk::throw_value_error(where + " is a directory; packages are flat");
     }
     case AE_IFLNK: {
       const char* target = archive_entry_symlink(entry);
-      fail(where + " is a symbolic link (to '" + (target != nullptr ? target : "?") +
-           "'); packages hold regular files only");
+      sdk::throw_value_error(where + " is a symbolic link (to '" +
+                             (target != nullptr ? target : "?") +
+                             "'); packages hold regular files only");
     }
     case AE_IFCHR:
     case AE_IFBLK:
-      fail(where + " is a device file; packages hold regular files only");
+      sdk::throw_value_error(where + " is a device file; packages hold regular files only");
     case AE_IFIFO:
-      fail(where + " is a FIFO; packages hold regular files only");
+      sdk::throw_value_error(where + " is a FIFO; packages hold regular files only");
     case AE_IFSOCK:
-      fail(where + " is a socket; packages hold regular files only");
+      sdk::throw_value_error(where + " is a socket; packages hold regular files only");
     default:
-      fail(where + " is not a regular file");
+      sdk::throw_value_error(where + " is not a regular file");
   }
 }
 
@@ -100,15 +101,16 @@ std::vector<uint8_t> read_data(struct archive* a, uint64_t declared, uint64_t bu
     const size_t old_size = data.size();
     // One byte past the budget is enough to tell that the entry is too big.
     const uint64_t room = budget + 1 - old_size;
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, room));
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(kReadChunk, room));
     data.resize(old_size + want);
     const la_ssize_t n = archive_read_data(a, data.data() + old_size, want);
-    if (n < 0) fail(where + ": cannot read its data: " + reason(a));
+    if (n < 0) sdk::throw_value_error(where + ": cannot read its data: " + reason(a));
     data.resize(old_size + static_cast<size_t>(n));
     if (n == 0) break;
     if (data.size() > budget) {
-      fail(where + " makes the package larger than " + std::to_string(kMaxArchiveBytes >> 30) +
-           " GiB uncompressed, the most a package may hold");
+      sdk::throw_value_error(where + " makes the package larger than " +
+                             std::to_string(kMaxArchiveBytes >> 30) +
+                             " GiB uncompressed, the most a package may hold");
     }
   }
   return data;
@@ -132,7 +134,7 @@ std::vector<ArchiveFile> read_flat_archive(const std::string& path) {
       throw sdk::Error(error == ENOENT ? KILN_ERROR_NOT_FOUND : KILN_ERROR_RUNTIME,
                        "cannot open " + path + ": " + std::strerror(error));
     }
-    fail(path + ": not a readable tar archive: " + reason(a));
+    sdk::throw_value_error(path + ": not a readable tar archive: " + reason(a));
   }
 
   std::vector<ArchiveFile> files;
@@ -144,8 +146,9 @@ std::vector<ArchiveFile> read_flat_archive(const std::string& path) {
     const int status = archive_read_next_header(a, &entry);
     if (status == ARCHIVE_EOF) break;
     if (status < ARCHIVE_WARN) {
-      if (index == 0) fail(path + ": not a readable tar archive: " + reason(a));
-      fail(path + ": cannot read the entry after '" + previous + "': " + reason(a));
+      if (index == 0) sdk::throw_value_error(path + ": not a readable tar archive: " + reason(a));
+      sdk::throw_value_error(path + ": cannot read the entry after '" + previous +
+                             "': " + reason(a));
     }
     if (status == ARCHIVE_WARN) {
       sdk::log(KILN_LOG_WARN, "%s: %s", path.c_str(), reason(a).c_str());
@@ -153,40 +156,42 @@ std::vector<ArchiveFile> read_flat_archive(const std::string& path) {
     const char* raw = archive_entry_pathname(entry);
     if (raw == nullptr) raw = archive_entry_pathname_utf8(entry);
     if (raw == nullptr || *raw == '\0') {
-      fail(path + ": entry #" + std::to_string(index) + " has no name");
+      sdk::throw_value_error(path + ": entry #" + std::to_string(index) + " has no name");
     }
     const std::string name = raw;
     previous = name;
     const std::string where = path + ": entry '" + name + "'";
     // Path checks first: they are what an extracting tool would get wrong.
-    if (name[0] == '/') fail(where + " has an absolute path; packages hold relative names only");
-    if (has_parent_component(name)) fail(where + " has a '..' component");
+    if (name[0] == '/')
+      sdk::throw_value_error(where + " has an absolute path; packages hold relative names only");
+    if (has_parent_component(name)) sdk::throw_value_error(where + " has a '..' component");
     if (!check_type(entry, name, where)) continue;
     const std::string flat = strip_current_dir(name);
     if (flat.empty() || flat.find('/') != std::string::npos) {
-      fail(where + " is inside a folder; packages are flat");
+      sdk::throw_value_error(where + " is inside a folder; packages are flat");
     }
-    if (!names.insert(flat).second) fail(where + " appears more than once");
+    if (!names.insert(flat).second) sdk::throw_value_error(where + " appears more than once");
     if (files.size() == kMaxArchiveFiles) {
-      fail(path + ": more than " + std::to_string(kMaxArchiveFiles) +
-           " files, the most a package may hold");
+      sdk::throw_value_error(path + ": more than " + std::to_string(kMaxArchiveFiles) +
+                             " files, the most a package may hold");
     }
     const uint64_t budget = kMaxArchiveBytes - total;
     uint64_t declared = 0;
     if (archive_entry_size_is_set(entry)) {
       const la_int64_t size = archive_entry_size(entry);
-      if (size < 0) fail(where + " has a negative size");
+      if (size < 0) sdk::throw_value_error(where + " has a negative size");
       declared = static_cast<uint64_t>(size);
       if (declared > budget) {
-        fail(where + " is " + std::to_string(declared) + " bytes, which makes the package larger " +
-             "than " + std::to_string(kMaxArchiveBytes >> 30) +
-             " GiB uncompressed, the most a package may hold");
+        sdk::throw_value_error(where + " is " + std::to_string(declared) +
+                               " bytes, which makes the package larger " + "than " +
+                               std::to_string(kMaxArchiveBytes >> 30) +
+                               " GiB uncompressed, the most a package may hold");
       }
     }
     std::vector<uint8_t> data = read_data(a, declared, budget, where);
     if (archive_entry_size_is_set(entry) && data.size() != declared) {
-      fail(where + " is truncated: " + std::to_string(data.size()) + " of " +
-           std::to_string(declared) + " bytes");
+      sdk::throw_value_error(where + " is truncated: " + std::to_string(data.size()) + " of " +
+                             std::to_string(declared) + " bytes");
     }
     total += data.size();
     files.push_back(ArchiveFile{flat, std::move(data)});

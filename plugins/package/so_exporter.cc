@@ -95,7 +95,7 @@ size_t host_library_index(const PackageManifest& manifest, const char* exporter)
 }
 
 // KilnExporter::export_module; see make_so_exporter.
-KilnError* export_module(void* self, const KilnExportRequest* request, const char* path) {
+KilnError* export_so(void* self, const KilnExportRequest* request, const char* path) {
   const auto& flavor = *static_cast<const Flavor*>(self);
   const std::string context = std::string(flavor.name) + " exporter";
   return sdk::guard(context.c_str(), [&] {
@@ -163,7 +163,7 @@ KilnExporter make_exporter(const Flavor* flavor) {
   KilnExporter exporter = sdk::make_table<KilnExporter>();
   exporter.self = const_cast<Flavor*>(flavor);
   exporter.output_format = "so";
-  exporter.export_module = &export_module;
+  exporter.export_module = &export_so;
   return exporter;
 }
 

@@ -18,7 +18,7 @@ namespace {
 
 // How much archive_write_data() is given at a time: it takes a signed size, and bounded
 // chunks keep that far from overflowing for multi-GiB artifacts.
-constexpr size_t kChunk = size_t{1} << 20;
+constexpr size_t kWriteChunk = size_t{1} << 20;
 
 // Frees a libarchive writer. archive_write_free() also closes it, but the result of closing
 // is checked separately: that is where the final compressed block is written.
@@ -51,7 +51,7 @@ void add_file(struct archive* a, const std::string& name, const uint8_t* data, s
   archive_entry_set_mtime(entry.get(), mtime, 0);
   if (archive_write_header(a, entry.get()) != ARCHIVE_OK) fail(a, file, "entry '" + name + "'");
   for (size_t offset = 0; offset < size;) {
-    const size_t n = std::min(kChunk, size - offset);
+    const size_t n = std::min(kWriteChunk, size - offset);
     const la_ssize_t written = archive_write_data(a, data + offset, n);
     if (written <= 0) fail(a, file, "data of entry '" + name + "'");
     offset += static_cast<size_t>(written);
@@ -60,7 +60,7 @@ void add_file(struct archive* a, const std::string& name, const uint8_t* data, s
 }
 
 // KilnExporter::export_module; see make_tar_exporter.
-KilnError* export_module(void* /*self*/, const KilnExportRequest* request, const char* path) {
+KilnError* export_tar(void* /*self*/, const KilnExportRequest* request, const char* path) {
   return sdk::guard("tar exporter", [&] {
     if (path == nullptr) throw sdk::Error(KILN_ERROR_VALUE, "the output path is NULL");
     // Everything that can be checked is checked before the temporary file exists.
@@ -103,7 +103,7 @@ KilnError* export_module(void* /*self*/, const KilnExportRequest* request, const
 KilnExporter make_tar_exporter() {
   KilnExporter exporter = sdk::make_table<KilnExporter>();
   exporter.output_format = "tar";
-  exporter.export_module = &export_module;
+  exporter.export_module = &export_tar;
   return exporter;
 }
 

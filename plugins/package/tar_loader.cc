@@ -27,7 +27,6 @@ struct LoadedPackage {
 };
 
 // Throws kiln::sdk::Error(KILN_ERROR_VALUE, message).
-[[noreturn]] void fail(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
 
 // A package of one host library: TVM's object files linked together (tvm_objects.h).
 std::unique_ptr<LoadedPackage> linked_tvm_package(const std::vector<ArchiveFile>& files,
@@ -59,9 +58,9 @@ std::unique_ptr<LoadedPackage> read_package(const std::string& path) {
   const auto manifest_file = by_name.find(kManifestName);
   if (manifest_file == by_name.end()) {
     if (is_tvm_object_archive(files)) return linked_tvm_package(files, path);
-    fail(path + ": no entry '" + kManifestName +
-         "': not a Kiln module package (nor a TVM "
-         "export of object files)");
+    sdk::throw_value_error(path + ": no entry '" + kManifestName +
+                           "': not a Kiln module package (nor a TVM "
+                           "export of object files)");
   }
   const std::vector<uint8_t>& text = *manifest_file->second;
   auto package = std::make_unique<LoadedPackage>();
@@ -73,24 +72,26 @@ std::unique_ptr<LoadedPackage> read_package(const std::string& path) {
   for (const ManifestArtifact& a : package->manifest.artifacts) {
     const std::string where = path + ": entry '" + a.name + "'";
     const auto it = by_name.find(a.name);
-    if (it == by_name.end()) fail(where + ", listed in " + kManifestName + ", is missing");
+    if (it == by_name.end())
+      sdk::throw_value_error(where + ", listed in " + kManifestName + ", is missing");
     std::vector<uint8_t>& data = *it->second;
     if (data.size() != a.size) {
-      fail(where + " has " + std::to_string(data.size()) + " bytes but " + kManifestName +
-           " says " + std::to_string(a.size));
+      sdk::throw_value_error(where + " has " + std::to_string(data.size()) + " bytes but " +
+                             kManifestName + " says " + std::to_string(a.size));
     }
     if (!a.sha256.empty()) {
       const std::string actual = sdk::Sha256::hex(sdk::Sha256::of(data.data(), data.size()));
       if (actual != a.sha256) {
-        fail(where + " has SHA-256 " + actual + " but " + kManifestName + " says " + a.sha256 +
-             ": the package is corrupt or was altered");
+        sdk::throw_value_error(where + " has SHA-256 " + actual + " but " + kManifestName +
+                               " says " + a.sha256 + ": the package is corrupt or was altered");
       }
     }
     package->data.push_back(std::move(data));
     by_name.erase(it);
   }
   if (!by_name.empty()) {
-    fail(path + ": entry '" + by_name.begin()->first + "' is not listed in " + kManifestName);
+    sdk::throw_value_error(path + ": entry '" + by_name.begin()->first + "' is not listed in " +
+                           kManifestName);
   }
   for (size_t i = 0; i < package->manifest.artifacts.size(); ++i) {
     const ManifestArtifact& a = package->manifest.artifacts[i];

@@ -25,20 +25,15 @@ struct StartHandle {
 constexpr const char* kOverflowWarning =
     "Detected overflow when reading performance counter, setting value to -1.";
 
-// Throws kiln::sdk::Error(KILN_ERROR_VALUE, message).
-[[noreturn]] void throw_value(const std::string& message) {
-  throw sdk::Error(KILN_ERROR_VALUE, message);
-}
-
 // The `init` slot: a new CounterSet in `*state` (owned by the plugin until teardown), empty
 // unless a cpu device is among `devices` (borrowed). Warns once per plugin about each event
 // that cannot be counted. See make_perf_collector().
 KilnError* init(void* self, const DLDevice* devices, int32_t num_devices, void** state) {
   return sdk::guard("perf collector init", [&] {
-    if (state == nullptr) throw_value("the state pointer is NULL");
+    if (state == nullptr) sdk::throw_value_error("the state pointer is NULL");
     *state = nullptr;
     if (num_devices < 0 || (num_devices > 0 && devices == nullptr)) {
-      throw_value("invalid device list (" + std::to_string(num_devices) + " devices)");
+      sdk::throw_value_error("invalid device list (" + std::to_string(num_devices) + " devices)");
     }
     auto* plugin = static_cast<PluginState*>(self);
     const bool has_cpu = std::any_of(devices, devices + num_devices, [](const DLDevice& d) {
@@ -70,9 +65,10 @@ KilnError* init(void* self, const DLDevice* devices, int32_t num_devices, void**
 // non-cpu device or a state that counts nothing.
 KilnError* start(void* /*self*/, void* state, DLDevice device, void** handle) {
   return sdk::guard("perf collector start", [&] {
-    if (handle == nullptr) throw_value("the handle pointer is NULL");
+    if (handle == nullptr) sdk::throw_value_error("the handle pointer is NULL");
     *handle = nullptr;
-    if (state == nullptr) throw_value("the state is NULL (init failed or was not called)");
+    if (state == nullptr)
+      sdk::throw_value_error("the state is NULL (init failed or was not called)");
     const auto* counters = static_cast<const CounterSet*>(state);
     // The counters cover the whole process, so every cpu device id gets the same figures.
     if (sdk::device_type_code(device) != kDLCPU || counters->empty()) return;
@@ -87,11 +83,12 @@ KilnError* stop(void* self, void* state, void* handle, KilnMetricSink sink, void
   std::unique_ptr<StartHandle> begin(static_cast<StartHandle*>(handle));
   return sdk::guard("perf collector stop", [&] {
     if (begin == nullptr) return;
-    if (state == nullptr) throw_value("the state is NULL (init failed or was not called)");
-    if (sink == nullptr) throw_value("the metric sink is NULL");
+    if (state == nullptr)
+      sdk::throw_value_error("the state is NULL (init failed or was not called)");
+    if (sink == nullptr) sdk::throw_value_error("the metric sink is NULL");
     const auto* counters = static_cast<const CounterSet*>(state);
     if (begin->readings.size() != counters->size()) {
-      throw_value("the handle was not started on this state");
+      sdk::throw_value_error("the handle was not started on this state");
     }
     const std::vector<CounterReading> end = counters->read_all();
     for (std::size_t i = 0; i < end.size(); ++i) {

@@ -11,40 +11,35 @@
 namespace kiln::perf {
 namespace {
 
-// Throws kiln::sdk::Error(KILN_ERROR_VALUE, message).
-[[noreturn]] void throw_value(const std::string& message) {
-  throw sdk::Error(KILN_ERROR_VALUE, message);
-}
-
 // Returns the events named by the `events` option's `value`, or throws naming the problem.
 std::vector<const PerfEvent*> parse_events(const nlohmann::json& value) {
   if (!value.is_array()) {
-    throw_value(
+    sdk::throw_value_error(
         "option events = " + value.dump() +
         " is invalid: expected a list of event names (known events: " + known_event_names() + ")");
   }
   // An empty list would load a collector that never reports anything; a plugin-set entry
   // with `enabled: false` says that intent explicitly.
   if (value.empty()) {
-    throw_value("option events is empty: name at least one event (known events: " +
-                known_event_names() + "), or disable the plugin with enabled: false");
+    sdk::throw_value_error("option events is empty: name at least one event (known events: " +
+                           known_event_names() + "), or disable the plugin with enabled: false");
   }
   std::vector<const PerfEvent*> events;
   for (const nlohmann::json& item : value) {
     if (!item.is_string()) {
-      throw_value("option events: entry " + item.dump() +
-                  " is not a string (known events: " + known_event_names() + ")");
+      sdk::throw_value_error("option events: entry " + item.dump() +
+                             " is not a string (known events: " + known_event_names() + ")");
     }
     const std::string& name = item.get_ref<const std::string&>();
     const PerfEvent* event = find_event(name);
     if (event == nullptr) {
-      throw_value("option events: unknown event '" + name +
-                  "'; known events: " + known_event_names());
+      sdk::throw_value_error("option events: unknown event '" + name +
+                             "'; known events: " + known_event_names());
     }
     // A repeated event would be reported twice under one metric name, the second value
     // silently replacing the first in the profiler's row.
     if (std::find(events.begin(), events.end(), event) != events.end()) {
-      throw_value("option events: event '" + name + "' is listed twice");
+      sdk::throw_value_error("option events: event '" + name + "' is listed twice");
     }
     events.push_back(event);
   }
@@ -58,10 +53,10 @@ PluginOptions resolve_options(const char* options_json) {
       options_json != nullptr && *options_json != '\0' ? options_json : "{}";
   const nlohmann::json options = nlohmann::json::parse(json_text, nullptr, false);
   if (options.is_discarded()) {
-    throw_value("options are not valid JSON: " + std::string(json_text));
+    sdk::throw_value_error("options are not valid JSON: " + std::string(json_text));
   }
   if (!options.is_object()) {
-    throw_value("options must be a JSON object, got " + options.dump());
+    sdk::throw_value_error("options must be a JSON object, got " + options.dump());
   }
   PluginOptions result;
   bool events_given = false;

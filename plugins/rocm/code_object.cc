@@ -13,8 +13,6 @@
 namespace kiln::rocm {
 namespace {
 
-[[noreturn]] void bad(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
-
 // Bounds-checked little-endian reads from a byte span.
 class Reader {
  public:
@@ -30,9 +28,9 @@ class Reader {
   // Throws naming `field` unless `length` bytes at `offset` are inside the data.
   void need(uint64_t offset, uint64_t length, const std::string& field) const {
     if (!fits(offset, length)) {
-      bad(what_ + " is truncated or corrupt: " + field + " (" + std::to_string(length) +
-          " bytes at offset " + std::to_string(offset) + ") lies outside its " +
-          std::to_string(data_.size()) + " bytes");
+      sdk::throw_value_error(what_ + " is truncated or corrupt: " + field + " (" +
+                             std::to_string(length) + " bytes at offset " + std::to_string(offset) +
+                             ") lies outside its " + std::to_string(data_.size()) + " bytes");
     }
   }
 
@@ -143,14 +141,16 @@ TargetId target_from_flags(uint32_t flags, int version) {
 std::string read_name(const Reader& r, uint64_t table, uint64_t size, uint32_t offset,
                       const std::string& field) {
   if (offset >= size) {
-    bad(r.what() + " is corrupt: " + field + " name offset " + std::to_string(offset) +
-        " is outside its string table of " + std::to_string(size) + " bytes");
+    sdk::throw_value_error(r.what() + " is corrupt: " + field + " name offset " +
+                           std::to_string(offset) + " is outside its string table of " +
+                           std::to_string(size) + " bytes");
   }
   const std::span<const uint8_t> bytes = r.bytes(table + offset, size - offset, field + " name");
   const auto* begin = reinterpret_cast<const char*>(bytes.data());
   const void* nul = std::memchr(begin, 0, bytes.size());
   if (nul == nullptr) {
-    bad(r.what() + " is corrupt: " + field + " name is not NUL-terminated inside its string table");
+    sdk::throw_value_error(r.what() + " is corrupt: " + field +
+                           " name is not NUL-terminated inside its string table");
   }
   return std::string(begin, static_cast<const char*>(nul));
 }
@@ -258,25 +258,28 @@ bool is_compressed_offload_bundle(std::span<const uint8_t> data) {
 AmdgpuElf parse_amdgpu_elf(std::span<const uint8_t> data, const std::string& what) {
   const Reader r(data, what);
   if (!is_elf(data)) {
-    bad(what + " is not an ELF file (first bytes: " + leading_bytes(data) + ")");
+    sdk::throw_value_error(what + " is not an ELF file (first bytes: " + leading_bytes(data) + ")");
   }
   r.need(0, kElfHeaderSize, "the ELF header");
   const uint8_t elf_class = data[4];
   const uint8_t encoding = data[5];
   if (elf_class != 2) {
-    bad(what + " is a " + (elf_class == 1 ? std::string("32-bit") : "class " + hex(elf_class)) +
-        " ELF; AMDGPU code objects are 64-bit");
+    sdk::throw_value_error(what + " is a " +
+                           (elf_class == 1 ? std::string("32-bit") : "class " + hex(elf_class)) +
+                           " ELF; AMDGPU code objects are 64-bit");
   }
-  if (encoding != 1) bad(what + " is not a little-endian ELF; AMDGPU code objects are");
+  if (encoding != 1)
+    sdk::throw_value_error(what + " is not a little-endian ELF; AMDGPU code objects are");
   const auto machine = r.read<uint16_t>(18, "e_machine");
   if (machine != kEmAmdgpu) {
-    bad(what + " is an ELF for machine " + std::to_string(machine) +
-        (machine == 62 ? " (x86-64)" : "") + ", not AMDGPU (e_machine 0xe0, 224)");
+    sdk::throw_value_error(what + " is an ELF for machine " + std::to_string(machine) +
+                           (machine == 62 ? " (x86-64)" : "") +
+                           ", not AMDGPU (e_machine 0xe0, 224)");
   }
   const uint8_t os_abi = data[7];
   if (os_abi != kElfOsAbiAmdgpuHsa) {
-    bad(what + " has ELF OS ABI " + std::to_string(os_abi) +
-        ", not AMDGPU_HSA (64): it is not a HIP code object");
+    sdk::throw_value_error(what + " has ELF OS ABI " + std::to_string(os_abi) +
+                           ", not AMDGPU_HSA (64): it is not a HIP code object");
   }
   AmdgpuElf elf;
   elf.code_object_version = data[8] + 2;  // EI_ABIVERSION 0 = v2, 1 = v3, ...
@@ -289,16 +292,17 @@ AmdgpuElf parse_amdgpu_elf(std::span<const uint8_t> data, const std::string& wha
   uint64_t shnum = r.read<uint16_t>(60, "e_shnum");
   if (shoff == 0) return elf;  // no section table: no symbols to read
   if (shentsize != kSectionHeaderSize) {
-    bad(what + " is corrupt: e_shentsize is " + std::to_string(shentsize) + ", expected 64");
+    sdk::throw_value_error(what + " is corrupt: e_shentsize is " + std::to_string(shentsize) +
+                           ", expected 64");
   }
   if (shnum == 0) {
     // More than 0xff00 sections: the count is in section 0's sh_size.
     shnum = r.read<uint64_t>(shoff + 32, "section 0 sh_size");
   }
   if (shnum > kMaxSections || !r.fits(shoff, shnum * kSectionHeaderSize)) {
-    bad(what + " is truncated or corrupt: its section table (" + std::to_string(shnum) +
-        " sections at offset " + std::to_string(shoff) + ") does not fit in its " +
-        std::to_string(data.size()) + " bytes");
+    sdk::throw_value_error(what + " is truncated or corrupt: its section table (" +
+                           std::to_string(shnum) + " sections at offset " + std::to_string(shoff) +
+                           ") does not fit in its " + std::to_string(data.size()) + " bytes");
   }
   struct Section {
     uint32_t type;
@@ -324,13 +328,13 @@ AmdgpuElf parse_amdgpu_elf(std::span<const uint8_t> data, const std::string& wha
     if (s.type != kShtSymtab && s.type != kShtDynsym) continue;
     const std::string field = "symbol table (section " + std::to_string(i) + ")";
     if (s.entsize != kSymbolSize) {
-      bad(what + " is corrupt: " + field + " has entry size " + std::to_string(s.entsize) +
-          ", expected 24");
+      sdk::throw_value_error(what + " is corrupt: " + field + " has entry size " +
+                             std::to_string(s.entsize) + ", expected 24");
     }
     r.need(s.offset, s.size, field);
     if (s.link >= sections.size() || sections[s.link].type != kShtStrtab) {
-      bad(what + " is corrupt: " + field + " links to section " + std::to_string(s.link) +
-          ", which is not a string table");
+      sdk::throw_value_error(what + " is corrupt: " + field + " links to section " +
+                             std::to_string(s.link) + ", which is not a string table");
     }
     const Section& strtab = sections[s.link];
     r.need(strtab.offset, strtab.size, "string table (section " + std::to_string(s.link) + ")");
@@ -359,8 +363,9 @@ AmdgpuElf parse_amdgpu_elf(std::span<const uint8_t> data, const std::string& wha
 std::vector<BundleEntry> parse_offload_bundle(std::span<const uint8_t> data) {
   const Reader r(data, "the offload bundle");
   if (!is_offload_bundle(data)) {
-    bad("not a clang offload bundle: it does not start with " + std::string(kBundleMagic) +
-        " (first bytes: " + leading_bytes(data) + ")");
+    sdk::throw_value_error("not a clang offload bundle: it does not start with " +
+                           std::string(kBundleMagic) + " (first bytes: " + leading_bytes(data) +
+                           ")");
   }
   uint64_t at = kBundleMagic.size();
   const auto count = r.read<uint64_t>(at, "the entry count");
@@ -368,11 +373,12 @@ std::vector<BundleEntry> parse_offload_bundle(std::span<const uint8_t> data) {
   // Each entry takes at least 24 header bytes (offset, size, triple length).
   constexpr uint64_t kEntryHeader = 24;
   const uint64_t room = (data.size() - at) / kEntryHeader;
-  if (count == 0) bad("the offload bundle declares no entries");
+  if (count == 0) sdk::throw_value_error("the offload bundle declares no entries");
   if (count > kMaxBundleEntries || count > room) {
-    bad("the offload bundle is corrupt: it declares " + std::to_string(count) +
-        " entries, but its " + std::to_string(data.size()) + " bytes hold at most " +
-        std::to_string(std::min<uint64_t>(room, kMaxBundleEntries)));
+    sdk::throw_value_error("the offload bundle is corrupt: it declares " + std::to_string(count) +
+                           " entries, but its " + std::to_string(data.size()) +
+                           " bytes hold at most " +
+                           std::to_string(std::min<uint64_t>(room, kMaxBundleEntries)));
   }
   std::vector<BundleEntry> entries;
   entries.reserve(static_cast<size_t>(count));
@@ -387,15 +393,18 @@ std::vector<BundleEntry> parse_offload_bundle(std::span<const uint8_t> data) {
     at += triple_size;
     for (uint8_t c : triple) {
       if (c < 0x20 || c > 0x7e) {
-        bad("the offload bundle is corrupt: " + field + " has a triple with non-printable bytes");
+        sdk::throw_value_error("the offload bundle is corrupt: " + field +
+                               " has a triple with non-printable bytes");
       }
     }
     e.triple.assign(triple.begin(), triple.end());
-    if (e.triple.empty()) bad("the offload bundle is corrupt: " + field + " has an empty triple");
+    if (e.triple.empty())
+      sdk::throw_value_error("the offload bundle is corrupt: " + field + " has an empty triple");
     if (!r.fits(e.offset, e.size)) {
-      bad("the offload bundle is truncated or corrupt: " + field + " ('" + e.triple + "') spans " +
-          std::to_string(e.size) + " bytes at offset " + std::to_string(e.offset) +
-          ", outside its " + std::to_string(data.size()) + " bytes");
+      sdk::throw_value_error("the offload bundle is truncated or corrupt: " + field + " ('" +
+                             e.triple + "') spans " + std::to_string(e.size) + " bytes at offset " +
+                             std::to_string(e.offset) + ", outside its " +
+                             std::to_string(data.size()) + " bytes");
     }
     e.target = bundle_target(e.triple);
     entries.push_back(std::move(e));
@@ -407,14 +416,16 @@ SelectedCodeObject select_code_object(std::span<const uint8_t> data,
                                       std::string_view device_target) {
   const std::optional<TargetId> device = parse_target_id(device_target);
   if (is_compressed_offload_bundle(data)) {
-    bad("the code object is a compressed offload bundle (magic CCOB), which the rocm plugin does "
+    sdk::throw_value_error(
+        "the code object is a compressed offload bundle (magic CCOB), which the rocm plugin does "
         "not unpack; build it without --offload-compress, or unbundle it with "
         "clang-offload-bundler");
   }
   if (is_offload_bundle(data)) {
     const std::vector<BundleEntry> entries = parse_offload_bundle(data);
     if (!device) {
-      bad("cannot pick an entry of the offload bundle: the device's architecture '" +
+      sdk::throw_value_error(
+          "cannot pick an entry of the offload bundle: the device's architecture '" +
           std::string(device_target) + "' is not a valid target ID");
     }
     const BundleEntry* best = nullptr;
@@ -430,7 +441,8 @@ SelectedCodeObject select_code_object(std::span<const uint8_t> data,
       }
     }
     if (best == nullptr) {
-      bad("the offload bundle has no code object for the device's architecture " + device->str() +
+      sdk::throw_value_error(
+          "the offload bundle has no code object for the device's architecture " + device->str() +
           "; its entries: " + join(triples) + " (rebuild with --offload-arch=" + device->processor +
           ")");
     }
@@ -439,14 +451,15 @@ SelectedCodeObject select_code_object(std::span<const uint8_t> data,
     out.image = data.subspan(static_cast<size_t>(best->offset), static_cast<size_t>(best->size));
     out.elf = parse_amdgpu_elf(out.image, "the " + origin);
     if (!out.elf.target.processor.empty() && out.elf.target.processor != best->target->processor) {
-      bad("the " + origin + " holds a code object for " + out.elf.target_name() + ", not " +
-          best->target->processor);
+      sdk::throw_value_error("the " + origin + " holds a code object for " + out.elf.target_name() +
+                             ", not " + best->target->processor);
     }
     out.origin = origin;
     return out;
   }
   if (!is_elf(data)) {
-    bad("not a HIP code object: expected an AMDGPU ELF (magic 7f 45 4c 46, e_machine 0xe0) or "
+    sdk::throw_value_error(
+        "not a HIP code object: expected an AMDGPU ELF (magic 7f 45 4c 46, e_machine 0xe0) or "
         "a clang offload bundle (" +
         std::string(kBundleMagic) + "); got " + std::to_string(data.size()) +
         " bytes starting with " + leading_bytes(data));
@@ -456,9 +469,10 @@ SelectedCodeObject select_code_object(std::span<const uint8_t> data,
   out.elf = parse_amdgpu_elf(data, "the code object");
   out.origin = "code object for " + out.elf.target_name();
   if (device && !out.elf.target.processor.empty() && !target_compatible(out.elf.target, *device)) {
-    bad("the code object is for " + out.elf.target_name() + " but the device is " + device->str() +
-        "; rebuild it with --offload-arch=" + device->processor +
-        " or use an offload bundle that has that architecture");
+    sdk::throw_value_error("the code object is for " + out.elf.target_name() +
+                           " but the device is " + device->str() +
+                           "; rebuild it with --offload-arch=" + device->processor +
+                           " or use an offload bundle that has that architecture");
   }
   return out;
 }
@@ -467,10 +481,11 @@ void check_kernels_present(const AmdgpuElf& elf, const std::vector<std::string>&
                            const std::string& origin) {
   for (const std::string& name : kernels) {
     if (std::binary_search(elf.kernels.begin(), elf.kernels.end(), name)) continue;
-    bad("the metadata describes kernel '" + name + "' but the " + origin + " has no such kernel" +
-        (elf.kernels.empty() ? std::string(" (it has no kernel symbols at all)")
-                             : " (its kernels: " + join(elf.kernels) + ")") +
-        "; a kernel must be declared extern \"C\" __global__ to keep its name");
+    sdk::throw_value_error("the metadata describes kernel '" + name + "' but the " + origin +
+                           " has no such kernel" +
+                           (elf.kernels.empty() ? std::string(" (it has no kernel symbols at all)")
+                                                : " (its kernels: " + join(elf.kernels) + ")") +
+                           "; a kernel must be declared extern \"C\" __global__ to keep its name");
   }
 }
 

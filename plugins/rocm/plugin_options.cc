@@ -10,12 +10,10 @@
 namespace kiln::rocm {
 namespace {
 
-[[noreturn]] void bad(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
-
 std::string string_option(const std::string& key, const nlohmann::json& value) {
   if (!value.is_string()) {
-    bad("option " + key + " = " + value.dump() +
-        " is invalid: expected a string (a library name or path)");
+    sdk::throw_value_error("option " + key + " = " + value.dump() +
+                           " is invalid: expected a string (a library name or path)");
   }
   return value.get<std::string>();
 }
@@ -26,8 +24,10 @@ PluginOptions parse_plugin_options(const char* options_json) {
   const std::string_view text =
       options_json != nullptr && *options_json != '\0' ? options_json : "{}";
   const nlohmann::json options = nlohmann::json::parse(text, nullptr, false);
-  if (options.is_discarded()) bad("options are not valid JSON: " + std::string(text));
-  if (!options.is_object()) bad("options must be a JSON object, got " + options.dump());
+  if (options.is_discarded())
+    sdk::throw_value_error("options are not valid JSON: " + std::string(text));
+  if (!options.is_object())
+    sdk::throw_value_error("options must be a JSON object, got " + options.dump());
   PluginOptions out;
   for (const auto& [key, value] : options.items()) {
     if (key == "hip_library") {
@@ -36,16 +36,18 @@ PluginOptions parse_plugin_options(const char* options_json) {
       out.hiprtc_library = string_option(key, value);
     } else if (key == "compile_options") {
       if (!value.is_array()) {
-        bad("option compile_options = " + value.dump() + " is invalid: expected a list of strings");
+        sdk::throw_value_error("option compile_options = " + value.dump() +
+                               " is invalid: expected a list of strings");
       }
       for (const auto& item : value) {
         if (!item.is_string()) {
-          bad("option compile_options = " + value.dump() + " is invalid: " + item.dump() +
-              " is not a string");
+          sdk::throw_value_error("option compile_options = " + value.dump() +
+                                 " is invalid: " + item.dump() + " is not a string");
         }
         const std::string o = item.get<std::string>();
         if (o.rfind("--gpu-architecture", 0) == 0 || o.rfind("--offload-arch", 0) == 0) {
-          bad("option compile_options: '" + o +
+          sdk::throw_value_error(
+              "option compile_options: '" + o +
               "' is not allowed: the architecture is the device's (its gcnArchName)");
         }
         out.compile_options.push_back(o);

@@ -17,10 +17,8 @@ namespace {
 // hipMalloc's guaranteed alignment; larger requests are over-allocated.
 constexpr size_t kMallocAlignment = 256;
 
-[[noreturn]] void bad(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
-
 void check_pointer(const void* p, size_t nbytes, const char* what) {
-  if (p == nullptr && nbytes > 0) bad(std::string(what) + " is NULL");
+  if (p == nullptr && nbytes > 0) sdk::throw_value_error(std::string(what) + " is NULL");
 }
 
 std::string slot_device(const char* slot, int32_t device_id) {
@@ -70,7 +68,8 @@ void* RocmDevice::alloc(int32_t device_id, size_t nbytes, size_t alignment) {
   PluginState& state = state_;
   state.use_device(device_id);
   if (alignment != 0 && (alignment & (alignment - 1)) != 0) {
-    bad("alloc: alignment " + std::to_string(alignment) + " is not a power of two");
+    sdk::throw_value_error("alloc: alignment " + std::to_string(alignment) +
+                           " is not a power of two");
   }
   const HipApi& api = state.api();
   const size_t size = nbytes == 0 ? 1 : nbytes;
@@ -228,7 +227,7 @@ void* RocmDevice::timer_create(int32_t device_id) {
 }
 
 void RocmDevice::timer_start(void* timer, void* stream) {
-  if (timer == nullptr) bad("timer_start: timer is NULL");
+  if (timer == nullptr) sdk::throw_value_error("timer_start: timer is NULL");
   auto* t = static_cast<Timer*>(timer);
   PluginState& state = state_;
   state.use_device(t->device_id);
@@ -240,9 +239,9 @@ void RocmDevice::timer_start(void* timer, void* stream) {
 }
 
 void RocmDevice::timer_stop(void* timer, void* stream) {
-  if (timer == nullptr) bad("timer_stop: timer is NULL");
+  if (timer == nullptr) sdk::throw_value_error("timer_stop: timer is NULL");
   auto* t = static_cast<Timer*>(timer);
-  if (!t->started) bad("timer_stop before timer_start");
+  if (!t->started) sdk::throw_value_error("timer_stop before timer_start");
   PluginState& state = state_;
   state.use_device(t->device_id);
   const HipApi& api = state.api();
@@ -251,9 +250,10 @@ void RocmDevice::timer_stop(void* timer, void* stream) {
 }
 
 int64_t RocmDevice::timer_elapsed_ns(void* timer) {
-  if (timer == nullptr) bad("timer_elapsed_ns: timer is NULL");
+  if (timer == nullptr) sdk::throw_value_error("timer_elapsed_ns: timer is NULL");
   auto* t = static_cast<Timer*>(timer);
-  if (!t->stopped) bad("timer_elapsed_ns: the timer was not started and stopped");
+  if (!t->stopped)
+    sdk::throw_value_error("timer_elapsed_ns: the timer was not started and stopped");
   PluginState& state = state_;
   state.use_device(t->device_id);
   const HipApi& api = state.api();
@@ -279,7 +279,7 @@ void RocmDevice::timer_destroy(void* timer) noexcept {
 
 void* RocmDevice::module_load(int32_t device_id, const void* data, size_t size, const char* format,
                               const char* metadata_json) {
-  if (data == nullptr && size > 0) bad("module_load: data is NULL");
+  if (data == nullptr && size > 0) sdk::throw_value_error("module_load: data is NULL");
   const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(data), data ? size : 0);
   return load_module(state_, device_id, bytes, format != nullptr ? format : "(null)",
                      metadata_json != nullptr ? metadata_json : "")
@@ -287,7 +287,8 @@ void* RocmDevice::module_load(int32_t device_id, const void* data, size_t size, 
 }
 
 void* RocmDevice::module_get_kernel(void* module, const char* name) {
-  if (module == nullptr || name == nullptr) bad("module_get_kernel: module or name is NULL");
+  if (module == nullptr || name == nullptr)
+    sdk::throw_value_error("module_get_kernel: module or name is NULL");
   return &get_kernel(state_, *static_cast<RocmModule*>(module), name);
 }
 
@@ -297,7 +298,7 @@ void RocmDevice::module_unload(void* module) noexcept {
 
 void RocmDevice::launch(void* kernel, const KilnAny* args, int32_t num_args, const uint32_t grid[3],
                         const uint32_t block[3], uint32_t dynamic_shared_bytes, void* stream) {
-  if (kernel == nullptr) bad("launch: kernel is NULL");
+  if (kernel == nullptr) sdk::throw_value_error("launch: kernel is NULL");
   launch_kernel(state_, *static_cast<RocmKernel*>(kernel), args, num_args, grid, block,
                 dynamic_shared_bytes, stream);
 }

@@ -13,8 +13,6 @@
 namespace kiln::rocm {
 namespace {
 
-[[noreturn]] void bad(const std::string& message) { throw sdk::Error(KILN_ERROR_VALUE, message); }
-
 std::vector<std::string> kernel_names(const sdk::ModuleMetadata& metadata) {
   std::vector<std::string> names;
   for (const auto& [name, info] : metadata.kernels) names.push_back(name);
@@ -27,8 +25,8 @@ std::vector<uint8_t> compile_source(PluginState& state, std::span<const uint8_t>
                                     const sdk::ModuleMetadata& metadata) {
   if (const void* nul = std::memchr(data.data(), 0, data.size())) {
     const auto at = static_cast<const uint8_t*>(nul) - data.data();
-    bad("hip_source contains a NUL byte at offset " + std::to_string(at) +
-        ": it is not HIP source text (use format 'hsaco' for code objects)");
+    sdk::throw_value_error("hip_source contains a NUL byte at offset " + std::to_string(at) +
+                           ": it is not HIP source text (use format 'hsaco' for code objects)");
   }
   const Hiprtc& rtc = state.hiprtc();
   const std::vector<std::string> options =
@@ -38,7 +36,8 @@ std::vector<uint8_t> compile_source(PluginState& state, std::span<const uint8_t>
   if (!result.ok) {
     std::string joined;
     for (const std::string& o : options) joined += (joined.empty() ? "" : " ") + o;
-    bad("hiprtc could not compile the HIP source for " + target + " (" + rtc.library + ", " +
+    sdk::throw_value_error(
+        "hiprtc could not compile the HIP source for " + target + " (" + rtc.library + ", " +
         result.status_text + "; options: " + joined + ")" +
         (result.log.empty() ? std::string(", and wrote no log") : ":\n" + result.log));
   }
@@ -57,10 +56,12 @@ std::unique_ptr<RocmModule> load_module(PluginState& state, int32_t device_id,
   // Without a device every slot reports why, before looking at its arguments.
   const DeviceInfo& device = state.use_device(device_id);
   if (format != kFormatHsaco && format != kFormatHipSource) {
-    bad("rocm backend cannot load format '" + format + "' (it loads '" + kFormatHsaco +
-        "' code objects and '" + kFormatHipSource + "' HIP source)");
+    sdk::throw_value_error("rocm backend cannot load format '" + format + "' (it loads '" +
+                           kFormatHsaco + "' code objects and '" + kFormatHipSource +
+                           "' HIP source)");
   }
-  if (data.empty()) bad("module_load: the " + format + " module is empty (0 bytes)");
+  if (data.empty())
+    sdk::throw_value_error("module_load: the " + format + " module is empty (0 bytes)");
   auto module = std::make_unique<RocmModule>();
   module->device_id = device_id;
   module->metadata = sdk::parse_module_metadata(metadata_json);
@@ -130,8 +131,9 @@ void launch_kernel(PluginState& state, RocmKernel& kernel, const KilnAny* args, 
                    const uint32_t* grid, const uint32_t* block, uint32_t dynamic_shared_bytes,
                    void* stream) {
   if (num_args < 0 || (num_args > 0 && args == nullptr)) {
-    bad("launch of kernel '" + kernel.info.name + "': the argument array is malformed (" +
-        std::to_string(num_args) + " arguments" + (args == nullptr ? ", NULL array)" : ")"));
+    sdk::throw_value_error("launch of kernel '" + kernel.info.name +
+                           "': the argument array is malformed (" + std::to_string(num_args) +
+                           " arguments" + (args == nullptr ? ", NULL array)" : ")"));
   }
   const int32_t device_id = kernel.module->device_id;
   const DeviceInfo& device = state.use_device(device_id);

@@ -26,6 +26,7 @@
 
 #include "kiln/error.h"
 #include "llm/error_of.h"
+#include "llm/kv_pool_helpers.h"
 
 namespace kiln::llm {
 namespace {
@@ -58,10 +59,7 @@ struct CopyLog {
   }
 };
 
-// A copy callback for calls that must not copy anything.
-void no_copy(int32_t src, int32_t dst, int32_t length) {
-  ADD_FAILURE() << "unexpected page copy " << src << " -> " << dst << " (" << length << ")";
-}
+using ::kiln::llm::testing::no_copy;
 
 // Everything the pool shows of itself for the sequence ids in `ids` (absent: length -1).
 struct Observed {
@@ -127,9 +125,7 @@ void expect_unchanged(const KvBlockPool& before, const KvBlockPool& after,
   EXPECT_EQ(drain_slots(after, chunk), drain_slots(before, chunk));
 }
 
-ForwardPlan plan_of(KvBlockPool& pool, std::vector<int64_t> ids, std::vector<int64_t> lengths) {
-  return pool.plan(ids, lengths);
-}
+using ::kiln::llm::testing::plan_of;
 
 // plan()'s tables must describe what each sequence holds: the entries of every depth a
 // sequence's query rows fall in list, depth after depth, exactly the slots of its cached tokens

@@ -20,6 +20,7 @@
 #include "kiln/error.h"
 #include "kv_block_pool.h"
 #include "llm/error_of.h"
+#include "llm/kv_pool_helpers.h"
 
 namespace kiln::llm {
 namespace {
@@ -29,14 +30,9 @@ using ::testing::HasSubstr;
 
 using ::kiln::llm::testing::error_of;
 
-// A copy callback for calls that must not copy anything.
-void no_copy(int32_t src, int32_t dst, int32_t length) {
-  ADD_FAILURE() << "unexpected page copy " << src << " -> " << dst << " (" << length << ")";
-}
+using ::kiln::llm::testing::no_copy;
 
-ForwardPlan plan_of(KvBlockPool& pool, std::vector<int64_t> ids, std::vector<int64_t> lengths) {
-  return pool.plan(ids, lengths);
-}
+using ::kiln::llm::testing::plan_of;
 
 // Page size 4, `pages` pages, at most 8 sequences and 64 tokens a pass, sliding window on.
 KvBlockPool sliding_pool(int64_t pages = 16) { return KvBlockPool(pages, 4, 8, 64, true); }

@@ -395,7 +395,7 @@ TEST(RpcEvaluationBounds, AReaderAtATrickleLosesItsSlot) {
     auto server = start_server(isolation, {"--write-timeout", "3", "-v"});
     ASSERT_GT(server.port, 0) << server.process->log();
     RawClient client(server.port);
-    const uint64_t n = 24ull << 20;
+    const uint64_t n = 8ull << 20;
     upload(client, n);
     // A small receive buffer: the reply waits in the server, not in this socket.
     const int small = 16 * 1024;
@@ -406,15 +406,16 @@ TEST(RpcEvaluationBounds, AReaderAtATrickleLosesItsSlot) {
     w.str("big.bin");
     client.conn().write_frame(wire::Code::kDownload, body);
     // The attack of issue 27 (32 KB/s against the 60 s write timeout), scaled to a short test:
-    // 1.5 MiB every 2.5 s (0.6 MiB/s) lets every send of the server make progress within its
-    // 3 s write timeout, so only a bound on the whole message (3 s + 24 MiB at 1 MiB/s) ends
-    // it; taking the whole reply would need 40 s, and the slot stayed taken after it. (What the
-    // server had queued still arrives after it gave up: the slot, not this socket, tells.)
+    // 0.75 MiB every 2.5 s (0.3 MiB/s) lets every send of the server make progress within its
+    // 3 s write timeout, so only a bound on the whole message (3 s + 8 MiB at 1 MiB/s = 11 s)
+    // ends it; taking the whole reply would need 27 s, and the slot stayed taken after it.
+    // (What the server had queued still arrives after it gave up: the slot, not this socket,
+    // tells.)
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> taken{0};
     std::thread reader([&] {
       while (!stop) {
-        for (uint64_t burst = 0; burst < (3ull << 19) && !stop;) {
+        for (uint64_t burst = 0; burst < (3ull << 18) && !stop;) {
           if (poll_until(fd, POLLIN, std::chrono::steady_clock::now() + 100ms) <= 0) continue;
           char chunk[64 * 1024];
           const ssize_t got = ::recv(fd, chunk, sizeof(chunk), MSG_DONTWAIT);
@@ -443,9 +444,9 @@ TEST(RpcEvaluationBounds, AWriterAtATrickleLosesItsSlot) {
     auto server = start_server(isolation, {"--idle-timeout", "1", "-v"});
     ASSERT_GT(server.port, 0) << server.process->log();
     RawClient client(server.port);
-    // 16 MiB announced, then 1 KiB every 250 ms: each read makes progress within the idle
-    // timeout; the whole upload may take 1 s + 16 s.
-    test::start_upload(client.conn(), 16ull << 20, 1024);
+    // 4 MiB announced, then 1 KiB every 250 ms: each read makes progress within the idle
+    // timeout; the whole upload may take 1 s + 4 s (at 4 KiB/s it would need 17 minutes).
+    test::start_upload(client.conn(), 4ull << 20, 1024);
     const int fd = client.conn().fd();
     const auto deadline = std::chrono::steady_clock::now() + 120s;
     bool closed = false;

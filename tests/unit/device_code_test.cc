@@ -26,7 +26,7 @@ constexpr const char* kVectorAddMetadata =
         "kernels": {"vector_add": {"args": ["tensor", "tensor", "tensor", "float32"],
                                    "launch": ["blockIdx.x", "threadIdx.x"]}}})";
 
-void write_file(const fs::path& path, const std::string& text) {
+void write_text_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
 }
@@ -36,7 +36,7 @@ void write_file(const fs::path& path, const std::string& text) {
 fs::path cpu_device_code(const fs::path& dir, const std::string& metadata) {
   const fs::path path = dir / "vector_add.kcpu";
   fs::copy_file(fs::path(KILN_EXAMPLE_KERNEL_DIR) / "libvector_add.so", path);
-  write_file(path.string() + ".json", metadata);
+  write_text_file(path.string() + ".json", metadata);
   return path;
 }
 
@@ -149,14 +149,15 @@ TEST(DeviceCode, ALaunchOnAnotherDeviceIsCheckedAfterACachedOne) {
 TEST(DeviceCode, SidecarErrorsNameTheFile) {
   TempDir dir;
   const fs::path code = dir.path() / "k.cl";
-  write_file(code, "__kernel void k() {}");
+  write_text_file(code, "__kernel void k() {}");
   try {
     load_module(code);
     FAIL() << "device code without metadata accepted";
   } catch (const NotFoundError& e) {
     EXPECT_THAT(e.what(), HasSubstr("expected the sidecar file " + code.string() + ".json"));
   }
-  write_file(code.string() + ".json", R"({"kernels": {"k": {"args": ["tensor", "complex"]}}})");
+  write_text_file(code.string() + ".json",
+                  R"({"kernels": {"k": {"args": ["tensor", "complex"]}}})");
   try {
     load_module(code);
     FAIL() << "an unknown argument kind accepted";
@@ -164,10 +165,10 @@ TEST(DeviceCode, SidecarErrorsNameTheFile) {
     EXPECT_THAT(e.what(), HasSubstr(code.string() + ".json: kernel metadata: kernels.k.args[1]: "
                                                     "unknown argument kind 'complex'"));
   }
-  write_file(code.string() + ".json", "{not json");
+  write_text_file(code.string() + ".json", "{not json");
   EXPECT_THROW(load_module(code), ValueError);
-  write_file(code.string() + ".json",
-             R"({"kernels": {"k": {"launch": ["threadIdx.x", "threadIdx.x"]}}})");
+  write_text_file(code.string() + ".json",
+                  R"({"kernels": {"k": {"launch": ["threadIdx.x", "threadIdx.x"]}}})");
   try {
     load_module(code);
     FAIL() << "a repeated launch tag accepted";
@@ -176,8 +177,8 @@ TEST(DeviceCode, SidecarErrorsNameTheFile) {
   }
   // An extension with no known format needs "format" and "target".
   const fs::path odd = dir.path() / "k.weird";
-  write_file(odd, "bytes");
-  write_file(odd.string() + ".json", R"({"kernels": {"k": {}}})");
+  write_text_file(odd, "bytes");
+  write_text_file(odd.string() + ".json", R"({"kernels": {"k": {}}})");
   try {
     load_module(odd);
     FAIL() << "device code of unknown format accepted";
@@ -185,7 +186,7 @@ TEST(DeviceCode, SidecarErrorsNameTheFile) {
     EXPECT_THAT(e.what(), HasSubstr("names no device code format"));
   }
   // No kernels at all.
-  write_file(odd.string() + ".json", R"({"format": "so", "target": "cpu"})");
+  write_text_file(odd.string() + ".json", R"({"format": "so", "target": "cpu"})");
   try {
     load_module(odd);
     FAIL() << "metadata without kernels accepted";

@@ -49,7 +49,7 @@ TEST(MannWhitney, MatchesScipy) {
   };
   for (const Case& c : cases) {
     const UTestResult r = mann_whitney_u(c.x, c.y);
-    SCOPED_TRACE(testing::Message()
+    SCOPED_TRACE(::testing::Message()
                  << "x[0]=" << c.x[0] << " n=" << c.x.size() << "/" << c.y.size());
     EXPECT_DOUBLE_EQ(r.u, c.u);
     EXPECT_NEAR(r.p_value, c.p, 1e-12 * c.p + 1e-15);

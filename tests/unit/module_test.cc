@@ -14,11 +14,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string kernel(const std::string& name) {
+std::string module_kernel(const std::string& name) {
   return std::string(KILN_EXAMPLE_KERNEL_DIR) + "/lib" + name + ".so";
 }
 
-Tensor filled(std::vector<int64_t> shape, float start, float step) {
+Tensor filled_tensor(std::vector<int64_t> shape, float start, float step) {
   Tensor t = Tensor::empty(std::move(shape), DataType::Float(32));
   float v = start;
   for (float& x : t.host_span<float>()) {
@@ -29,11 +29,11 @@ Tensor filled(std::vector<int64_t> shape, float start, float step) {
 }
 
 TEST(Module, VectorAddThroughTheCpuPlugin) {
-  Module m = load_module(kernel("vector_add"));
+  Module m = load_module(module_kernel("vector_add"));
   EXPECT_EQ(m.kind(), "kernel_library");
   EXPECT_EQ(m.entry_name(), "vector_add");
   EXPECT_THAT(m.function_names(), ::testing::Contains("vector_add"));
-  Tensor a = filled({1000}, 0, 1), b = filled({1000}, 1000, -1);
+  Tensor a = filled_tensor({1000}, 0, 1), b = filled_tensor({1000}, 1000, -1);
   Tensor out = Tensor::empty({1000}, DataType::Float(32));
   m.entry()(a, b, out, 0.5);
   auto o = out.host_span<float>();
@@ -41,7 +41,7 @@ TEST(Module, VectorAddThroughTheCpuPlugin) {
 }
 
 TEST(Module, MatmulMatchesANaiveReference) {
-  Module m = load_module(kernel("matmul"));
+  Module m = load_module(module_kernel("matmul"));
   const int64_t M = 67, K = 129, N = 35;  // not multiples of any tile size
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1, 1);
@@ -62,14 +62,14 @@ TEST(Module, MatmulMatchesANaiveReference) {
 }
 
 TEST(Module, ReluClampsNegatives) {
-  Module m = load_module(kernel("relu"));
-  Tensor in = filled({2, 4}, -4, 1), out = Tensor::empty({2, 4}, DataType::Float(32));
+  Module m = load_module(module_kernel("relu"));
+  Tensor in = filled_tensor({2, 4}, -4, 1), out = Tensor::empty({2, 4}, DataType::Float(32));
   m["relu"](in, out);
   EXPECT_THAT(out.host_span<float>(), ::testing::ElementsAre(0, 0, 0, 0, 0, 1, 2, 3));
 }
 
 TEST(Module, MissingFunctionListsTheAvailableOnes) {
-  Module m = load_module(kernel("calls"));
+  Module m = load_module(module_kernel("calls"));
   try {
     m.get_function("nope");
     FAIL();
@@ -82,7 +82,7 @@ TEST(Module, MissingFunctionListsTheAvailableOnes) {
 }
 
 TEST(Module, KernelErrorsKeepTheirType) {
-  Module m = load_module(kernel("calls"));
+  Module m = load_module(module_kernel("calls"));
   EXPECT_EQ(m["add3"](1, 2, 3).cast<int64_t>(), 6);
   try {
     m["fail_value"]();
@@ -92,13 +92,13 @@ TEST(Module, KernelErrorsKeepTheirType) {
   }
   EXPECT_THROW(m["add3"](1, 2), TypeError);
   EXPECT_THROW(m["add3"](1, 2, "three"), TypeError);
-  Module va = load_module(kernel("vector_add"));
+  Module va = load_module(module_kernel("vector_add"));
   Tensor ints = Tensor::empty({4}, DataType::Int(32));
   EXPECT_THROW(va.entry()(ints, ints, ints, 1.0), ValueError);
 }
 
 TEST(Module, FunctionsKeepTheirModuleLoaded) {
-  Function add3 = load_module(kernel("calls"))["add3"];
+  Function add3 = load_module(module_kernel("calls"))["add3"];
   // The Module object is gone; the function still owns the library.
   EXPECT_EQ(add3(10, 20, 30).cast<int64_t>(), 60);
 }
@@ -133,7 +133,7 @@ TEST(Module, LoadErrorsSayWhatAndWhere) {
 }
 
 TEST(Module, ArtifactsCarryTheLibraryBytes) {
-  Module m = load_module(kernel("relu"));
+  Module m = load_module(module_kernel("relu"));
   ASSERT_EQ(m.artifacts().size(), 1u);
   EXPECT_EQ(m.artifacts()[0].role, "host_library");
   EXPECT_EQ(m.artifacts()[0].name, "librelu.so");

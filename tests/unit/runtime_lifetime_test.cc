@@ -17,7 +17,7 @@
 namespace kiln {
 namespace {
 
-const std::string kKernels = KILN_EXAMPLE_KERNEL_DIR;
+const std::string kKernelDir = KILN_EXAMPLE_KERNEL_DIR;
 
 // A fresh runtime (not the process-wide one), so that dropping it is the only owner going.
 std::unique_ptr<Runtime> fresh_runtime() { return std::make_unique<Runtime>(); }
@@ -50,7 +50,7 @@ TEST(RuntimeLifetime, CopiesShareOneRuntime) {
 
 TEST(RuntimeLifetime, ModuleOutlivesItsRuntime) {
   auto rt = fresh_runtime();
-  Module m = rt->load_module(kKernels + "/libvector_add.so");
+  Module m = rt->load_module(kKernelDir + "/libvector_add.so");
   std::vector<Any> args = vector_add_args(64, *rt);
   rt.reset();
   m.get_function("vector_add")(args[0], args[1], args[2], args[3]);
@@ -85,7 +85,7 @@ TEST(RuntimeLifetime, VirtualMachineOutlivesItsRuntime) {
 
 TEST(RuntimeLifetime, EvaluatorOutlivesItsRuntime) {
   auto rt = fresh_runtime();
-  Module m = rt->load_module(kKernels + "/libvector_add.so");
+  Module m = rt->load_module(kKernelDir + "/libvector_add.so");
   std::vector<Any> args = vector_add_args(64, *rt);
   TimeEvaluatorOptions options;
   options.number = 2;
@@ -117,7 +117,7 @@ TEST(RuntimeLifetime, RemoteSessionOutlivesItsRuntime) {
   rt.reset();
   EXPECT_EQ(session.device("cpu").server_device(), Device::cpu());
   EXPECT_EQ(session.device_count("cpu"), 1);
-  session.upload(kKernels + "/libvector_add.so", "vector_add.so");
+  session.upload(kKernelDir + "/libvector_add.so", "vector_add.so");
   rpc::RemoteModule m = session.load_module("vector_add.so");
   EXPECT_TRUE(m.get_function("vector_add"));
   session.close();

@@ -70,7 +70,7 @@ func @"entry point"() regs=0 {
 Executable Canonical() { return Executable::from_text(kCanonical, "canonical.kvmt"); }
 
 // The message of the ValueError `f` throws; "" when it throws nothing.
-std::string ErrorOf(const std::function<void()>& f) {
+std::string ValueErrorOf(const std::function<void()>& f) {
   try {
     f();
   } catch (const ValueError& e) {
@@ -80,11 +80,11 @@ std::string ErrorOf(const std::function<void()>& f) {
 }
 
 std::string TextError(std::string_view text) {
-  return ErrorOf([&] { Executable::from_text(text, "t.kvmt"); });
+  return ValueErrorOf([&] { Executable::from_text(text, "t.kvmt"); });
 }
 
 std::string LoadError(const std::vector<uint8_t>& bytes) {
-  return ErrorOf([&] { Executable::load_from_bytes(bytes); });
+  return ValueErrorOf([&] { Executable::load_from_bytes(bytes); });
 }
 
 // A small valid executable: main(x) { r1 = add(x, c[0]); ret r1 }.
@@ -133,7 +133,7 @@ TEST(VmExecutable, ArgumentWordsCarryKindAndSignedValue) {
     }
   }
   EXPECT_EQ(encode_arg(ArgKind::kImmediate, 5), (Word{1} << 56) | 5);
-  EXPECT_THAT(ErrorOf([] { encode_arg(ArgKind::kImmediate, kMaxArgValue + 1); }),
+  EXPECT_THAT(ValueErrorOf([] { encode_arg(ArgKind::kImmediate, kMaxArgValue + 1); }),
               HasSubstr("out of range"));
   EXPECT_THROW(encode_arg(ArgKind::kImmediate, -kMaxArgValue - 1), ValueError);
   EXPECT_THROW(encode_arg(ArgKind::kImmediate, std::numeric_limits<Word>::min()), ValueError);
@@ -503,7 +503,7 @@ TEST(VmExecutable, TextErrorsSayFileLineAndColumn) {
 }
 
 TEST(VmExecutable, TextErrorDefaultSourceName) {
-  EXPECT_THAT(ErrorOf([] { Executable::from_text("nope"); }), StartsWith("<text>:1:1: "));
+  EXPECT_THAT(ValueErrorOf([] { Executable::from_text("nope"); }), StartsWith("<text>:1:1: "));
 }
 
 // --- validate -------------------------------------------------------------------------------
@@ -512,7 +512,7 @@ TEST(VmExecutable, TextErrorDefaultSourceName) {
 std::string ValidateError(const std::function<void(Executable&)>& mutate) {
   Executable e = Small();
   mutate(e);
-  return ErrorOf([&] { e.validate(); });
+  return ValueErrorOf([&] { e.validate(); });
 }
 
 TEST(VmExecutable, ValidateRejectsEachBrokenInvariant) {
@@ -645,7 +645,7 @@ TEST(VmExecutable, SavingAndPrintingAnInvalidExecutableThrow) {
 TEST(VmExecutable, RebuildFuncMapRejectsDuplicates) {
   Executable e = Small();
   e.func_table[1].name = "add";
-  EXPECT_THAT(ErrorOf([&] { e.rebuild_func_map(); }),
+  EXPECT_THAT(ValueErrorOf([&] { e.rebuild_func_map(); }),
               HasSubstr("duplicate function name \"add\" (functions 0 and 1)"));
 }
 

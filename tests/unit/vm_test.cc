@@ -59,13 +59,13 @@ VirtualMachine cpu_vm(Executable exec, MemoryConfig cfg = {}, bool profile = fal
   return VirtualMachine(std::move(exec), std::move(libs), {Device::cpu()}, cfg, profile);
 }
 
-Tensor filled(std::vector<int64_t> shape, float value) {
+Tensor filled_with(std::vector<int64_t> shape, float value) {
   Tensor t = Tensor::empty(shape, DataType::Float(32));
   for (float& x : t.host_span<float>()) x = value;
   return t;
 }
 
-fs::path kernel(const std::string& name) {
+fs::path vm_kernel(const std::string& name) {
   return fs::path(KILN_EXAMPLE_KERNEL_DIR) / ("lib" + name + ".so");
 }
 
@@ -90,7 +90,7 @@ TEST(VM, NegativeImmediates) {  // checklist 2
 TEST(VM, ShapeOfConstantTensor) {  // checklist 3
   B b;
   b.emit_function("main", 0);
-  b.emit_call("vm.builtin.shape_of", {b.c(Constant(filled({3, 5}, 1.0f)))}, 0);
+  b.emit_call("vm.builtin.shape_of", {b.c(Constant(filled_with({3, 5}, 1.0f)))}, 0);
   b.emit_ret(B::r(0));
   b.end_function("main");
   EXPECT_EQ(cpu_vm(b.get())["main"]().cast<std::vector<int64_t>>(), (std::vector<int64_t>{3, 5}));
@@ -231,7 +231,7 @@ Executable tuple_program() {
 
 TEST(VM, StatefulRoundTripWithNestedTuples) {  // checklist 8
   VirtualMachine vm = cpu_vm(tuple_program());
-  Tensor x = filled({2}, 3.0f);
+  Tensor x = filled_with({2}, 3.0f);
   vm.set_input("main", {Any(x)});
   vm.invoke_stateful("main");
   EXPECT_EQ(vm.get_output_arity("main", {}), 2);
@@ -267,7 +267,7 @@ TEST(VM, StatefulRoundTripWithNestedTuples) {  // checklist 8
 
 TEST(VM, InputsAreCopiedUnlessTheVMCanShareThem) {  // §2.9
   VirtualMachine vm = cpu_vm(tuple_program());
-  Tensor owned = filled({4}, 1.0f);
+  Tensor owned = filled_with({4}, 1.0f);
   Tensor view = Tensor::view(owned.dl());  // a bare DLTensor*, as arrives over RPC
   vm.set_input("main", {Any(view)});
   vm.invoke_stateful("main");
@@ -403,22 +403,22 @@ Executable mlp_program() {
 }
 
 std::vector<Module> mlp_libraries() {
-  return {load_module(kernel("matmul")), load_module(kernel("relu")),
-          load_module(kernel("bias_add"))};
+  return {load_module(vm_kernel("matmul")), load_module(vm_kernel("relu")),
+          load_module(vm_kernel("bias_add"))};
 }
 
 TEST(VM, RunsTheExampleKernels) {
   VirtualMachine vm(mlp_program(), mlp_libraries(), {Device::cpu()});
-  Tensor x = filled({64, 16}, 1.0f);
-  Tensor w = filled({16, 32}, 0.5f);
-  Tensor bias = filled({32}, -10.0f);
+  Tensor x = filled_with({64, 16}, 1.0f);
+  Tensor w = filled_with({16, 32}, 0.5f);
+  Tensor bias = filled_with({32}, -10.0f);
   Tensor y = vm["main"](x, w, bias).cast<Tensor>();
   EXPECT_FLOAT_EQ(y.host_span<float>()[0], 0.0f);  // relu(16 * 0.5 - 10) = 0
-  bias = filled({32}, 1.0f);
+  bias = filled_with({32}, 1.0f);
   y = vm["main"](x, w, bias).cast<Tensor>();
   EXPECT_FLOAT_EQ(y.host_span<float>()[64 * 32 - 1], 9.0f);
   try {
-    vm["main"](filled({64}, 1.0f), w, bias);
+    vm["main"](filled_with({64}, 1.0f), w, bias);
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("x expect Tensor with ndim 2 but get 1"));
@@ -427,7 +427,8 @@ TEST(VM, RunsTheExampleKernels) {
 
 TEST(VM, TimeEvaluatorPlainStatefulAndSaved) {  // §2.13
   VirtualMachine vm(mlp_program(), mlp_libraries(), {Device::cpu()});
-  Tensor x = filled({64, 16}, 1.0f), w = filled({16, 32}, 0.5f), bias = filled({32}, 1.0f);
+  Tensor x = filled_with({64, 16}, 1.0f), w = filled_with({16, 32}, 0.5f),
+         bias = filled_with({32}, 1.0f);
   TimeEvaluatorOptions o;
   o.number = 3;
   o.repeat = 2;
@@ -443,7 +444,8 @@ TEST(VM, TimeEvaluatorPlainStatefulAndSaved) {  // §2.13
 
 TEST(VM, ProfileReportsKernelCallsAndTotals) {  // §2.14
   VirtualMachine vm(mlp_program(), mlp_libraries(), {Device::cpu()}, {}, /*profile=*/true);
-  Tensor x = filled({64, 16}, 1.0f), w = filled({16, 32}, 0.5f), bias = filled({32}, 1.0f);
+  Tensor x = filled_with({64, 16}, 1.0f), w = filled_with({16, 32}, 0.5f),
+         bias = filled_with({32}, 1.0f);
   profiling::Report report = vm.profile("main", {Any(x), Any(w), Any(bias)});
   const std::string table = report.table();
   EXPECT_THAT(table, HasSubstr("matmul"));
@@ -484,7 +486,8 @@ TEST(VM, ModuleIsALiveViewOfTheVM) {  // §2.6: the reference's wrapper works th
   VirtualMachine vm(mlp_program(), mlp_libraries(), {Device::cpu()});
   Module m = vm.module();
   EXPECT_FALSE(m.has_function("saved_main"));
-  Tensor x = filled({64, 16}, 1.0f), w = filled({16, 32}, 0.5f), bias = filled({32}, 1.0f);
+  Tensor x = filled_with({64, 16}, 1.0f), w = filled_with({16, 32}, 0.5f),
+         bias = filled_with({32}, 1.0f);
   // Saved through the module's own save_function: found in that module, listed, and timed
   // by a time evaluator made from it.
   m["save_function"]("main", "saved_main", true, x, w, bias);
@@ -553,7 +556,7 @@ TEST(VM, BuiltinErrorKinds) {  // checklist 13
   } catch (const TypeError& e) {
     EXPECT_THAT(e.what(), HasSubstr("ctx expect a Tensor but get int"));
   }
-  Tensor t = filled({2, 3}, 0.0f);
+  Tensor t = filled_with({2, 3}, 0.0f);
   try {
     check_tensor(t, 2, DataType::Int(32), "ctx");
     FAIL();
@@ -598,7 +601,8 @@ TEST(VM, ExecutableModuleRoundTripsThroughTar) {  // checklist 12, and VM progra
   exec.export_library(dir.path() / "mlp.tar", "tar");
   Module back = load_module(dir.path() / "mlp.tar");
   EXPECT_EQ(back["as_text"]().cast<std::string>(), text);
-  Tensor x = filled({64, 16}, 1.0f), w = filled({16, 32}, 0.5f), bias = filled({32}, 1.0f);
+  Tensor x = filled_with({64, 16}, 1.0f), w = filled_with({16, 32}, 0.5f),
+         bias = filled_with({32}, 1.0f);
   EXPECT_FLOAT_EQ(back["main"](x, w, bias).cast<Tensor>().host_span<float>()[5], 9.0f);
   // local_run exports, reloads and times the VM function like any module function.
   testing::RunHooks hooks;

@@ -109,7 +109,7 @@ Any cache_flush_device_l2(const Any* args, int32_t num_args) {
   throw ValueError("cache_flush_device_l2: no tensor argument tells which device to flush");
 }
 
-const bool registered = [] {
+const bool flushers_registered = [] {
   registry::set(
       "cache_flush_cpu_non_first_arg",
       Function::from_packed("cache_flush_cpu_non_first_arg", &cache_flush_cpu_non_first_arg), true);

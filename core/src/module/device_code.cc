@@ -236,7 +236,7 @@ std::string complete_metadata(const std::string& json, const DeviceCode& code,
   return doc.dump(2) + "\n";
 }
 
-std::vector<uint8_t> read_bytes(const fs::path& path) {
+std::vector<uint8_t> read_code_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw NotFoundError(fmt::format("cannot open {}", path.string()));
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -281,8 +281,8 @@ DeviceCode read_device_code(const fs::path& path) {
   }
   DeviceCode code;
   code.name = path.filename().string();
-  code.data = read_bytes(path);
-  const std::vector<uint8_t> meta = read_bytes(sidecar);
+  code.data = read_code_file(path);
+  const std::vector<uint8_t> meta = read_code_file(sidecar);
   const std::string text(meta.begin(), meta.end());
   Json doc = Json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) {

@@ -32,7 +32,7 @@ std::string format_of(const fs::path& path) {
 }
 
 // The identity of a file for cycle checks: symlinks resolved where they can be.
-fs::path identity_of(const fs::path& path) {
+fs::path file_identity(const fs::path& path) {
   std::error_code ec;
   fs::path canonical = fs::weakly_canonical(path, ec);
   return ec ? fs::absolute(path).lexically_normal() : canonical;
@@ -56,12 +56,12 @@ void ModuleLoadContext::check_path(const fs::path& path) const {
 }
 
 Module ModuleLoadContext::load_nested(const fs::path& path) {
-  check_nesting(identity_of(path));
+  check_nesting(file_identity(path));
   return load_here(path, true);
 }
 
 Module ModuleLoadContext::load_member(const fs::path& path) {
-  check_nesting(identity_of(path));
+  check_nesting(file_identity(path));
   return load_here(path, false);
 }
 
@@ -90,7 +90,7 @@ Module ModuleLoadContext::load_here(const fs::path& path, bool apply_policy) {
         fmt::format("no loader for '.{}' files ({}); loaders available: {}", format, path.string(),
                     formats.empty() ? "none" : fmt::format("{}", fmt::join(formats, ", "))));
   }
-  chain_.push_back(identity_of(path));
+  chain_.push_back(file_identity(path));
   struct Pop {
     std::vector<fs::path>& chain;
     ~Pop() { chain.pop_back(); }

@@ -85,7 +85,7 @@ void read_provided(config::MapReader& provides, const std::string& key,
   }
 }
 
-std::string join(const std::vector<std::string>& items) {
+std::string join_names(const std::vector<std::string>& items) {
   std::string out;
   for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
   return out;
@@ -184,7 +184,7 @@ PluginManifest parse_manifest(const std::filesystem::path& path) {
     if (std::optional<std::string> suggestion = config::closest_match(manifest.kind, kinds)) {
       message += " (did you mean '" + *suggestion + "'?)";
     }
-    throw reader.error("kind", message + "; kinds: " + join(kinds));
+    throw reader.error("kind", message + "; kinds: " + join_names(kinds));
   }
 
   std::string library = reader.required<std::string>("library");

@@ -20,7 +20,7 @@ namespace kiln::plugin {
 
 namespace {
 
-void debug(const std::string& message) { log(LogLevel::kDebug, "plugins", message); }
+void debug_plugins(const std::string& message) { log(LogLevel::kDebug, "plugins", message); }
 
 // Boost.DLL appends a meaningless errno text to dlerror's message; keep dlerror's part.
 std::string clean_dl_error(const std::string& what) {
@@ -59,7 +59,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
   Ref<LoadedPlugin> loaded;
   const auto start = std::chrono::steady_clock::now();
   try {
-    debug(fmt::format("{}: dlopen {}", m.name, m.library.string()));
+    debug_plugins(fmt::format("{}: dlopen {}", m.name, m.library.string()));
     boost::dll::shared_library library;
     try {
       library.load(m.library, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
@@ -82,8 +82,8 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
     in.options_json = options_json.c_str();
     KilnPluginInfo info{};
     info.struct_size = sizeof(info);
-    debug(fmt::format("{}: negotiating (host ABI {}, options {})", m.name, abi_version(),
-                      options_json));
+    debug_plugins(fmt::format("{}: negotiating (host ABI {}, options {})", m.name, abi_version(),
+                              options_json));
     if (KilnError* err = entry(&in, &info)) {
       throw LoadFailure{fmt::format("negotiation refused: {}", ffi::release_error(err))};
     }
@@ -196,7 +196,7 @@ Ref<LoadedPlugin> load_plugin(const PlannedLoad& planned, PluginStatus& status) 
 
     status.state = PluginStatus::State::kLoaded;
     status.reason.clear();
-    debug(fmt::format("{}: loaded ({} {})", m.name, info.name, info.version));
+    debug_plugins(fmt::format("{}: loaded ({} {})", m.name, info.name, info.version));
     loaded = std::move(plugin);
   } catch (const LoadFailure& f) {
     status.state = PluginStatus::State::kFailed;

@@ -173,7 +173,7 @@ auto RPCSession::Impl::exchange(Code code, Body&& body) {
     closed_reason = e.what();
     conn->shutdown();
     throw RPCError(e.what(), 0);
-  } catch (const detail::InterruptedError& e) {
+  } catch (const kiln::detail::InterruptedError& e) {
     // Ctrl-C in Python (kiln/detail/cancellation.h) between a request and its reply: the
     // connection is out of step, so the session ends (the server cancels what it was doing
     // once it sees the connection go).

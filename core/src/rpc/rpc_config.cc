@@ -110,7 +110,7 @@ TrackerSession RPCConfig::connect_tracker() const {
       c.session_timeout_sec > 0 ? int64_t{c.session_timeout_sec} * 1000 : int64_t{60000});
   try {
     return TrackerSession::connect(*c.tracker_host, *c.tracker_port, timeout, c.tracker_token);
-  } catch (const detail::InterruptedError&) {
+  } catch (const kiln::detail::InterruptedError&) {
     throw;  // Ctrl-C (kiln/detail/cancellation.h)
   } catch (const std::exception& e) {
     throw ValueError(
@@ -166,7 +166,7 @@ RPCSession TrackerSession::request(Runtime& runtime, const std::string& key, int
       throw;  // the wait bound passed: asking again would wait again
     } catch (const ValueError&) {
       throw;  // a missing or wrong token: asking again cannot help
-    } catch (const detail::InterruptedError&) {
+    } catch (const kiln::detail::InterruptedError&) {
       throw;  // Ctrl-C (kiln/detail/cancellation.h)
     } catch (const std::exception& e) {
       last_error = e.what();

@@ -162,7 +162,7 @@ class SessionServer {
   std::string serve() {
     // Calls on this thread (time evaluators, functions that poll rpc::call_cancelled()) see
     // the session's end: its timeout, a server that stops, or a client that hung up.
-    const detail::CancellationScope cancellation(state_.cancelled);
+    const kiln::detail::CancellationScope cancellation(state_.cancelled);
     const HangupWatcher hangup(conn_.fd(), state_.cancelled);
     conn_.set_timeouts(state_.idle_timeout, state_.write_timeout);
     conn_.set_min_throughput(kMinSessionBytesPerSecond);
@@ -984,7 +984,7 @@ class SessionServer {
 
 }  // namespace
 
-bool call_cancelled() { return detail::cancellation_requested(); }
+bool call_cancelled() { return kiln::detail::cancellation_requested(); }
 
 fs::path make_session_directory(const fs::path& parent) {
   // mkdtemp: a fresh directory nobody else has (another server sharing --work-dir, files a

@@ -82,13 +82,13 @@ int poll_until(int fd, short events, Clock::time_point deadline) noexcept {
 }
 
 int poll_until_interruptible(int fd, short events, Clock::time_point deadline) {
-  if (!detail::interrupt_poll_installed()) return poll_until(fd, events, deadline);
+  if (!kiln::detail::interrupt_poll_installed()) return poll_until(fd, events, deadline);
   while (true) {
-    detail::poll_interrupt();
+    kiln::detail::poll_interrupt();
     const auto now = Clock::now();
     if (now >= deadline) return 0;
     const int ready =
-        poll_until(fd, events, std::min(deadline, now + detail::kInterruptPollPeriod));
+        poll_until(fd, events, std::min(deadline, now + kiln::detail::kInterruptPollPeriod));
     if (ready != 0) return ready;
   }
 }

@@ -264,7 +264,7 @@ struct TrackerSession::Impl {
         if (!e.refused() || Clock::now() + milliseconds(500) >= deadline) break;
       }
       // Ctrl-C in Python ends the wait between attempts too (kiln/detail/cancellation.h).
-      if (!detail::sleep_unless_cancelled(milliseconds(500))) break;
+      if (!kiln::detail::sleep_unless_cancelled(milliseconds(500))) break;
     }
     // `last_error` names host:port.
     throw RuntimeError(
@@ -371,7 +371,7 @@ ServerAddress TrackerSession::request_server(const std::string& key, int priorit
     std::optional<milliseconds> bound;
     if (wait) bound = std::max(*wait, milliseconds(0)) + milliseconds(5000);
     reply = impl_->socket->recv_json(bound);
-  } catch (const detail::InterruptedError&) {
+  } catch (const kiln::detail::InterruptedError&) {
     // Ctrl-C while waiting (kiln/detail/cancellation.h): the request leaves the tracker's queue
     // with the connection.
     impl_->socket.reset();

@@ -56,11 +56,11 @@ Ready ready(const AbSide& side, const char* name) {
 // One repeat of `side`: seconds per call, and the share of the repeat in which some thread of
 // the machine waited for a CPU (-1 when not recorded). A timer that reads 0 (or less) gives
 // nothing to compare: an error naming it, not a ratio of zeros.
-struct Slot {
+struct SideTime {
   double seconds = 0;
   double pressure = -1;
 };
-Slot time_once(Ready& side, const char* name) {
+SideTime time_once(Ready& side, const char* name) {
   BenchmarkResult r;
   try {
     r = side.evaluator(side.device_args);
@@ -73,7 +73,7 @@ Slot time_once(Ready& side, const char* name) {
         fmt::format("ab_run: side {}: the '{}' timer of {} read {} s per call: no time to compare",
                     name, r.timer, side.device, seconds));
   }
-  Slot slot{seconds, -1};
+  SideTime slot{seconds, -1};
   if (r.cpu_pressure_s >= 0 && r.wall_time_s > 0) {
     slot.pressure = std::min(1.0, r.cpu_pressure_s / r.wall_time_s);
   }
@@ -227,7 +227,7 @@ AbResult ab_run(const AbSide& a, const AbSide& b, const AbOptions& options) {
   for (const int32_t target : looks) {
     for (; round < target; ++round) {
       const bool b_first = (order() & 1) != 0;
-      Slot ta, tb;
+      SideTime ta, tb;
       if (b_first) {
         tb = time_once(ready_b, "B");
         ta = time_once(ready_a, "A");

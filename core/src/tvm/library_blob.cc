@@ -206,7 +206,7 @@ struct CodeFormat {
   const char* kiln_format;
   const char* target;
 };
-const std::map<std::string, std::map<std::string, CodeFormat>> kFormats = {
+const std::map<std::string, std::map<std::string, CodeFormat>> kBlobFormats = {
     {"opencl",
      {{"cl", {"opencl_c", "opencl"}},
       {"spirv", {"spirv", "opencl"}},
@@ -222,11 +222,11 @@ const std::map<std::string, std::map<std::string, CodeFormat>> kFormats = {
 
 }  // namespace
 
-bool is_device_module_kind(const std::string& kind) { return kFormats.count(kind) != 0; }
+bool is_device_module_kind(const std::string& kind) { return kBlobFormats.count(kind) != 0; }
 
 DeviceCode device_code_from_tvm(const BlobModule& module, const std::string& where) {
-  auto kind = kFormats.find(module.kind);
-  if (kind == kFormats.end()) {
+  auto kind = kBlobFormats.find(module.kind);
+  if (kind == kBlobFormats.end()) {
     throw ValueError(
         fmt::format("{}: Kiln does not load TVM modules of kind '{}'", where, module.kind));
   }

@@ -34,9 +34,9 @@ constexpr int32_t kVMFunc = 1;
 constexpr int32_t kVMTIRFunc = 2;
 
 // Bounded little-endian reads naming the section being read.
-class Reader {
+class ExecutableReader {
  public:
-  Reader(std::span<const uint8_t> bytes, std::string where)
+  ExecutableReader(std::span<const uint8_t> bytes, std::string where)
       : bytes_(bytes), where_(std::move(where)) {}
   void section(const char* name) { section_ = name; }
 
@@ -79,7 +79,7 @@ class Reader {
   uint64_t pos_ = 0;
 };
 
-Tensor read_tensor(Reader& r) {
+Tensor read_tensor(ExecutableReader& r) {
   const uint64_t at = r.offset();
   if (r.read<uint64_t>("tensor magic") != kTensorMagic) r.fail(at, "not a tensor (bad magic)");
   r.read<uint64_t>("tensor reserved word");
@@ -129,7 +129,7 @@ bool is_relax_executable(std::span<const uint8_t> bytes) {
 }
 
 vm::Executable read_relax_executable(std::span<const uint8_t> bytes, const std::string& where) {
-  Reader r(bytes, where);
+  ExecutableReader r(bytes, where);
   const uint64_t magic = r.read<uint64_t>("magic");
   if (magic != kMagicV1 && magic != kMagicV2) {
     r.fail(0, fmt::format("magic {:#018x} is not a Relax VM executable's", magic));

@@ -506,7 +506,7 @@ Any memory_manager_clear(const Any* a, int32_t n) {
   return Any();
 }
 
-const bool registered = [] {
+const bool builtins_registered = [] {
   using Body = Any (*)(const Any*, int32_t);
   const std::pair<const char*, Body> builtins[] = {
       {"vm.builtin.alloc_storage", &alloc_storage},

@@ -438,7 +438,7 @@ inline void call_callable(const KilnCallable& c, const KilnAny* args, int32_t n,
   ret->flags = kAnyFlagAcceptsHostObjects;
   ret->value.v_int64 = 0;
   if (KilnError* err = c.call(c.self, args, n, ret)) [[unlikely]] {
-    detail::raise_and_free(err);
+    kiln::detail::raise_and_free(err);
   }
 }
 

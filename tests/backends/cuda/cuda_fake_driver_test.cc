@@ -34,15 +34,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::string read_text(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_bytes(path);
-  return {bytes.begin(), bytes.end()};
-}
+using cuda_test::read_bytes;
+using cuda_test::read_text;
 
 // Live objects in the fake driver ("retains", "allocations", "modules", "streams", "events").
 long live(const char* what) {

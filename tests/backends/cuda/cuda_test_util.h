@@ -18,6 +18,15 @@ namespace kiln::cuda_test {
 
 // The build tree's plugin folder.
 inline std::string plugin_dir() { return std::string(KILN_BUILD_DIR) + "/lib/kiln/plugins"; }
+// A whole file's bytes / text ("" when it cannot be read: the test's own check says why).
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+inline std::string read_text(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_bytes(path);
+  return {bytes.begin(), bytes.end()};
+}
 // The built CUDA example kernels.
 inline std::string examples() { return std::string(KILN_EXAMPLE_KERNEL_DIR) + "/cuda"; }
 

@@ -36,15 +36,8 @@ const std::string kExamples = std::string(KILN_EXAMPLE_KERNEL_DIR) + "/cuda";
 // The sources and metadata of the example kernels, which exist without nvcc.
 const std::string kSources = cuda_test::example_sources();
 
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::string read_text(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_bytes(path);
-  return {bytes.begin(), bytes.end()};
-}
+using cuda_test::read_bytes;
+using cuda_test::read_text;
 
 // Runs `body`, expecting a kiln::sdk::Error with `code` whose message contains `part`.
 template <typename Body>

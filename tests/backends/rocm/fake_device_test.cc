@@ -32,7 +32,7 @@ using rocm_test::IsolatedRuntime;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-constexpr Device kGpu{kDLROCM, 0};
+using rocm_test::kGpu;
 
 std::string fake_options() { return std::string("{hip_library: \"") + KILN_ROCM_FAKE_HIP + "\"}"; }
 

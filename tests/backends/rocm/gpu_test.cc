@@ -23,7 +23,7 @@ namespace {
 using rocm_test::example_dir;
 using ::testing::HasSubstr;
 
-constexpr Device kGpu{kDLROCM, 0};
+using rocm_test::kGpu;
 
 // The gcnArchName processor of device 0, e.g. "gfx90a".
 std::string device_arch(const DeviceBackend& backend) {

@@ -25,6 +25,9 @@ inline std::filesystem::path example_dir() {
   return std::filesystem::path(KILN_EXAMPLE_KERNEL_DIR) / "rocm";
 }
 
+// The first ROCm device.
+inline constexpr Device kGpu{kDLROCM, 0};
+
 // The CPU example kernel libraries (libvector_add.so, ...).
 inline std::filesystem::path cpu_example_dir() {
   return std::filesystem::path(KILN_EXAMPLE_KERNEL_DIR);

@@ -25,6 +25,12 @@ class Error : public std::runtime_error {
   int32_t code_;
 };
 
+// Throws Error(KILN_ERROR_VALUE, message): a plugin's "the input is wrong" (a bad option, a
+// malformed module image, an out-of-range argument).
+[[noreturn]] inline void throw_value_error(const std::string& message) {
+  throw Error(KILN_ERROR_VALUE, message);
+}
+
 // Where this library creates and frees KilnErrors: set from the kernel environment (kernel
 // libraries) or from the host services (plugins) before any exported function runs.
 struct ErrorFactory {
