@@ -303,6 +303,10 @@ void Connection::start_tls(const tls::Context& context, Clock::time_point deadli
   set_socket_timeout(fd(), false, limit);
   set_socket_timeout(fd(), true, limit);
   tls_ = std::make_unique<tls::Session>(context, fd(), deadline);
+  // Many records per socket read (uploads and downloads come in 16 KiB records): every read
+  // here is a blocking one or tried before any poll, and a poll waits only when nothing waits
+  // inside TLS (call_interruptibly: has_pending()).
+  tls_->read_ahead();
   set_socket_timeout(fd(), false, receive_timeout_);
   set_socket_timeout(fd(), true, send_timeout_);
   set_nonblocking(deadline_.has_value());  // the rest of a deadline's exchange (set_deadline)

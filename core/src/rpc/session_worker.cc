@@ -222,10 +222,6 @@ HandshakeReport run_handshake(Connection& conn, const tls::Context& context,
     return report;
   }
   report.outcome = HandshakeReport::Outcome::kVerified;
-  // Many records per socket read (requests and uploads come in 16 KiB records): every read
-  // here is a blocking read or one tried before any poll (Connection), so none waits while
-  // records wait in TLS.
-  conn.tls_session()->read_ahead();
   try {
     const handshake::ClientHello hello = handshake::read_client_hello(conn);
     report.hello = true;

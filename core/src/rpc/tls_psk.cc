@@ -252,9 +252,9 @@ void Context::configure(Purpose purpose) {
   SSL_CTX_set_options(ctx_, SSL_OP_NO_TICKET);
   SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_OFF);
-  // The server's side of a session may read ahead (Session::read_ahead(), the relay): its read
-  // buffer, allocated by the handshake, must be large enough then.
-  if (side == Side::kServer && purpose == Purpose::kSession) {
+  // Both sides of a session read ahead (Connection::start_tls): their read buffers, allocated
+  // by the handshake, must be large enough then to take many records per socket read.
+  if (purpose == Purpose::kSession) {
     SSL_CTX_set_default_read_buffer_len(ctx_, Session::kReadBufferBytes);
   }
   if (side == Side::kClient) {

@@ -119,12 +119,12 @@ class Session {
   // Whether any bytes wait inside TLS: decrypted ones, or records read ahead from the socket
   // and not decrypted yet (read_ahead()). A reader must not wait in poll() while they do.
   bool has_pending() const;
-  // From now on one socket read takes as many records as the read buffer holds (a session's
-  // server side has kReadBufferBytes), not one record in two reads: for a reader that reads
+  // From now on one socket read takes as many records as the read buffer holds (both sides of
+  // a session have kReadBufferBytes), not one record in two reads: for a reader that reads
   // until kWouldBlock before it polls, or asks has_pending() (records read ahead are not in
-  // pending()). A session process reads its client's requests so.
+  // pending()). Connection reads so.
   void read_ahead();
-  // The read buffer of a session's server side (Purpose::kSession, Side::kServer).
+  // The read buffer of both sides of a session (Purpose::kSession).
   static constexpr size_t kReadBufferBytes = size_t{256} << 10;
   // Whether the last recv/send that returned EAGAIN waits for the socket to take data (on a
   // non-blocking socket: poll for POLLOUT, not POLLIN).
