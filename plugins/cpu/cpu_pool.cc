@@ -85,6 +85,7 @@ void CpuPool::forget_workers_after_fork() noexcept {
   workers_.clear();
   started_ = false;
   state_.store(0);
+  pending_.store(0);
   sleepers_.store(0);
   busy_.store(false);
 }
@@ -102,7 +103,7 @@ void CpuPool::start_workers() {
   }
   workers_.reserve(static_cast<size_t>(size_ - 1));
   for (int32_t i = 1; i < size_; ++i) {
-    workers_.emplace_back([this, generation] { worker_loop(generation); });
+    workers_.emplace_back([this, i, generation] { worker_loop(i, generation); });
     const pthread_t handle = workers_.back().native_handle();
     const std::string name = "kiln-cpu-" + std::to_string(i);
     pthread_setname_np(handle, name.c_str());
@@ -110,7 +111,8 @@ void CpuPool::start_workers() {
   }
 }
 
-void CpuPool::worker_loop(uint32_t seen) {
+void CpuPool::worker_loop(int32_t index, uint32_t seen) {
+  uint64_t acknowledged = 0;  // the state word of the last kAllAtOnce launch acknowledged
   for (;;) {
     // Wait for the next launch: spin a while, then sleep.
     const auto until = std::chrono::steady_clock::now() + kSpinFor;
@@ -128,22 +130,29 @@ void CpuPool::worker_loop(uint32_t seen) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    join_launch();
+    const uint64_t state = state_.load(std::memory_order_acquire);
+    if ((state & kAll) == 0) {
+      join_launch();
+    } else if (state != acknowledged) {
+      // Its caller waits for this worker's acknowledgement, so the fields stay this launch's.
+      acknowledged = state;
+      if (index < slots_) job_(closure_, index, slots_);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
   }
 }
 
 void CpuPool::join_launch() noexcept {
   // Join only while the launch is open: after the close its caller may already be writing the
   // next launch's fields, or have returned and freed what `closure_` points to.
-  uint32_t s = state_.load(std::memory_order_acquire);
+  uint64_t s = state_.load(std::memory_order_acquire);
   do {
     if ((s & kOpen) == 0) return;
-  } while (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+  } while (!state_.compare_exchange_weak(s, s + kTaken + 1, std::memory_order_acq_rel,
                                          std::memory_order_acquire));
-  // One slot per join: under kAllAtOnce a second slot on this thread would run after the first
-  // instead of beside it.
-  const int32_t slot = next_slot_.fetch_add(1, std::memory_order_relaxed);
-  if (slot < slots_) job_(closure_, slot, slots_);
+  // A slot past the last (a worker that came late) runs nothing.
+  const uint64_t slot = 1 + ((s & ~kOpen) >> 32);
+  if (slot < static_cast<uint64_t>(slots_)) job_(closure_, static_cast<int32_t>(slot), slots_);
   state_.fetch_sub(1, std::memory_order_release);
 }
 
@@ -170,17 +179,22 @@ bool CpuPool::run(int32_t slots, PoolJob job, void* closure, PoolLaunch how) {
   job_ = job;
   closure_ = closure;
   slots_ = n;
-  next_slot_.store(1, std::memory_order_relaxed);
-  state_.store(kOpen, std::memory_order_release);
+  if (how == PoolLaunch::kAllAtOnce) {
+    pending_.store(size_ - 1, std::memory_order_relaxed);
+    state_.store(kAll | (++all_at_once_launches_ & (kAll - 1)), std::memory_order_release);
+  } else {
+    state_.store(kOpen, std::memory_order_release);
+  }
   generation_.fetch_add(1);
   if (sleepers_.load() > 0) generation_.notify_all();
   job(closure, 0, n);
   if (how == PoolLaunch::kAllAtOnce) {
-    // Every slot must run: the caller's may have returned only because the others arrived.
-    spin_until([this, n] { return next_slot_.load(std::memory_order_acquire) >= n; });
+    // Every worker acknowledges, those past n too: none still reads this launch's fields after.
+    spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; });
+  } else {
+    state_.fetch_and(~kOpen, std::memory_order_acq_rel);
+    spin_until([this] { return (state_.load(std::memory_order_acquire) & kLowMask) == 0; });
   }
-  state_.fetch_and(~kOpen, std::memory_order_acq_rel);
-  spin_until([this] { return (state_.load(std::memory_order_acquire) & ~kOpen) == 0; });
   busy_.store(false, std::memory_order_release);
   return true;
 }

@@ -41,10 +41,13 @@ enum class PoolLaunch {
 // work itself, so no launch ever waits for threads that cannot come. A child process made by
 // fork() has none of the workers: its pools start new ones on their next launch.
 //
-// Launch protocol: the caller writes the launch's fields and opens it (state_); a worker joins
-// by incrementing the joined count while the launch is open, takes the next slot, runs it and
-// leaves. The caller closes the launch (for kAllAtOnce: once every slot is taken) and waits until
-// no worker is joined; a worker that wakes after the close never touches the launch's fields.
+// Launch protocols, told apart by the state word (state_) a woken worker reads:
+// - kAllAtOnce: worker i runs slot i (when i < n), and every worker acknowledges the launch
+//   (pending_), so the caller, which waits for all of them, knows none still reads its fields.
+//   The word carries the launch's number, so that a worker acknowledges each launch once.
+// - kAsAvailable: a worker joins while the launch is open, taking the next slot in the same
+//   atomic step, runs it and leaves; the caller closes the launch after its own slot and waits
+//   only for the workers that joined. One that wakes after the close touches nothing.
 class CpuPool {
  public:
   // `size` >= 1 (the caller counts); `cpus` borrowed for the call (NULL: inherit the starting
@@ -68,7 +71,7 @@ class CpuPool {
 
  private:
   void start_workers();  // throws std::system_error
-  void worker_loop(uint32_t seen);
+  void worker_loop(int32_t index, uint32_t seen);
   void join_launch() noexcept;
 
   const int32_t size_;
@@ -85,14 +88,21 @@ class CpuPool {
   PoolJob job_ = nullptr;
   void* closure_ = nullptr;
   int32_t slots_ = 0;
-  std::atomic<int32_t> next_slot_{0};  // the next slot a joining worker takes
 
-  // kOpen while workers may join the current launch; the low bits count the workers joined.
-  static constexpr uint32_t kOpen = 1u << 31;
-  std::atomic<uint32_t> state_{0};
+  // The launch's state. kAllAtOnce: kAll | the launch's number (all_at_once_launches_).
+  // kAsAvailable: kOpen while workers may join, bits 32-61 the slots workers took (slot = 1 + that
+  // count), bits 0-31 the workers joined now. On a cache line of its own: the caller and the joined
+  // workers write it while the others read generation_.
+  static constexpr uint64_t kOpen = uint64_t{1} << 63;
+  static constexpr uint64_t kAll = uint64_t{1} << 62;
+  static constexpr uint64_t kTaken = uint64_t{1} << 32;
+  static constexpr uint64_t kLowMask = kTaken - 1;
+  alignas(64) std::atomic<uint64_t> state_{0};
+  std::atomic<int32_t> pending_{0};    // kAllAtOnce: workers that have not acknowledged it yet
+  uint64_t all_at_once_launches_ = 0;  // under busy_; numbers the kAllAtOnce state words
 
-  std::atomic<uint32_t> generation_{0};  // bumped per launch; sleeping workers wait on it
-  std::atomic<int32_t> sleepers_{0};     // workers blocked in generation_.wait()
+  alignas(64) std::atomic<uint32_t> generation_{0};  // bumped per launch; sleepers wait on it
+  std::atomic<int32_t> sleepers_{0};                 // workers blocked in generation_.wait()
   std::atomic<bool> stop_{false};
 };
 

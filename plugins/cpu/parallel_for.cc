@@ -35,11 +35,13 @@ struct Loop {
   }
 };
 
-// A slot: takes runs of chunks, half of what is left per slot (guided scheduling: few body calls
-// while much is left, small runs to even out the end), until none is left or a chunk failed.
+// A slot: takes runs of chunks, an eighth of what is left per slot (guided scheduling: few body
+// calls while much is left, single chunks at the end), until none is left or a chunk failed. The
+// runs stay small enough that a thread the OS preempts in the middle of one holds up the loop by
+// little: the others cannot take work back from it, as a work-stealing pool could.
 void run_slot(void* closure, int32_t /*slot*/, int32_t /*slots*/) {
   auto& loop = *static_cast<Loop*>(closure);
-  const uint64_t share = 2 * static_cast<uint64_t>(loop.slots);
+  const uint64_t share = 8 * static_cast<uint64_t>(loop.slots);
   uint64_t c = loop.next.load(std::memory_order_relaxed);
   while (c < loop.chunks && loop.first.load(std::memory_order_relaxed) == nullptr) {
     const uint64_t take = std::max<uint64_t>(1, (loop.chunks - c) / share);
