@@ -13,7 +13,7 @@ packages=(
   # installed beside libboost1.81-dev (pythran pulls libboost1.74-dev), so tools/dev.sh puts
   # scipy in the tests' virtual environment instead.
   libbenchmark-tools
-  libboost1.81-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libtbb-dev
+  libboost1.81-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev libcli11-dev libarchive-dev libdlpack-dev libssl-dev
   # Debian's python3 (/usr/bin/python3), which tools/dev.sh makes the virtual environments
   # from, with venv (python3-venv) and the headers the extension is built against (python3-dev).
