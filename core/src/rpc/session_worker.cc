@@ -378,8 +378,6 @@ int session_worker_main(int argc, char** argv) {
   if (config.tls) {
     try {
       tls_context = receive_key();
-      // Before a client waits for it: the algorithms a handshake uses, fetched once.
-      tls::warm_up(*tls_context, tls::Purpose::kSession);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kiln-rpc-session: %s\n", e.what());
       return 2;

@@ -356,49 +356,6 @@ Session::Session(const Context& context, int fd, std::chrono::steady_clock::time
 
 Session::~Session() { SSL_free(ssl_); }
 
-void warm_up(const Context& server, Purpose purpose) {
-  const Context client(Context::Side::kClient, purpose, server.key());
-  SSL* c = SSL_new(client.native());
-  SSL* s = SSL_new(server.native());
-  BIO* c_bio = nullptr;
-  BIO* s_bio = nullptr;
-  const bool made = c != nullptr && s != nullptr && BIO_new_bio_pair(&c_bio, 0, &s_bio, 0) == 1;
-  struct Free {
-    SSL* c;
-    SSL* s;
-    ~Free() {
-      SSL_free(c);
-      SSL_free(s);
-    }
-  } free_both{c, s};
-  if (!made) throw RuntimeError(fmt::format("cannot warm TLS up: {}", openssl_errors()));
-  SSL_set_bio(c, c_bio, c_bio);  // each SSL owns its end
-  SSL_set_bio(s, s_bio, s_bio);
-  SSL_set_connect_state(c);
-  SSL_set_accept_state(s);
-  // Each side goes on until it waits for the other; a few rounds finish a TLS 1.3 handshake.
-  bool c_done = false;
-  bool s_done = false;
-  for (int round = 0; round < 16 && !(c_done && s_done); ++round) {
-    if (!c_done) {
-      const int r = SSL_do_handshake(c);
-      c_done = r == 1;
-      if (!c_done && SSL_get_error(c, r) != SSL_ERROR_WANT_READ) break;
-    }
-    if (!s_done) {
-      const int r = SSL_do_handshake(s);
-      s_done = r == 1;
-      if (!s_done && SSL_get_error(s, r) != SSL_ERROR_WANT_READ) break;
-    }
-  }
-  uint8_t byte = 1;
-  size_t moved = 0;
-  const bool ok = c_done && s_done && SSL_write_ex(c, &byte, 1, &moved) == 1 &&
-                  SSL_read_ex(s, &byte, 1, &moved) == 1 && SSL_write_ex(s, &byte, 1, &moved) == 1 &&
-                  SSL_read_ex(c, &byte, 1, &moved) == 1;
-  if (!ok) throw RuntimeError(fmt::format("the warm-up handshake failed: {}", openssl_errors()));
-}
-
 FirstFlight check_first_flight(const Context& context, int fd,
                                std::chrono::steady_clock::time_point deadline) {
   // The largest first flight looked at: far above a real ClientHello (a few hundred bytes),

@@ -156,12 +156,6 @@ class HandshakeError : public std::exception {
   std::string message_;
 };
 
-// Runs one whole handshake and a record each way between `server` and a client Context made
-// from its key, in memory: OpenSSL fetches and initializes every algorithm a session uses on
-// first use, per process (~1 ms), so a session process started ahead does it before its client
-// comes. Throws RuntimeError when the handshake fails (OpenSSL says why).
-void warm_up(const Context& server, Purpose purpose);
-
 // What the server side's check of a client's first flight came to (check_first_flight).
 enum class FirstFlight {
   kVerified,   // its PSK binder verified: the client holds the key (or replays a flight of one)
