@@ -733,8 +733,9 @@ struct Server::Impl {
     // A process started ahead when there is one, else one started now; one that cannot take the
     // session (it died since) is replaced by one started now, once (not under a token: only the
     // process that ran the handshake holds the TLS connection).
-    std::optional<Prestarted> ready = holds_tls ? std::move(handshaker) : take_prestarted();
-    handshaker.reset();
+    std::optional<Prestarted> ready;
+    ready.swap(handshaker);  // the caller's is empty from here
+    if (!holds_tls) ready = take_prestarted();
     std::shared_ptr<SessionProcess> worker;
     fs::path dir;
     for (int attempt = 0; attempt < (holds_tls ? 1 : 2) && !worker; ++attempt) {
