@@ -241,6 +241,7 @@ TEST(SessionPool, APreStartedProcessThatDiedIsReplaced) {
       },
       10s))
       << "not replaced";
+  std::this_thread::sleep_for(100ms);  // shown in /proc before it is in the pool (see above)
   RPCSession s = connect("127.0.0.1", server.port(), board());
   ASSERT_EQ(replaced.size(), 1u);
   EXPECT_EQ(pid_of(s), replaced[0]);
