@@ -33,7 +33,8 @@
 #include "rpc/tls_psk.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace client_deadline_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -264,5 +265,5 @@ TEST(ClientDeadline, RemotePointsOfASweepEndAtThePointTimeout) {
   fs::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace client_deadline_test
 }  // namespace kiln::rpc

@@ -37,7 +37,8 @@
 #include "rpc/socket_io.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace evaluation_bounds_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -525,5 +526,5 @@ TEST(RpcEvaluationBounds, FileRequestErrorsNameNoAbsolutePath) {
   }
 }
 
-}  // namespace
+}  // namespace evaluation_bounds_test
 }  // namespace kiln::rpc

@@ -30,8 +30,8 @@ using test::LoopbackListener;
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-using detail::InterruptedError;
-using detail::InterruptScope;
+using kiln::detail::InterruptedError;
+using kiln::detail::InterruptScope;
 
 // How long an interrupted wait may take, at most, after the flag is set (the poll runs every
 // kInterruptPollPeriod; the rest is slack for a loaded machine).
@@ -82,33 +82,33 @@ void expect_interrupted(Wait wait) {
 }
 
 TEST(Interrupt, WithoutAScopeNothingPolls) {
-  EXPECT_FALSE(detail::interrupt_poll_installed());
-  detail::poll_interrupt();  // no poll: returns
-  EXPECT_TRUE(detail::sleep_unless_cancelled(1ms));
+  EXPECT_FALSE(kiln::detail::interrupt_poll_installed());
+  kiln::detail::poll_interrupt();  // no poll: returns
+  EXPECT_TRUE(kiln::detail::sleep_unless_cancelled(1ms));
 }
 
 TEST(Interrupt, AnInterruptedScopeStaysInterruptedAndScopesNest) {
   Interrupter outer;
   {
     Interrupter inner;
-    EXPECT_TRUE(detail::interrupt_poll_installed());
+    EXPECT_TRUE(kiln::detail::interrupt_poll_installed());
     inner.interrupt = true;
-    EXPECT_THROW(detail::poll_interrupt(), InterruptedError);
+    EXPECT_THROW(kiln::detail::poll_interrupt(), InterruptedError);
     EXPECT_TRUE(inner.scope.interrupted());
     const int polls = inner.polls.load();
     inner.interrupt = false;
     // A retry after the first interrupt is interrupted at once, without asking the poll.
-    EXPECT_THROW(detail::poll_interrupt(), InterruptedError);
+    EXPECT_THROW(kiln::detail::poll_interrupt(), InterruptedError);
     EXPECT_EQ(inner.polls.load(), polls);
   }
   // The outer scope is back, not interrupted.
-  EXPECT_NO_THROW(detail::poll_interrupt());
+  EXPECT_NO_THROW(kiln::detail::poll_interrupt());
   EXPECT_FALSE(outer.scope.interrupted());
   EXPECT_EQ(outer.polls.load(), 1);
 }
 
 TEST(Interrupt, EndsASleep) {
-  expect_interrupted([] { detail::sleep_unless_cancelled(60s); });
+  expect_interrupted([] { kiln::detail::sleep_unless_cancelled(60s); });
 }
 
 TEST(Interrupt, EndsAConnectThatNeverCompletes) {

@@ -15,7 +15,8 @@
 #include "rpc/rpc_test_util.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace module_sandbox_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -109,5 +110,5 @@ TEST(RpcModuleSandbox, ASelfImportDoesNotCrashAServerProcess) {
   EXPECT_EQ(again.get_function("testing.echo")(int64_t{3}).cast<int64_t>(), 3);
 }
 
-}  // namespace
+}  // namespace module_sandbox_test
 }  // namespace kiln::rpc

@@ -16,7 +16,8 @@
 #include "rpc/rpc_test_util.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace opencl_remote_test {
 
 using namespace std::chrono_literals;
 
@@ -90,5 +91,5 @@ TEST(RpcOpenCL, RpcRunRunsAnOpenCLModuleOnTheServersDevice) {
       kiln::test::wait_until([&] { return std::filesystem::is_empty(server.work_dir()); }, 5s));
 }
 
-}  // namespace
+}  // namespace opencl_remote_test
 }  // namespace kiln::rpc

@@ -14,7 +14,14 @@
 #include "rpc/handshake.h"
 #include "rpc/protocol.h"
 
-namespace kiln::rpc::test {
+namespace kiln::test {
+
+// In kiln::test with the other test helpers: a kiln::rpc::test namespace would hide kiln::test
+// from RPC test files (`test::` inside kiln::rpc) batched with this header in a unity build.
+using rpc::Connection;
+using rpc::ConnectOptions;
+namespace handshake = rpc::handshake;
+namespace wire = rpc::wire;
 
 // A connection that completed the handshake as `options` say (its key, its token: TLS then),
 // with 5 s socket timeouts and a 10 s handshake deadline; the session is open.
@@ -66,6 +73,6 @@ inline void ask_download(Connection& conn, const std::string& name) {
   conn.write_frame(wire::Code::kDownload, body);
 }
 
-}  // namespace kiln::rpc::test
+}  // namespace kiln::test
 
 #endif  // KILN_TESTS_RPC_RAW_SESSION_H_

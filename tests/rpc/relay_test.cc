@@ -38,7 +38,8 @@
 #include "rpc/tls_psk.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace relay_test {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -434,5 +435,5 @@ TEST(Relay, EverySessionEndGivesTheSlotBack) {
   EXPECT_EQ(next.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
 }
 
-}  // namespace
+}  // namespace relay_test
 }  // namespace kiln::rpc

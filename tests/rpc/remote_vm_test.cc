@@ -17,7 +17,8 @@
 #include "rpc/rpc_test_util.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace remote_vm_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -165,5 +166,5 @@ TEST(RemoteVM, AServerProcessRunsAVMForAClient) {
   EXPECT_EQ(host_values(vm["main"].call_packed(tensors_on(s.cpu()))), local_result());
 }
 
-}  // namespace
+}  // namespace remote_vm_test
 }  // namespace kiln::rpc

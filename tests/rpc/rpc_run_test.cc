@@ -23,7 +23,8 @@
 #include "test_util.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace rpc_run_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -387,5 +388,5 @@ TEST(RpcCli, RunWithARemoteSection) {
   fs::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace rpc_run_test
 }  // namespace kiln::rpc

@@ -31,7 +31,8 @@
 #include "rpc/tls_psk.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace secure_channel_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -612,5 +613,5 @@ TEST(SecureChannel, RefusalsAreLoggedRateLimited) {
   std::filesystem::remove(token_file);
 }
 
-}  // namespace
+}  // namespace secure_channel_test
 }  // namespace kiln::rpc

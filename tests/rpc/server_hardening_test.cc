@@ -33,7 +33,8 @@
 #include "rpc/socket_io.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace server_hardening_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -489,5 +490,5 @@ TEST(RpcHardening, CloseReturnsAfterTheServerFreedTheSlot) {
   EXPECT_EQ(last.get_function("rpc.test.addone")(int64_t{1}).cast<int64_t>(), 2);
 }
 
-}  // namespace
+}  // namespace server_hardening_test
 }  // namespace kiln::rpc

@@ -23,7 +23,8 @@
 #include "rpc/rpc_test_util.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace session_process_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -291,5 +292,5 @@ TEST(SessionPool, WithoutAPoolEachSessionStartsItsOwnProcess) {
                ValueError);
 }
 
-}  // namespace
+}  // namespace session_process_test
 }  // namespace kiln::rpc

@@ -22,7 +22,8 @@
 #include "rpc/rpc_test_util.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace session_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -442,5 +443,5 @@ TEST(RpcServerFaults, ClientVanishingMidUploadFreesTheSession) {
       << "the session's files went with it";
 }
 
-}  // namespace
+}  // namespace session_test
 }  // namespace kiln::rpc

@@ -25,7 +25,8 @@
 #include "rpc/rpc_test_util.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace session_tls_test {
 
 using namespace std::chrono_literals;
 using kiln::test::wait_until;
@@ -175,5 +176,5 @@ TEST(SessionTls, AWrongTokenLeavesTheProcessStartedAheadToTheNextClient) {
   EXPECT_EQ(s.get_function("rpc.test.pid")().cast<int64_t>(), static_cast<int64_t>(ahead));
 }
 
-}  // namespace
+}  // namespace session_tls_test
 }  // namespace kiln::rpc

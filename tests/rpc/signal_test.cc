@@ -36,7 +36,8 @@
 #endif
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace signal_test {
 
 using test::LoopbackListener;
 
@@ -284,5 +285,5 @@ TEST(SignalStorm, TrackerClientsConnectAndPing) {
   }
 }
 
-}  // namespace
+}  // namespace signal_test
 }  // namespace kiln::rpc

@@ -38,7 +38,8 @@
 #include "rpc/tracker_wire.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace tracker_fairness_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -711,5 +712,5 @@ TEST(TrackerToken, ShortTokensAndTlsClientsOfAPlainTrackerAreRefusedClearly) {
   EXPECT_THAT(plain.process->log(), HasSubstr("this tracker has no token"));
 }
 
-}  // namespace
+}  // namespace tracker_fairness_test
 }  // namespace kiln::rpc

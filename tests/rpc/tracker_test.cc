@@ -34,7 +34,8 @@
 #include "rpc/tracker_wire.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace tracker_test {
 
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
@@ -990,5 +991,5 @@ TEST(TrackerWire, PythonScriptSpeaksTheProtocolByteByByte) {
   EXPECT_EQ(tracker.process->wait_for(10s), 0) << tracker.process->log();
 }
 
-}  // namespace
+}  // namespace tracker_test
 }  // namespace kiln::rpc

@@ -26,7 +26,8 @@
 #include "rpc/rpc_test_util.h"
 
 namespace kiln::rpc {
-namespace {
+// Named after the file, not anonymous: its helpers meet other files' in a unity build.
+namespace vm_wire_hardening_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -319,5 +320,5 @@ TEST(VmWireHardening, ObjectsTheSessionCannotMeasureAreRefused) {
   EXPECT_EQ(s.get_function("vm.builtin.copy")(int64_t{3}).cast<int64_t>(), 3);
 }
 
-}  // namespace
+}  // namespace vm_wire_hardening_test
 }  // namespace kiln::rpc

@@ -183,7 +183,8 @@ ssize_t Connection::call_surviving_signals(bool sending, const char* what, Call 
   check_message_deadline(sending, what);
   apply_deadline(sending, what);
   // A non-blocking socket (TLS under a deadline) waits in poll, bounded by the deadline.
-  if (nonblocking_ || detail::interrupt_poll_installed()) return call_interruptibly(sending, call);
+  if (nonblocking_ || kiln::detail::interrupt_poll_installed())
+    return call_interruptibly(sending, call);
   const auto started = Clock::now();
   ssize_t result = call();
   if (result >= 0 || errno != EINTR) return result;
@@ -234,13 +235,13 @@ ssize_t Connection::call_interruptibly(bool sending, Call call) {
         return result;
       }
     }
-    detail::poll_interrupt();
+    kiln::detail::poll_interrupt();
     const auto now = Clock::now();
     if (end && now >= *end) {
       errno = EAGAIN;  // what the call itself returns once its time limit passes
       return -1;
     }
-    auto slice_end = now + detail::kInterruptPollPeriod;
+    auto slice_end = now + kiln::detail::kInterruptPollPeriod;
     if (end) slice_end = std::min(slice_end, *end);
     // TLS may have to write while reading (a key update's answer) or read while writing.
     const bool want_out = tls_ && nonblocking_ ? tls_->wants_write() : sending;
@@ -259,7 +260,7 @@ ssize_t Connection::transport_send(const iovec* iov, int count) {
   // With an interrupt poll (kiln/detail/cancellation.h), a send takes what the socket takes now
   // and the rest waits in call_interruptibly's slices: a blocking send of a large payload to a
   // slow peer would not return for as long as it takes.
-  const bool interruptible = detail::interrupt_poll_installed();
+  const bool interruptible = kiln::detail::interrupt_poll_installed();
   if (!tls_) {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);

@@ -63,7 +63,7 @@ constexpr auto kCancelGrace = std::chrono::seconds(2);
 // How long the worker spends killing and reaping its descendants as it ends.
 constexpr auto kEndDescendantsLimit = std::chrono::milliseconds(500);
 
-void warn(const std::string& m) { log(LogLevel::kWarn, "rpc-session", m); }
+void warn_session(const std::string& m) { log(LogLevel::kWarn, "rpc-session", m); }
 
 bool write_file(const char* path, const std::string& text) {
   const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
@@ -158,7 +158,7 @@ void watch(SessionState& state, const sigset_t& signals) {
       if (!must_end_by) must_end_by = now + kCancelGrace;
     }
     if (must_end_by && now >= *must_end_by && !state.finished.load()) {
-      warn(
+      warn_session(
           fmt::format("session {} with {}: a call did not return within {} s of the end of the "
                       "session; ending its process",
                       state.id, state.conn->peer(), kCancelGrace.count()));
@@ -371,7 +371,7 @@ int session_worker_main(int argc, char** argv) {
                     self, why));
   }
   if (std::string why = drop_privileges(); !why.empty()) {
-    warn(fmt::format("session process {}: {}", self, why));
+    warn_session(fmt::format("session process {}: {}", self, why));
   }
   // Under a token the server's key comes first: the TLS handshakes of its clients run here.
   std::unique_ptr<tls::Context> tls_context;
@@ -400,8 +400,8 @@ int session_worker_main(int argc, char** argv) {
   // function (a weight folder to vm.builtin.tensor_cache.load) names an uploaded file.
   load_builtin_libraries(runtime);
   if (::chdir(work_dir.c_str()) != 0) {
-    warn(fmt::format("session process {}: cannot enter its work directory: {}", self,
-                     std::strerror(errno)));
+    warn_session(fmt::format("session process {}: cannot enter its work directory: {}", self,
+                             std::strerror(errno)));
   }
 
   // Ready: everything above may happen before a client asked for a session (a worker started
