@@ -414,12 +414,7 @@ struct Server::Impl {
     for (int attempt = 0; attempt < 2 && !handshaker; ++attempt) {
       Prestarted p;
       try {
-        if (ready) {
-          p = std::move(*ready);
-          ready.reset();
-        } else {
-          p = start_worker();
-        }
+        p = ready_or_new(ready);
       } catch (const std::exception& e) {
         warn(fmt::format("connection from {} not served: {}", conn.peer(), e.what()));
         return std::nullopt;
@@ -630,6 +625,14 @@ struct Server::Impl {
 
   // Takes the oldest pre-started process still alive, or nullopt (pool empty or off); the pool
   // thread replaces it kRefillDelay later.
+  // The process in `ready` (which is emptied), else one started now. Throws as start_worker().
+  Prestarted ready_or_new(std::optional<Prestarted>& ready) {
+    if (!ready) return start_worker();
+    Prestarted p = std::move(*ready);
+    ready.reset();
+    return p;
+  }
+
   std::optional<Prestarted> take_prestarted() {
     std::optional<Prestarted> taken;
     std::vector<Prestarted> dead;
@@ -741,12 +744,7 @@ struct Server::Impl {
     for (int attempt = 0; attempt < (holds_tls ? 1 : 2) && !worker; ++attempt) {
       Prestarted p;
       try {
-        if (ready) {
-          p = std::move(*ready);
-          ready.reset();
-        } else {
-          p = start_worker();
-        }
+        p = ready_or_new(ready);
       } catch (const std::exception& e) {
         warn(fmt::format("session {} with {} not served: {}", state.id, conn.peer(), e.what()));
         break;
