@@ -19,8 +19,8 @@
 #include <iterator>
 #include <thread>
 
-#include "kiln/private/task_team.h"
 #include "kiln/kiln.h"
+#include "kiln/private/task_team.h"
 #include "test_util.h"
 #include "tvm/elf_symbols.h"
 #include "tvm/library_blob.h"

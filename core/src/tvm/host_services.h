@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "kiln/private/task_team.h"
 #include "kiln/device_backend.h"
 #include "kiln/function.h"
 #include "kiln/module.h"
+#include "kiln/private/task_team.h"
 #include "tvm/host_workspace_pool.h"
 
 namespace kiln {

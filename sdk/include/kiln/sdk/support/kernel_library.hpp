@@ -104,9 +104,10 @@ class KernelLibrary {
 // log lines through the host's logger as "<label>: ...", and a parallel_for. By default that
 // splits a loop over up to `num_threads` threads (the caller's among them), each chunk at least
 // `grain` elements, starting the threads per call, which costs tens of microseconds: a backend
-// that runs many small parallel kernels passes its own (the cpu plugin passes its pool's). One environment per dlopen handle, kept while a library uses it (a
-// handle another loader shares keeps the environment of its last initialisation). Must outlive
-// every KernelLibrary opened with its factory.
+// that runs many small parallel kernels passes its own (the cpu plugin passes its pool's). One
+// environment per dlopen handle, kept while a library uses it (a handle another loader shares keeps
+// the environment of its last initialisation). Must outlive every KernelLibrary opened with its
+// factory.
 class DefaultKernelEnvs {
  public:
   // A parallel_for to offer instead of the default threads; the arguments and result are those
