@@ -147,8 +147,7 @@ std::vector<ArchiveFile> read_flat_archive(const std::string& path) {
     if (status == ARCHIVE_EOF) break;
     if (status < ARCHIVE_WARN) {
       if (index == 0) sdk::throw_value_error(path + ": not a readable tar archive: " + reason(a));
-      sdk::throw_value_error(path + ": cannot read the entry after '" + previous +
-                             "': " + reason(a));
+      sdk::throw_value_error(path, ": cannot read the entry after '", previous, "': ", reason(a));
     }
     if (status == ARCHIVE_WARN) {
       sdk::log(KILN_LOG_WARN, "%s: %s", path.c_str(), reason(a).c_str());

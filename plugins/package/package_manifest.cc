@@ -155,7 +155,7 @@ PackageManifest parse_manifest(std::string_view text, const std::string& where) 
   for (size_t i = 0; i < artifacts.size(); ++i) {
     const Json& a = artifacts[i];
     const std::string what = "artifact #" + std::to_string(i);
-    if (!a.is_object()) sdk::throw_value_error(where + ": " + what + " must be an object");
+    if (!a.is_object()) sdk::throw_value_error(where, ": ", what, " must be an object");
     ManifestArtifact artifact;
     artifact.name = member(a, "name", Json::value_t::string, where, what).get<std::string>();
     try {
@@ -168,13 +168,12 @@ PackageManifest parse_manifest(std::string_view text, const std::string& where) 
     }
     const std::string named = what + " ('" + artifact.name + "')";
     artifact.role = member(a, "role", Json::value_t::string, where, named).get<std::string>();
-    if (artifact.role.empty()) sdk::throw_value_error(where + ": " + named + " has an empty role");
+    if (artifact.role.empty()) sdk::throw_value_error(where, ": ", named, " has an empty role");
     artifact.size = member(a, "size", Json::value_t::number_unsigned, where, named).get<uint64_t>();
     if (a.contains("sha256")) {
       artifact.sha256 = member(a, "sha256", Json::value_t::string, where, named).get<std::string>();
       if (!is_sha256(artifact.sha256)) {
-        sdk::throw_value_error(where + ": \"sha256\" of " + named +
-                               " is not 64 lowercase hex digits");
+        sdk::throw_value_error(where, ": \"sha256\" of ", named, " is not 64 lowercase hex digits");
       }
     }
     manifest.artifacts.push_back(std::move(artifact));

@@ -82,8 +82,8 @@ std::unique_ptr<LoadedPackage> read_package(const std::string& path) {
     if (!a.sha256.empty()) {
       const std::string actual = sdk::Sha256::hex(sdk::Sha256::of(data.data(), data.size()));
       if (actual != a.sha256) {
-        sdk::throw_value_error(where + " has SHA-256 " + actual + " but " + kManifestName +
-                               " says " + a.sha256 + ": the package is corrupt or was altered");
+        sdk::throw_value_error(where, " has SHA-256 ", actual, " but ", kManifestName, " says ",
+                               a.sha256, ": the package is corrupt or was altered");
       }
     }
     package->data.push_back(std::move(data));

@@ -328,13 +328,13 @@ AmdgpuElf parse_amdgpu_elf(std::span<const uint8_t> data, const std::string& wha
     if (s.type != kShtSymtab && s.type != kShtDynsym) continue;
     const std::string field = "symbol table (section " + std::to_string(i) + ")";
     if (s.entsize != kSymbolSize) {
-      sdk::throw_value_error(what + " is corrupt: " + field + " has entry size " +
-                             std::to_string(s.entsize) + ", expected 24");
+      sdk::throw_value_error(what, " is corrupt: ", field, " has entry size ",
+                             std::to_string(s.entsize), ", expected 24");
     }
     r.need(s.offset, s.size, field);
     if (s.link >= sections.size() || sections[s.link].type != kShtStrtab) {
-      sdk::throw_value_error(what + " is corrupt: " + field + " links to section " +
-                             std::to_string(s.link) + ", which is not a string table");
+      sdk::throw_value_error(what, " is corrupt: ", field, " links to section ",
+                             std::to_string(s.link), ", which is not a string table");
     }
     const Section& strtab = sections[s.link];
     r.need(strtab.offset, strtab.size, "string table (section " + std::to_string(s.link) + ")");
@@ -481,10 +481,10 @@ void check_kernels_present(const AmdgpuElf& elf, const std::vector<std::string>&
                            const std::string& origin) {
   for (const std::string& name : kernels) {
     if (std::binary_search(elf.kernels.begin(), elf.kernels.end(), name)) continue;
-    sdk::throw_value_error("the metadata describes kernel '" + name + "' but the " + origin +
-                           " has no such kernel" +
-                           (elf.kernels.empty() ? std::string(" (it has no kernel symbols at all)")
-                                                : " (its kernels: " + join(elf.kernels) + ")") +
+    const std::string has = elf.kernels.empty() ? std::string(" (it has no kernel symbols at all)")
+                                                : " (its kernels: " + join(elf.kernels) + ")";
+    sdk::throw_value_error("the metadata describes kernel '", name, "' but the ", origin,
+                           " has no such kernel", has,
                            "; a kernel must be declared extern \"C\" __global__ to keep its name");
   }
 }

@@ -10,6 +10,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "kiln/c/abi.h"
 
@@ -29,6 +30,14 @@ class Error : public std::runtime_error {
 // malformed module image, an out-of-range argument).
 [[noreturn]] inline void throw_value_error(const std::string& message) {
   throw Error(KILN_ERROR_VALUE, message);
+}
+// The same with the message given in parts (strings, string views, C strings), joined in one
+// buffer: no temporary string per `+` on an error path inside a loop.
+template <typename... Parts>
+[[noreturn]] void throw_value_error(const std::string_view first, const Parts&... rest) {
+  std::string message(first);
+  (message.append(std::string_view(rest)), ...);
+  throw_value_error(message);
 }
 
 // Where this library creates and frees KilnErrors: set from the kernel environment (kernel
