@@ -75,12 +75,12 @@ Tensor leading_view(const Tensor& base, std::vector<int64_t> shape) {
   return Tensor(std::move(obj));
 }
 
-void reuse_leading_view(const Tensor& base, std::vector<int64_t> shape, Tensor& view) {
+void reuse_leading_view(const Tensor& base, std::initializer_list<int64_t> shape, Tensor& view) {
   if (view.defined() && view.get()->storage.get() == base.get() &&
       std::equal(shape.begin(), shape.end(), view.shape().begin(), view.shape().end())) {
     return;
   }
-  view = leading_view(base, std::move(shape));
+  view = leading_view(base, std::vector<int64_t>(shape));
 }
 
 void synchronize_beside(const Tensor& like) {

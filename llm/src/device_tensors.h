@@ -6,6 +6,7 @@
 #define KILN_LLM_DEVICE_TENSORS_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -31,8 +32,9 @@ Tensor leading_view(const Tensor& base, std::vector<int64_t> shape);
 void upload_int32(const Tensor& base, std::span<const int32_t> values, Tensor& view);
 // Waits for the uploads to `like`'s device (nothing for host memory).
 void synchronize_beside(const Tensor& like);
-// Sets `view` to leading_view(base, shape) unless it already is one of that shape.
-void reuse_leading_view(const Tensor& base, std::vector<int64_t> shape, Tensor& view);
+// Sets `view` to leading_view(base, shape) unless it already is one of that shape (then
+// nothing is allocated: a pass calls this for every table it uploads).
+void reuse_leading_view(const Tensor& base, std::initializer_list<int64_t> shape, Tensor& view);
 
 }  // namespace kiln::llm
 

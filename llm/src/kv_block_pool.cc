@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
 
 #include "kiln/error.h"
 
@@ -109,9 +108,14 @@ int32_t KvBlockPool::take_block() {
 
 std::vector<int32_t> KvBlockPool::trace(const KvSequence& seq) const {
   std::vector<int32_t> blocks;
+  trace_into(seq, blocks);
+  return blocks;
+}
+
+void KvBlockPool::trace_into(const KvSequence& seq, std::vector<int32_t>& blocks) const {
+  blocks.clear();
   for (int32_t b = seq.last_block; b != -1; b = blocks_[b].parent) blocks.push_back(b);
   std::reverse(blocks.begin(), blocks.end());
-  return blocks;
 }
 
 void KvBlockPool::release_chain(const KvSequence& seq) {
@@ -412,13 +416,15 @@ void KvBlockPool::enable_sliding_window(int64_t seq_id, int64_t window, int64_t 
   seq.window = static_cast<int32_t>(window);
 }
 
-std::pair<std::vector<std::pair<int32_t, int32_t>>, bool> KvBlockPool::chunk_depth(
-    const std::vector<int32_t>& blocks, bool allow_coalesce, std::span<const int64_t> lengths,
-    bool is_decode) const {
+bool KvBlockPool::chunk_depth(const std::vector<int32_t>& blocks, bool allow_coalesce,
+                              std::span<const int64_t> lengths, bool is_decode,
+                              std::vector<std::pair<int32_t, int32_t>>& entries,
+                              std::vector<std::pair<int32_t, int32_t>>& coalesced) const {
   // Neighbouring sequences that read the same block can be served as one prefill over it
   // (TVM's rule, kept so the same kernels run on the same tables).
-  std::vector<std::pair<int32_t, int32_t>> separate;
-  std::vector<std::pair<int32_t, int32_t>> coalesced;
+  std::vector<std::pair<int32_t, int32_t>>& separate = entries;
+  separate.clear();
+  coalesced.clear();
   auto pages_of = [&](int32_t b) {
     return b == -1 ? 0 : static_cast<int64_t>(blocks_[b].pages.size());
   };
@@ -444,10 +450,35 @@ std::pair<std::vector<std::pair<int32_t, int32_t>>, bool> KvBlockPool::chunk_dep
   const double ratio =
       coalesced_pages > 0 ? static_cast<double>(separate_pages) / coalesced_pages : 0.0;
   const bool use_decode = is_decode && ratio < 32;
-  return {use_decode || !allow_coalesce ? separate : coalesced, use_decode};
+  if (!use_decode && allow_coalesce) entries.swap(coalesced);
+  return use_decode;
 }
 
 ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const int64_t> lengths) {
+  ForwardPlan out;
+  plan(seq_ids, lengths, out);
+  return out;
+}
+
+size_t KvBlockPool::first_repeat(std::span<const int64_t> seq_ids) {
+  // The earliest position whose id came before (where a scan with a set would stop): among the
+  // ids listed more than once, the smallest second position. Sorted (id, position) pairs put a
+  // group's first two positions first.
+  std::vector<std::pair<int64_t, size_t>>& sorted = scratch_.sorted_ids;
+  sorted.clear();
+  for (size_t i = 0; i < seq_ids.size(); ++i) sorted.emplace_back(seq_ids[i], i);
+  std::sort(sorted.begin(), sorted.end());
+  size_t first = seq_ids.size();
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    const bool second_of_group = sorted[i].first == sorted[i - 1].first &&
+                                 (i == 1 || sorted[i - 2].first != sorted[i].first);
+    if (second_of_group) first = std::min(first, sorted[i].second);
+  }
+  return first;
+}
+
+void KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const int64_t> lengths,
+                       ForwardPlan& out) {
   constexpr const char* who = "vm.builtin.kv_state_begin_forward";
   if (seq_ids.size() != lengths.size()) {
     throw ValueError(
@@ -465,10 +496,10 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
   // pages back), and the most taken at any point: what must be free.
   int64_t pages_taken = 0;
   int64_t pages_needed = 0;
-  std::set<int64_t> seen;
+  const size_t repeat = first_repeat(seq_ids);
   for (size_t i = 0; i < seq_ids.size(); ++i) {
     const KvSequence& seq = sequence(seq_ids[i], "begin_forward");
-    if (!seen.insert(seq_ids[i]).second) {
+    if (i == repeat) {
       throw ValueError(fmt::format("{}: sequence {} is listed twice", who, seq_ids[i]));
     }
     if (lengths[i] < 1) {
@@ -509,9 +540,14 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
                     who, pages_needed, free_pages(), num_pages_));
   }
 
-  ForwardPlan plan;
+  // From here on nothing throws. `out`'s vectors are cleared, not freed: their storage serves
+  // the next pass.
+  ForwardPlan& plan = out;
+  PlanScratch& s = scratch_;
   const size_t batch = seq_ids.size();
-  std::vector<KvSequence*> seqs;
+  std::vector<KvSequence*>& seqs = s.seqs;
+  seqs.clear();
+  plan.k_ragged_rope_offset.clear();
   bool is_decode = true;
   for (size_t i = 0; i < batch; ++i) {
     KvSequence& seq = sequences_.at(seq_ids[i]);
@@ -521,39 +557,49 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
     if (lengths[i] != 1) is_decode = false;
   }
   // The blocks each sequence reads, depth by depth; deeper ones fold into the last depth.
-  std::vector<std::vector<int32_t>> on_depth;
-  std::vector<std::vector<int32_t>> trailing(batch);
+  size_t depths = 0;
+  s.trailing.resize(std::max(s.trailing.size(), batch));
   for (size_t i = 0; i < batch; ++i) {
-    const std::vector<int32_t> t = trace(*seqs[i]);
-    for (size_t d = 0; d < t.size(); ++d) {
+    s.trailing[i].clear();
+    trace_into(*seqs[i], s.trace);
+    for (size_t d = 0; d < s.trace.size(); ++d) {
       if (d >= static_cast<size_t>(kMaxDepth)) {
-        trailing[i].push_back(t[d]);
+        s.trailing[i].push_back(s.trace[d]);
         continue;
       }
-      if (on_depth.size() <= d) on_depth.emplace_back(batch, -1);
-      on_depth[d][i] = t[d];
+      if (depths <= d) {
+        if (s.on_depth.size() <= d) s.on_depth.emplace_back();
+        s.on_depth[d].assign(batch, -1);
+        depths = d + 1;
+      }
+      s.on_depth[d][i] = s.trace[d];
     }
   }
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> chunks;
-  for (size_t d = 0; d < on_depth.size(); ++d) {
-    auto [entries, use_decode] = chunk_depth(on_depth[d], d != kMaxDepth - 1, lengths, is_decode);
-    chunks.push_back(std::move(entries));
-    plan.depths.emplace_back();
-    plan.depths.back().use_decode_kernel = use_decode;
+  if (s.chunks.size() < depths) s.chunks.resize(depths);
+  plan.depths.resize(depths);
+  for (size_t d = 0; d < depths; ++d) {
+    plan.depths[d].use_decode_kernel = chunk_depth(s.on_depth[d], d != kMaxDepth - 1, lengths,
+                                                   is_decode, s.chunks[d], s.coalesced);
   }
   // A sliding-window cache always attends before appending (TVM's rule, whatever the kernel).
   plan.append_before_attention = !sliding_window_ && plan.depths.back().use_decode_kernel;
-  std::vector<int32_t> length_before(batch);
+  std::vector<int32_t>& length_before = s.length_before;
+  length_before.resize(batch);
   for (size_t i = 0; i < batch; ++i) length_before[i] = blocks_[seqs[i]->last_block].length;
   if (plan.append_before_attention) {
     for (size_t i = 0; i < batch; ++i) reserve(*seqs[i], lengths[i]);
   }
-  for (size_t d = 0; d < chunks.size(); ++d) {
+  for (size_t d = 0; d < depths; ++d) {
     DepthTables& t = plan.depths[d];
+    for (std::vector<int32_t>* column :
+         {&t.qo_indptr, &t.page_indptr, &t.page_indices, &t.last_page_len, &t.window_offset,
+          &t.sink_size, &t.k_rope_offset}) {
+      column->clear();
+    }
     t.qo_indptr.push_back(0);
     t.page_indptr.push_back(0);
-    for (size_t i = 0; i < chunks[d].size(); ++i) {
-      const auto [block, rows] = chunks[d][i];
+    for (size_t i = 0; i < s.chunks[d].size(); ++i) {
+      const auto [block, rows] = s.chunks[d][i];
       t.qo_indptr.push_back(t.qo_indptr.back() + rows);
       if (block == -1) {
         t.page_indptr.push_back(t.page_indptr.back());
@@ -576,7 +622,7 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
       add(block);
       // At the last depth the entries are uncoalesced, one per sequence: its deeper blocks.
       if (d == static_cast<size_t>(kMaxDepth) - 1) {
-        for (int32_t b : trailing[i]) add(b);
+        for (int32_t b : s.trailing[i]) add(b);
       }
       // Only the last block may slide; the blocks before it hold whole pages.
       const KvBlock& tail = blocks_[last];
@@ -593,7 +639,9 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
   if (!plan.append_before_attention) {
     for (size_t i = 0; i < batch; ++i) reserve(*seqs[i], lengths[i]);
   }
-  plan.append_indptr.push_back(0);
+  plan.append_indptr.assign(1, 0);
+  plan.q_positions.clear();
+  plan.append_slots.clear();
   for (size_t i = 0; i < batch; ++i) {
     const KvBlock& block = blocks_[seqs[i]->last_block];
     plan.append_indptr.push_back(plan.append_indptr.back() + static_cast<int32_t>(lengths[i]));
@@ -614,7 +662,6 @@ ForwardPlan KvBlockPool::plan(std::span<const int64_t> seq_ids, std::span<const 
                                             offset % page_size_));
     }
   }
-  return plan;
 }
 
 std::vector<int32_t> KvBlockPool::token_slots(int64_t seq_id, int64_t begin, int64_t end) const {

@@ -107,6 +107,10 @@ class KvBlockPool {
   // reserves their pages. Checks everything first (ValueError naming the sequence: absent or
   // listed twice, a length below 1, more than max_sequences sequences or prefill_chunk tokens,
   // a sequence whose last block is shared, too few free pages) and changes nothing on error.
+  // Writes the layout into `out`, reusing its storage (a decode step then allocates nothing);
+  // `out` is left as it was when the call is refused.
+  void plan(std::span<const int64_t> seq_ids, std::span<const int64_t> lengths, ForwardPlan& out);
+  // The same, into a new ForwardPlan.
   ForwardPlan plan(std::span<const int64_t> seq_ids, std::span<const int64_t> lengths);
 
   // The slot (page * page_size + offset) of each token of a sequence in [begin, end) (for a
@@ -126,6 +130,10 @@ class KvBlockPool {
   int32_t take_page();
   int32_t take_block();
   std::vector<int32_t> trace(const KvSequence& seq) const;  // root first
+  // The first position in `seq_ids` whose id appeared before it, or seq_ids.size().
+  size_t first_repeat(std::span<const int64_t> seq_ids);
+  // The same into `blocks` (cleared first).
+  void trace_into(const KvSequence& seq, std::vector<int32_t>& blocks) const;
   // Pages the last block of `seq` gains (or, negative, loses) when `n` tokens are appended to it
   // and it slides; changes nothing.
   int64_t pages_to_append(const KvSequence& seq, int64_t n) const;
@@ -140,10 +148,12 @@ class KvBlockPool {
                        const CopyPage& copy_page);
   // Frees the blocks only `seq` holds and drops its reference to the first shared one.
   void release_chain(const KvSequence& seq);
-  // The entries of one depth: (block or -1, query rows), coalesced or not (TVM's rule).
-  std::pair<std::vector<std::pair<int32_t, int32_t>>, bool> chunk_depth(
-      const std::vector<int32_t>& blocks, bool allow_coalesce, std::span<const int64_t> lengths,
-      bool is_decode) const;
+  // The entries of one depth into `entries`: (block or -1, query rows), coalesced or not
+  // (TVM's rule); returns whether the decode kernel serves the depth. `coalesced`: scratch.
+  bool chunk_depth(const std::vector<int32_t>& blocks, bool allow_coalesce,
+                   std::span<const int64_t> lengths, bool is_decode,
+                   std::vector<std::pair<int32_t, int32_t>>& entries,
+                   std::vector<std::pair<int32_t, int32_t>>& coalesced) const;
 
   int64_t num_pages_;
   int64_t page_size_;
@@ -154,6 +164,20 @@ class KvBlockPool {
   std::vector<int32_t> free_blocks_;
   std::vector<int32_t> free_pages_;  // taken from the back
   std::map<int64_t, KvSequence> sequences_;
+
+  // Working storage of plan(), kept between passes so that a pass allocates nothing once the
+  // batch sizes repeat (TVM's cache likewise reuses its host arrays).
+  struct PlanScratch {
+    std::vector<std::pair<int64_t, size_t>> sorted_ids;  // (id, position)
+    std::vector<KvSequence*> seqs;
+    std::vector<int32_t> trace;
+    std::vector<std::vector<int32_t>> on_depth;  // per depth: each sequence's block or -1
+    std::vector<std::vector<int32_t>> trailing;  // per sequence: blocks past the last depth
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> chunks;  // per depth: entries
+    std::vector<std::pair<int32_t, int32_t>> coalesced;
+    std::vector<int32_t> length_before;
+  };
+  PlanScratch scratch_;
 };
 
 }  // namespace kiln::llm

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <span>
+
 #include "builtin_table.h"
 #include "kiln/error.h"
 #include "kiln/vm/virtual_machine.h"
@@ -29,8 +31,9 @@ void expect_count(const char* who, int32_t n, int32_t min, int32_t max) {
 
 // The cache argument of a builtin.
 PagedKvCache& cache_arg(const Any& v, const char* who) {
-  Ref<PagedKvCache> cache = v.as_object<PagedKvCache>();
-  if (!cache) {
+  // Borrowed from the argument, which the call holds: no reference taken per call.
+  auto* cache = v.type_code() == kTypeObject ? dynamic_cast<PagedKvCache*>(v.object()) : nullptr;
+  if (cache == nullptr) {
     throw TypeError(
         fmt::format("{}: argument 0 expects a KV cache "
                     "(relax.vm.PagedAttentionKVCache), got {}",
@@ -60,12 +63,14 @@ Tensor tensor_arg(const Any& v, const char* who, int index) {
   return v.cast<Tensor>();
 }
 
-std::vector<int64_t> shape_arg(const Any& v, const char* who, int index) {
+// A shape argument's values, borrowed from `v` (valid while the call's arguments are).
+std::span<const int64_t> shape_arg(const Any& v, const char* who, int index) {
   if (v.type_code() != KILN_TYPE_SHAPE) {
     throw TypeError(
         fmt::format("{}: argument {} expects a shape, got {}", who, index, v.type_name()));
   }
-  return v.cast<std::vector<int64_t>>();
+  const KilnShape* shape = v.to_abi().value.v_shape;
+  return {shape->dims, static_cast<size_t>(shape->ndim)};
 }
 
 Function function_arg(const Any& v, const char* role, int index) {
@@ -103,7 +108,7 @@ NamedKernel attention_kernel(const Any& v, const char* role, int index) {
 
 Any create(const Any* a, int32_t n) {
   expect_count(kCreate, n, 28, 29);
-  const std::vector<int64_t> cache_config = shape_arg(a[0], kCreate, 0);
+  const std::span<const int64_t> cache_config = shape_arg(a[0], kCreate, 0);
   if (cache_config.size() != 5 && cache_config.size() != 6) {
     throw ValueError(
         fmt::format("{}: argument 0 (the cache configuration) has {} values, "
@@ -135,7 +140,7 @@ Any create(const Any* a, int32_t n) {
     if (value < 1)
       throw ValueError(fmt::format("{}: {} is {}, must be at least 1", kCreate, name, value));
   }
-  const std::vector<int64_t> layers = shape_arg(a[1], kCreate, 1);
+  const std::span<const int64_t> layers = shape_arg(a[1], kCreate, 1);
   if (layers.size() != 2 || layers[0] != 0 || layers[1] < 1) {
     throw ValueError(
         fmt::format("{}: the layer partition [{}] is not a single group starting at "
@@ -155,7 +160,7 @@ Any create(const Any* a, int32_t n) {
                     "heads and equal K and V head dims",
                     kCreate, c.num_qo_heads, c.num_kv_heads, c.head_dim, v_head_dim));
   }
-  const std::vector<int64_t> kinds = shape_arg(a[6], kCreate, 6);
+  const std::span<const int64_t> kinds = shape_arg(a[6], kCreate, 6);
   if (static_cast<int64_t>(kinds.size()) != c.num_layers) {
     throw ValueError(
         fmt::format("{}: {} attention kinds for {} layers", kCreate, kinds.size(), c.num_layers));
@@ -239,7 +244,7 @@ struct CacheCall {
   int64_t integer(int k) const { return int_arg(a[k], who, k); }
   double real(int k) const { return float_arg(a[k], who, k); }
   Tensor tensor(int k) const { return tensor_arg(a[k], who, k); }
-  std::vector<int64_t> shape(int k) const { return shape_arg(a[k], who, k); }
+  std::span<const int64_t> shape(int k) const { return shape_arg(a[k], who, k); }
 };
 
 // A builtin the cache does not provide: says so by name.

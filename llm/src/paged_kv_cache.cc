@@ -134,7 +134,7 @@ void PagedKvCache::begin_forward(std::span<const int64_t> seq_ids,
   // A refused pass leaves no pass open: attention after it must not run on the last pass's
   // tables.
   in_pass_ = false;
-  plan_ = pool_.plan(seq_ids, lengths);  // checks everything before it changes anything
+  pool_.plan(seq_ids, lengths, plan_);  // checks everything before it changes anything
   in_pass_ = true;
   tables_dirty_ = true;
 }
