@@ -23,7 +23,6 @@ kiln.RPCSessionTimeoutError. Every network call releases the GIL.
 
 from __future__ import annotations
 
-import os
 from typing import Collection, Optional, Union
 
 from . import _kiln
@@ -92,7 +91,8 @@ def connect_tracker(host: str, port: Union[int, str], connect_timeout: float = 1
     forever, as does ``wait=None``). Also a context manager that closes it.
     """
     if tracker_token is None:
-        tracker_token = os.environ.get("KILN_TRACKER_TOKEN", "")
+        # The one resolver (kiln::rpc::resolve_token): $KILN_TRACKER_TOKEN, unset or empty: none.
+        tracker_token = _kiln._rpc_resolve_token(variable="tracker")
     return _kiln._rpc_connect_tracker(host, int(port), connect_timeout=connect_timeout,
                                       tracker_token=tracker_token)
 

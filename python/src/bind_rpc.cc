@@ -2,6 +2,7 @@
 // kiln.rpc's core (TVM's tvm.rpc, docs/rpc.md): RPCSession, RemoteModule, RemoteTimeEvaluator,
 // TrackerSession and the two ways to open a session. Every call that talks to a server or a
 // tracker runs with the GIL released. The Python layer (kiln/rpc.py) names them as TVM does.
+#include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/set.h>
@@ -448,8 +449,29 @@ void bind_rpc(nb::module_& m) {
       },
       nb::arg("host"), nb::arg("port"), nb::arg("connect_timeout") = 10,
       nb::arg("tracker_token") = "",
-      "Internal: kiln.rpc.connect_tracker (tracker_token: '' for none; the Python layer reads "
-      "$KILN_TRACKER_TOKEN).");
+      "Internal: kiln.rpc.connect_tracker (tracker_token: '' for none; kiln.rpc resolves None "
+      "with _rpc_resolve_token).");
+  m.def(
+      "_rpc_resolve_token",
+      [](std::optional<std::string> value, std::optional<std::filesystem::path> file,
+         const std::string& variable) {
+        rpc::TokenSource source;
+        source.value = std::move(value);
+        source.file = std::move(file);
+        if (variable == "rpc") {
+          source.variable = rpc::TokenVariable::kRpc;
+        } else if (variable == "tracker") {
+          source.variable = rpc::TokenVariable::kTracker;
+        } else if (!variable.empty()) {
+          throw ValueError("_rpc_resolve_token: variable must be 'rpc', 'tracker' or '', got '" +
+                           variable + "'");
+        }
+        return rpc::resolve_token(source);
+      },
+      nb::arg("value").none() = nb::none(), nb::arg("file").none() = nb::none(),
+      nb::arg("variable") = "",
+      "Internal: kiln::rpc::resolve_token (kiln/rpc/rpc_config.h): value, else the file's first "
+      "line, else $KILN_RPC_TOKEN ('rpc') or $KILN_TRACKER_TOKEN ('tracker'), else ''.");
 }
 
 }  // namespace kiln::python

@@ -11,6 +11,7 @@
 
 #include "kiln/detail/run_config.h"
 #include "kiln/profiling/report.h"
+#include "kiln/rpc/rpc_config.h"
 #include "kiln/runtime.h"
 
 namespace kiln::tool {
@@ -189,8 +190,12 @@ struct TrackerCommandOptions {
 // `kiln tracker`: serves the tracker protocol until SIGINT, SIGTERM or STOP.
 int run_tracker(const TrackerCommandOptions& options);
 
-// The tracker token: the first line of `file` when given (UsageError naming `flag` when it
-// cannot be read), else $KILN_TRACKER_TOKEN, else empty (no token).
+// A command's token by rpc::resolve_token (kiln/rpc/rpc_config.h: --token, else --token-file,
+// else the environment variable, else none); its ValueError (an empty --token, a token file that
+// cannot be read) becomes a UsageError with the same message.
+std::string resolve_token_option(const rpc::TokenSource& source);
+// The tracker token of a command: the first line of `file` when given (UsageError naming `flag`
+// when it cannot be read), else $KILN_TRACKER_TOKEN, else empty (no token).
 std::string read_tracker_token(const std::optional<std::filesystem::path>& file, const char* flag);
 
 // Options of `kiln query` (docs/tracker.md).

@@ -23,26 +23,6 @@ namespace kiln::tool {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string read_token(const RpcServerOptions& options) {
-  if (options.token) {
-    if (options.token->empty()) throw UsageError("--token is empty");
-    return *options.token;
-  }
-  if (options.token_file) {
-    try {
-      return rpc::read_token_file(*options.token_file);
-    } catch (const ValueError& e) {
-      throw UsageError(fmt::format("--token-file: {}", e.what()));
-    }
-  }
-  if (const char* env = std::getenv("KILN_RPC_TOKEN"); env != nullptr && *env != '\0') return env;
-  return {};
-}
-
-}  // namespace
-
 int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global) {
   if (options.verbose && log_level() > LogLevel::kInfo) set_log_level(LogLevel::kInfo);
   GlobalOptions runtime_global = global;
@@ -69,7 +49,13 @@ int run_rpc_server(const RpcServerOptions& options, const GlobalOptions& global)
   server_options.max_upload_bytes = options.max_upload_bytes;
   server_options.test_hooks.test_functions = options.enable_test_functions;
   server_options.allow_insecure = options.allow_insecure;
-  server_options.token = read_token(options);
+  rpc::TokenSource token;
+  token.value = options.token;
+  token.file = options.token_file;
+  token.variable = rpc::TokenVariable::kRpc;
+  token.value_name = "--token";
+  token.file_name = "--token-file";
+  server_options.token = resolve_token_option(token);
   if (options.token_file) server_options.secret_files.push_back(fs::absolute(*options.token_file));
   if (options.tracker_token_file) {
     server_options.secret_files.push_back(fs::absolute(*options.tracker_token_file));

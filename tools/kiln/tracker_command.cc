@@ -51,18 +51,20 @@ void raise_descriptor_limit(size_t max_connections) {
 
 }  // namespace
 
+std::string resolve_token_option(const rpc::TokenSource& source) {
+  try {
+    return rpc::resolve_token(source);
+  } catch (const ValueError& e) {
+    throw UsageError(e.what());
+  }
+}
+
 std::string read_tracker_token(const std::optional<std::filesystem::path>& file, const char* flag) {
-  if (file) {
-    try {
-      return rpc::read_token_file(*file);
-    } catch (const ValueError& e) {
-      throw UsageError(fmt::format("{}: {}", flag, e.what()));
-    }
-  }
-  if (const char* env = std::getenv("KILN_TRACKER_TOKEN"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  return {};
+  rpc::TokenSource source;
+  source.file = file;
+  source.file_name = flag;
+  source.variable = rpc::TokenVariable::kTracker;
+  return resolve_token_option(source);
 }
 
 int run_tracker(const TrackerCommandOptions& options) {

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
-#include <fstream>
 
 #include "kiln/detail/cancellation.h"
 #include "kiln/error.h"
@@ -63,19 +62,6 @@ HostPort parse_host_port(const std::string& text) {
   }
 }
 
-std::string read_token_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::string token;
-  if (!in || !std::getline(in, token)) {
-    throw ValueError(fmt::format("cannot read the token file '{}'", path.string()));
-  }
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-  if (token.empty()) {
-    throw ValueError(fmt::format("the token file '{}' has an empty first line", path.string()));
-  }
-  return token;
-}
-
 RPCConfig RPCConfig::normalized(const std::optional<RPCConfig>& config) {
   RPCConfig c = config.value_or(RPCConfig{});
   if (!c.tracker_host || c.tracker_host->empty()) {
@@ -91,8 +77,9 @@ RPCConfig RPCConfig::normalized(const std::optional<RPCConfig>& config) {
     if (auto key = tracker_env("KEY")) c.tracker_key = key->value;
   }
   if (c.tracker_token.empty()) {
-    const char* env = std::getenv("KILN_TRACKER_TOKEN");
-    if (env != nullptr) c.tracker_token = env;
+    TokenSource source;
+    source.variable = TokenVariable::kTracker;
+    c.tracker_token = resolve_token(source);
   }
   if (!c.tracker_host) throw missing("tracker_host", "TVM_TRACKER_HOST");
   if (!c.tracker_port) throw missing("tracker_port", "TVM_TRACKER_PORT");

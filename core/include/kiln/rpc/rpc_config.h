@@ -22,7 +22,7 @@ struct RPCConfig {
   // Beyond the reference:
   std::string token;  // the servers' shared token, when they require one
   // The tracker token, when the tracker requires one (TrackerOptions::token); empty: from
-  // $KILN_TRACKER_TOKEN when that is set (normalized()), else none.
+  // $KILN_TRACKER_TOKEN when that is set and not empty (normalized(), resolve_token), else none.
   std::string tracker_token;
   // Seconds the tracker may take to grant a server before the request fails with "no free
   // server with key ..." (the reference waits forever; so does an unset bound).
@@ -69,6 +69,47 @@ struct HostPort {
 // Splits "HOST:PORT" (also "[v6]:PORT") at the last ':'. Throws ValueError "'<text>' is not
 // HOST:PORT", with the reason, when a part is missing or the port is not 1-65535.
 HostPort parse_host_port(const std::string& text);
+
+// ---- Tokens (core/src/rpc/token_source.cc): the one place that decides which token a server,
+// a tracker or a client uses. Behind `kiln rpc-server --token/--token-file/--tracker-token-file`,
+// `kiln tracker --token-file`, `kiln query --tracker-token-file`, RPCConfig::tracker_token
+// (normalized()) and Python's connect_tracker(tracker_token=None).
+//
+// Precedence, the first source that is given wins:
+//   1. `value`, the token itself (--token T, RPCConfig::tracker_token);
+//   2. the first line of `file` (--token-file F, --tracker-token-file F; read_token_file);
+//   3. the environment variable of `variable` ($KILN_RPC_TOKEN or $KILN_TRACKER_TOKEN), when
+//      it is set and not empty;
+//   4. none: the empty string (no token).
+// Errors, each a ValueError that names the source:
+//   - `value` and `file` both given: "give either <value_name> or <file_name>, not both";
+//   - an empty `value`: "<value_name> is empty";
+//   - a `file` that cannot be read: "<file_name>: cannot read the token file '<path>'", or
+//     "<file_name>: the token file '<path>' has an empty first line".
+// Run configs give `remote.token`/`token_file` (exactly one, checked where the YAML is parsed,
+// with its line) and reach this resolver through RPCConfig.
+
+// Which environment variable a token falls back to.
+enum class TokenVariable {
+  kNone,     // no fallback
+  kRpc,      // $KILN_RPC_TOKEN: the servers' shared token
+  kTracker,  // $KILN_TRACKER_TOKEN: the tracker's token
+};
+// "KILN_RPC_TOKEN", "KILN_TRACKER_TOKEN", or "" for kNone.
+const char* token_variable_name(TokenVariable variable);
+
+// Where one token may come from (see the precedence above).
+struct TokenSource {
+  std::optional<std::string> value;           // the token itself; unset: not given
+  std::optional<std::filesystem::path> file;  // a token file; unset: not given
+  TokenVariable variable = TokenVariable::kNone;
+  std::string value_name = "the token";      // how errors name `value` ("--token")
+  std::string file_name = "the token file";  // how errors name `file` ("--token-file")
+};
+
+// The token `source` resolves to by the precedence above; empty when none is given anywhere.
+// Throws ValueError as listed above.
+std::string resolve_token(const TokenSource& source);
 
 // The shared token in the first line of the token file `path`, without trailing spaces or
 // CR. Throws ValueError "cannot read the token file '<path>'" or "the token file '<path>' has
