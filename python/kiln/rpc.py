@@ -18,7 +18,8 @@ A TVM user's script changes one import::
 Remote tensors are kiln.Tensors on a remote device (``str(dev)`` starts with ``remote``);
 remote functions are ordinary kiln.Functions. Failures on the server raise kiln.RPCError
 carrying the server's message; a session that outlives its timeout raises
-kiln.RPCSessionTimeoutError. Every network call releases the GIL.
+kiln.RPCSessionTimeoutError; a server that went away (the connection dropped, or no server of
+the key could be reached) raises kiln.RPCServerLostError. Every network call releases the GIL.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Collection, Optional, Union
 from . import _kiln
 from ._kiln import (
     RPCError,
+    RPCServerLostError,
     RPCSession,
     RPCSessionTimeoutError,
     RemoteModule,
@@ -37,6 +39,7 @@ from ._kiln import (
 
 __all__ = [
     "RPCError",
+    "RPCServerLostError",
     "RPCSession",
     "RPCSessionTimeoutError",
     "RemoteModule",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _kiln
@@ -219,7 +218,8 @@ class RunOutcome(NamedTuple):
     server: ``"host:port"`` of the RPC server that measured it, or None.
     error: the exception that ended the task, or None. Either the task's own (a compile error,
         a crash in its session, a session timeout: never retried), or, once `max_retries`
-        retries have all lost their server too, a kiln.RPCError that says so and lists them.
+        retries have all lost their server too, a kiln.RPCServerLostError (a kiln.RPCError)
+        that says so and lists them, with the last attempt's error as its ``__cause__``.
     lost: the messages of the attempts whose server was lost (each retried on another server);
         a lost attempt's timing is never part of `profile`."""
 
@@ -233,19 +233,6 @@ class RunOutcome(NamedTuple):
     def ok(self) -> bool:
         """True when the task was measured."""
         return self.error is None
-
-
-# What an attempt whose server went away says (core/src/rpc/client.cc, rpc_config.cc): the
-# connection dropped, or no server of the key could be reached. Everything else, including a
-# session whose process crashed (the candidate's fault; the server goes on) and a session
-# timeout (a candidate that hangs), is the task's own error.
-_SERVER_LOST_MESSAGES = ("lost the connection to the RPC server", "Cannot request ")
-
-
-def _server_lost(error):
-    if isinstance(error, _kiln.RPCSessionTimeoutError):
-        return False
-    return isinstance(error, RuntimeError) and any(m in str(error) for m in _SERVER_LOST_MESSAGES)
 
 
 def _artifact_format(path):
@@ -276,26 +263,19 @@ def _task_call(task):
     return mod, task.device_type, list(task.args), config, export, output_format
 
 
-def _run_with_retries(call, rpc_config, max_retries):
-    lost: "list[str]" = []
-    while True:
-        mod, device_type, args, config, export, output_format = call
-        try:
-            outputs, profile, server = _kiln._rpc_run(
-                mod, device_type, args, config, rpc_config, export, output_format
-            )
-            return RunOutcome(_to_numpy(outputs), profile, server or None, None, tuple(lost))
-        except Exception as error:  # noqa: BLE001  (a task's error is its outcome)
-            if not _server_lost(error):
-                return RunOutcome(None, None, None, error, tuple(lost))
-            lost.append(str(error))
-            if len(lost) > max_retries:
-                gave_up = _kiln.RPCError(
-                    f"run_many: the server was lost in each of {len(lost)} attempts "
-                    f"(max_retries={max_retries}): " + " | ".join(lost)
-                )
-                gave_up.__cause__ = error
-                return RunOutcome(None, None, None, gave_up, tuple(lost))
+def _outcome(outputs, profile, server, error, lost, gave_up, max_retries):
+    """The RunOutcome of one task as the fan-out (_kiln._rpc_run_many) left it."""
+    lost = tuple(lost)
+    if error is None:
+        return RunOutcome(_to_numpy(outputs), profile, server or None, None, lost)
+    if gave_up:
+        gave_up_error = _kiln.RPCServerLostError(
+            f"run_many: the server was lost in each of {len(lost)} attempts "
+            f"(max_retries={max_retries}): " + " | ".join(lost)
+        )
+        gave_up_error.__cause__ = error
+        error = gave_up_error
+    return RunOutcome(None, None, None, error, lost)
 
 
 def run_many(
@@ -307,8 +287,8 @@ def run_many(
     """Measures every RunTask of `tasks` with rpc_run on servers found through a tracker, up to
     `jobs` at once, each on one server, and returns one RunOutcome per task, in their order.
 
-    A task whose server goes away during its attempt (the connection is lost, or no server can
-    be reached) is tried again, on whichever server the tracker hands out next, at most
+    A task whose server goes away during its attempt (kiln.RPCServerLostError: the connection is
+    lost, or no server can be reached) is tried again, on whichever server the tracker hands out next, at most
     `max_retries` times; its outcome lists the lost attempts. Any other failure is the task's
     own: its outcome's `error`, never retried. Nothing is measured twice.
 
@@ -322,8 +302,9 @@ def run_many(
     Raises, before any measurement: ValueError for a missing tracker setting, a tracker that
     cannot be reached (when `jobs` is None), jobs < 1, max_retries < 0, an artifact that is not
     a .tar or .so file, and the argument errors of rpc_run. Ctrl-C cancels the tasks not yet
-    started and raises KeyboardInterrupt once the running ones end. The calls run on threads
-    of a pool and release the GIL while they wait."""
+    started and raises KeyboardInterrupt once the running ones end. The fan-out and its retries
+    are the core's (kiln/rpc/fan_out.h, shared with `kiln run --jobs`): the calls run on its
+    threads without the GIL, which they take only to call a Python exporter."""
     tasks = [task if isinstance(task, RunTask) else RunTask(*task) for task in tasks]
     config = RPCConfig._normalized(rpc_config)
     if max_retries < 0:
@@ -336,13 +317,15 @@ def run_many(
     if not calls:
         return []
     _remove_stale_directories()
-    pool = ThreadPoolExecutor(max_workers=min(jobs, len(calls)), thread_name_prefix="run_many")
-    try:
-        futures = [pool.submit(_run_with_retries, call, config, max_retries) for call in calls]
-        return [future.result() for future in futures]
-    finally:
-        # After Ctrl-C (or any exception here): the tasks not yet started never start.
-        pool.shutdown(wait=True, cancel_futures=True)
+    # The one fan-out with retry (kiln/rpc/fan_out.h, shared with `kiln run --jobs`): a task is
+    # tried again only when its server is lost (kiln.RPCServerLostError). After Ctrl-C the tasks
+    # not yet started never start; KeyboardInterrupt comes once the running ones end.
+    return [
+        _outcome(outputs, profile, server, error, lost, gave_up, max_retries)
+        for outputs, profile, server, error, lost, gave_up in _kiln._rpc_run_many(
+            calls, config, jobs, max_retries
+        )
+    ]
 
 
 class Worker:

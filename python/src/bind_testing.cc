@@ -10,6 +10,7 @@
 #include "bindings.h"
 #include "kiln/ab_run.h"
 #include "kiln/measurement_worker.h"
+#include "kiln/rpc/fan_out.h"
 #include "kiln/rpc/rpc_config.h"
 #include "kiln/temp_dir.h"
 #include "kiln/testing.h"
@@ -96,6 +97,33 @@ RunInputs run_inputs(nb::handle mod, nb::handle args, nb::handle config, nb::han
           evaluator_config_from(config), export_func_from(export_func)};
 }
 
+// The Python exception object that stands for `error`, made under the GIL on the thread that
+// ran the work: an exception a Python exporter raised there comes back as itself (its
+// pending copy is thread-local), any other error as the translator raises it.
+nb::object python_exception_of(const std::exception_ptr& error) {
+  try {
+    try {
+      std::rethrow_exception(error);
+    } catch (const kiln::Error& e) {
+      detail::rethrow_pending_python_error(e);  // throws the Python exception when it is one
+      throw;
+    }
+  } catch (nb::python_error& e) {
+    return nb::borrow(e.value());
+  } catch (...) {
+    set_python_error(std::current_exception());
+    nb::python_error taken;
+    return nb::borrow(taken.value());
+  }
+}
+
+// One task of run_many, converted before the GIL is released.
+struct ManyTask {
+  RunInputs in;
+  std::string device_type;
+  std::optional<std::string> output_format;
+};
+
 }  // namespace
 
 void bind_testing(nb::module_& m) {
@@ -140,6 +168,56 @@ void bind_testing(nb::module_& m) {
       nb::arg("rpc_config").none(), nb::arg("export_func"), nb::arg("output_format").none(),
       "Internal: kiln.testing.rpc_run without the numpy conversion; also returns the server "
       "(host:port) that measured.");
+
+  m.def(
+      "_rpc_run_many",
+      [](nb::handle calls, nb::handle rpc_config, int jobs, int max_retries) {
+        std::vector<ManyTask> tasks;
+        for (nb::handle call : calls) {
+          // (mod, device_type, args, evaluator_config, export_func, output_format)
+          const nb::tuple c = nb::cast<nb::tuple>(call);
+          const nb::handle format = c[5];
+          tasks.push_back(
+              {run_inputs(c[0], c[2], c[3], c[4]), nb::cast<std::string>(c[1]),
+               format.is_none() ? std::nullopt : std::optional(nb::cast<std::string>(format))});
+        }
+        const auto rpc = rpc_config_from(rpc_config);
+        // One (outputs, profile, server, error, lost, gave_up) per task, filled under the GIL
+        // by the thread that ran it.
+        std::vector<nb::object> outcomes(tasks.size());
+        without_gil([&] {
+          rpc::fan_out(tasks.size(), jobs, [&](size_t i) {
+            const ManyTask& t = tasks[i];
+            testing::RunResult result;
+            const rpc::Attempts attempts = rpc::attempt_with_retries(
+                [&] {
+                  result = testing::rpc_run(runtime(), t.in.module, t.device_type, t.in.args,
+                                            t.in.config, rpc, t.in.exporter, t.output_format);
+                },
+                max_retries);
+            nb::gil_scoped_acquire gil;
+            nb::list lost;
+            for (const std::string& message : attempts.lost) lost.append(message);
+            if (attempts.error) {
+              outcomes[i] =
+                  nb::make_tuple(nb::none(), nb::none(), nb::none(),
+                                 python_exception_of(attempts.error), lost, attempts.gave_up);
+            } else {
+              nb::tuple outputs_and_profile = run_result(result);
+              outcomes[i] = nb::make_tuple(outputs_and_profile[0], outputs_and_profile[1],
+                                           result.server, nb::none(), lost, false);
+            }
+          });
+        });
+        nb::list out;
+        for (nb::object& outcome : outcomes) out.append(outcome);
+        return out;
+      },
+      nb::arg("calls"), nb::arg("rpc_config").none(), nb::arg("jobs"), nb::arg("max_retries"),
+      "Internal: kiln.testing.run_many's fan-out (kiln/rpc/fan_out.h): each call (the "
+      "arguments of _rpc_run but rpc_config) on a server of its own, `jobs` at once, tried again "
+      "up to max_retries times on another server when its server is lost (RPCServerLostError). "
+      "Returns one (outputs, profile, server, error, lost, gave_up) per call, in their order.");
 
   nb::class_<testing::MeasurementWorker>(
       m, "_Worker",

@@ -30,6 +30,7 @@ struct ErrorClasses {
   PyObject* abi = nullptr;
   PyObject* rpc = nullptr;
   PyObject* rpc_timeout = nullptr;
+  PyObject* rpc_server_lost = nullptr;
   PyObject* worker = nullptr;  // kiln.WorkerError(KilnError)
 };
 ErrorClasses classes;
@@ -128,6 +129,8 @@ PyObject* class_of(int32_t code) {
       return classes.rpc;
     case kErrorCodeRpcSessionTimeout:
       return classes.rpc_timeout;
+    case kErrorCodeRpcServerLost:
+      return classes.rpc_server_lost;
     default:
       return classes.kiln_error;
   }
@@ -331,6 +334,10 @@ void register_errors(nb::module_& m) {
       new_error_class(m, "RPCSessionTimeoutError",
                       nb::make_tuple(nb::handle(classes.rpc), nb::handle(PyExc_TimeoutError)),
                       "The RPC session outlived its timeout; the server ended it.");
+  classes.rpc_server_lost = new_error_class(
+      m, "RPCServerLostError", nb::make_tuple(nb::handle(classes.rpc)),
+      "The RPC server went away (the connection dropped during a call, or no server of the key "
+      "could be reached): not the work's fault; run_many tries it again on another server.");
 
   classes.worker = new_error_class(
       m, "WorkerError", nb::make_tuple(base),

@@ -6,7 +6,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -15,9 +14,9 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "kiln/rpc/fan_out.h"
 #include "kiln/rpc/rpc_error.h"
 #include "output_file.h"
 #include "run_command.h"
@@ -94,31 +93,43 @@ void prepare_point(Runtime& runtime, const std::optional<Device>& device_option,
   }
 }
 
-// Whether `e` says that the server of a remote point went away (the connection was lost, not
-// the kernel's error reported by a live server): such a point is tried again elsewhere.
-bool server_lost(const std::exception& e) {
-  const auto* rpc_error = dynamic_cast<const rpc::RPCError*>(&e);
-  return rpc_error != nullptr && rpc_error->remote_code() == 0 &&
-         dynamic_cast<const rpc::RPCSessionTimeoutError*>(&e) == nullptr;
-}
-
 // Measures prepared point `i` of `total` into `r` (a remote one tried again, up to
-// `execution.retries` times, when its server is lost); a failing point is recorded there and
-// the sweep goes on. `worker`: where a local point is measured (nullptr: here).
+// `execution.retries` times, when its server is lost: rpc::attempt_with_retries); a failing
+// point is recorded there and the sweep goes on. `worker`: where a local point is measured
+// (nullptr: here).
 void measure_point(Runtime& runtime, const SweepExecution& execution, size_t i, size_t total,
                    Progress& progress, testing::MeasurementWorker* worker, PointRun* r) {
   if (!r->prepared) return;
   progress.start_point(i + 1, total, r->point->label, r->prepared->function);
   const bool remote = r->prepared->spec.remote.has_value();
-  while (true) {
-    ++r->attempts;
+  const auto on_lost = [&](const rpc::ServerLostError& e, int next_attempt) {
+    // Said whether progress is shown or not: the run took longer and used another server.
+    const std::string note = fmt::format(
+        "point {}/{}: server lost ({}); trying again on another server (attempt {} of {})", i + 1,
+        total, e.what(), next_attempt, execution.retries + 1);
+    if (progress.enabled()) {
+      progress.note(note);
+    } else {
+      std::fprintf(stderr, "[kiln] %s\n", note.c_str());
+    }
+  };
+  const rpc::Attempts attempts = rpc::attempt_with_retries(
+      [&] {
+        r->outcome = execute(runtime, *r->prepared, progress, remote ? nullptr : worker,
+                             execution.point_timeout_s);
+      },
+      remote ? execution.retries : 0, on_lost);
+  r->attempts = attempts.count;
+  r->retried = attempts.lost;
+  if (attempts.gave_up) r->retried.pop_back();  // the last one is the point's error
+  if (!attempts.error) {
+    if (!r->outcome->check.ok) {
+      r->exit_code = kExitCheckFailed;
+      r->status = "check_failed";
+    }
+  } else {
     try {
-      r->outcome = execute(runtime, *r->prepared, progress, remote ? nullptr : worker,
-                           execution.point_timeout_s);
-      if (!r->outcome->check.ok) {
-        r->exit_code = kExitCheckFailed;
-        r->status = "check_failed";
-      }
+      std::rethrow_exception(attempts.error);
     } catch (const testing::WorkerError& e) {
       r->exit_code = kExitRuntime;
       r->status = e.kind_name();
@@ -129,19 +140,6 @@ void measure_point(Runtime& runtime, const SweepExecution& execution, size_t i, 
       r->status = "hung";
       r->error = e.what();
     } catch (const std::exception& e) {
-      if (remote && server_lost(e) && r->attempts <= execution.retries) {
-        r->retried.push_back(e.what());
-        // Said whether progress is shown or not: the run took longer and used another server.
-        const std::string note = fmt::format(
-            "point {}/{}: server lost ({}); trying again on another server (attempt {} of {})",
-            i + 1, total, e.what(), r->attempts + 1, execution.retries + 1);
-        if (progress.enabled()) {
-          progress.note(note);
-        } else {
-          std::fprintf(stderr, "[kiln] %s\n", note.c_str());
-        }
-        continue;
-      }
       r->exit_code = kExitRuntime;
       r->status = "error";
       r->error = r->retried.empty()
@@ -149,7 +147,6 @@ void measure_point(Runtime& runtime, const SweepExecution& execution, size_t i, 
                      : fmt::format("{} (after {} attempts: the server was lost each time before)",
                                    e.what(), r->attempts);
     }
-    break;
   }
   progress.finish();
   if (!r->error.empty()) {
@@ -211,37 +208,28 @@ void measure_at_once(Runtime& runtime, const std::optional<Device>& device_optio
                      std::vector<PointRun>* runs) {
   std::mutex progress_mu;
   std::mutex prepare_mu;
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> done{0};
+  size_t done = 0;  // under progress_mu
   const size_t total = runs->size();
-  const auto work = [&] {
+  rpc::fan_out(total, execution.jobs, [&](size_t i) {
     Progress quiet(Progress::Mode::kOff, "", stderr);
-    for (size_t i = next++; i < total; i = next++) {
-      PointRun& r = (*runs)[i];
-      {
-        std::lock_guard lock(prepare_mu);
-        std::lock_guard progress_lock(progress_mu);
-        prepare_point(runtime, device_option, i, total, progress, &r);
-      }
-      measure_point(runtime, execution, i, total, quiet, nullptr, &r);
-      {
-        std::lock_guard lock(prepare_mu);
-        summarize_and_release(runtime, &r);
-      }
-      if (!r.prepared) continue;
-      std::lock_guard lock(progress_mu);
-      progress.note(
-          fmt::format("point {}/{} ({}) {} on {} [{} of {} measured]", i + 1, total, r.point->label,
-                      r.status == "ok" ? "measured" : r.status,
-                      r.outcome && !r.outcome->server.empty() ? r.outcome->server : "no server",
-                      ++done, total));
+    PointRun& r = (*runs)[i];
+    {
+      std::lock_guard lock(prepare_mu);
+      std::lock_guard progress_lock(progress_mu);
+      prepare_point(runtime, device_option, i, total, progress, &r);
     }
-  };
-  std::vector<std::thread> threads;
-  const size_t count = std::min<size_t>(static_cast<size_t>(execution.jobs), total);
-  threads.reserve(count);
-  for (size_t t = 0; t < count; ++t) threads.emplace_back(work);
-  for (std::thread& t : threads) t.join();
+    measure_point(runtime, execution, i, total, quiet, nullptr, &r);
+    {
+      std::lock_guard lock(prepare_mu);
+      summarize_and_release(runtime, &r);
+    }
+    if (!r.prepared) return;
+    std::lock_guard lock(progress_mu);
+    progress.note(fmt::format(
+        "point {}/{} ({}) {} on {} [{} of {} measured]", i + 1, total, r.point->label,
+        r.status == "ok" ? "measured" : r.status,
+        r.outcome && !r.outcome->server.empty() ? r.outcome->server : "no server", ++done, total));
+  });
 }
 
 // The JSON document of a point: its run's (outcome_json) as far as it got, and where it sits in

@@ -46,6 +46,7 @@ KILN_DECLARE_ERROR(AbiError, 10);           // a plugin ABI version or struct-si
 // packed-function boundary (kiln/rpc/session.h).
 inline constexpr int32_t kErrorCodeRpc = 1001;
 inline constexpr int32_t kErrorCodeRpcSessionTimeout = 1002;
+inline constexpr int32_t kErrorCodeRpcServerLost = 1003;
 
 // Throws the typed error for KilnErrorCode `code` (unknown codes throw kiln::Error).
 [[noreturn]] void throw_error(int32_t code, const std::string& message);

@@ -29,6 +29,8 @@ void throw_error(int32_t code, const std::string& message) {
       throw rpc::RPCError::from_what(message);
     case kErrorCodeRpcSessionTimeout:
       throw rpc::RPCSessionTimeoutError(message);
+    case kErrorCodeRpcServerLost:
+      throw rpc::ServerLostError(message);
     default:
       throw Error(message, code);
   }

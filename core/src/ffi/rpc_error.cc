@@ -23,4 +23,12 @@ RPCSessionTimeoutError::RPCSessionTimeoutError(const std::string& message)
     : RPCError(message.rfind(kTimeoutPrefix, 0) == 0 ? message : kTimeoutPrefix + message, message,
                0, kErrorCodeRpcSessionTimeout) {}
 
+ServerLostError::ServerLostError(const std::string& message)
+    : ServerLostError(message.find(kRpcErrorPrefix) == std::string::npos
+                          ? RPCError(message, 0)
+                          : RPCError::from_what(message)) {}
+
+ServerLostError::ServerLostError(const RPCError& parts)
+    : RPCError(parts.what(), parts.remote_message(), 0, kErrorCodeRpcServerLost) {}
+
 }  // namespace kiln::rpc

@@ -87,9 +87,8 @@ void RPCSession::Impl::lost(const ConnectionError& e, const char* what) {
         "the server {} did not answer {} within the session timeout of {} s (plus 5 s grace): {}",
         peer, what, session_timeout_s, e.what()));
   }
-  throw RPCError(
-      fmt::format("lost the connection to the RPC server {} during {}: {}", peer, what, e.what()),
-      0);
+  throw ServerLostError(
+      fmt::format("lost the connection to the RPC server {} during {}: {}", peer, what, e.what()));
 }
 
 void RPCSession::Impl::bound_request(uint64_t bytes) {

@@ -159,7 +159,8 @@ RPCSession TrackerSession::request(Runtime& runtime, const std::string& key, int
       last_error = e.what();
     }
   }
-  throw RuntimeError(
+  // Every server the tracker handed out was gone: lost, for a fan-out to try again later.
+  throw ServerLostError(
       fmt::format("Cannot request {} after {} retry, last_error:{}", key, max_retry, last_error));
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The errors of RPC calls (kiln::rpc::RPCError, RPCSessionTimeoutError). They live beside the
-// other kiln errors (throw_error raises them for their codes), not with the client, so that
-// the error layer depends on nothing above it.
+// The errors of RPC calls (kiln::rpc::RPCError, RPCSessionTimeoutError, ServerLostError). They live
+// beside the other kiln errors (throw_error raises them for their codes), not with the client, so
+// that the error layer depends on nothing above it.
 #ifndef KILN_RPC_RPC_ERROR_H_
 #define KILN_RPC_RPC_ERROR_H_
 
@@ -42,6 +42,22 @@ class RPCError : public RuntimeError {
 class RPCSessionTimeoutError : public RPCError {
  public:
   explicit RPCSessionTimeoutError(const std::string& message);
+};
+
+// The server went away, not the call: the connection dropped during a call (the server was
+// killed, its machine rebooted), or none of the servers the tracker handed out for a key could
+// be reached (TrackerSession::request). Not the work's own failure: a fan-out over a farm
+// (kiln/rpc/fan_out.h) tries such work again on another server. An RPCError with
+// remote_code() 0; what() starts with kRpcErrorPrefix. Python: kiln.RPCServerLostError.
+class ServerLostError : public RPCError {
+ public:
+  // `message` says what was lost and during what; the prefix is added unless already there
+  // (a message that crossed a packed-function boundary).
+  explicit ServerLostError(const std::string& message);
+
+ private:
+  // Takes what() and remote_message() of `parts` (an RPCError made from the message).
+  explicit ServerLostError(const RPCError& parts);
 };
 
 }  // namespace kiln::rpc
