@@ -56,8 +56,10 @@ class WorkerError : public RuntimeError {
 // (it gets SIGKILL when the caller's process dies) and at close() or destruction.
 class MeasurementWorker {
  public:
-  // `runtime` must outlive the worker: it exports modules and names plugins in errors.
-  explicit MeasurementWorker(Runtime& runtime, WorkerOptions options = {});
+  // The worker keeps a handle to `runtime` (Runtime is a shared handle, as modules and sessions
+  // keep theirs): it exports modules and names plugins in errors, and the caller may drop its
+  // own handle first.
+  explicit MeasurementWorker(const Runtime& runtime, WorkerOptions options = {});
   ~MeasurementWorker();
   MeasurementWorker(const MeasurementWorker&) = delete;
   MeasurementWorker& operator=(const MeasurementWorker&) = delete;

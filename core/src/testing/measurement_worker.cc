@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -37,17 +38,10 @@ namespace fs = std::filesystem;
 using detail::step;
 
 const char* WorkerError::kind_name() const {
-  switch (kind_) {
-    case Kind::kCrashed:
-      return "crashed";
-    case Kind::kHung:
-      return "hung";
-    case Kind::kKilled:
-      return "killed";
-    case Kind::kExited:
-      return "exited";
-  }
-  return "crashed";
+  // Indexed by Kind, in its order.
+  static constexpr const char* kKindNames[] = {"crashed", "hung", "killed", "exited"};
+  const auto index = static_cast<size_t>(kind_);
+  return index < std::size(kKindNames) ? kKindNames[index] : "crashed";
 }
 
 namespace {
@@ -120,9 +114,11 @@ class Watchdog {
 }  // namespace
 
 struct MeasurementWorker::Impl {
-  Impl(Runtime& r, WorkerOptions o) : runtime(r), options(std::move(o)) {}
+  Impl(const Runtime& r, WorkerOptions o) : runtime(r), options(std::move(o)) {}
 
-  Runtime& runtime;
+  // A handle of its own, not a reference: the runtime lives as long as the worker, whoever
+  // else lets go of it (issue 38 item 4).
+  Runtime runtime;
   WorkerOptions options;
   std::mutex mu;  // one run at a time; guards everything below
   // The worker's sessions root (its work directory is inside): removed with the worker, and
@@ -297,7 +293,7 @@ RunResult MeasurementWorker::Impl::run_artifact(
   return result;
 }
 
-MeasurementWorker::MeasurementWorker(Runtime& runtime, WorkerOptions options)
+MeasurementWorker::MeasurementWorker(const Runtime& runtime, WorkerOptions options)
     : impl_(std::make_unique<Impl>(runtime, std::move(options))) {
   if (impl_->options.timeout_s < 0) throw ValueError("a worker's timeout must be >= 0 seconds");
 }
