@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/rpc/fan_out.h"
@@ -66,27 +67,29 @@ void name_points(const run::SweepSpec& sweep, std::vector<PointRun>* runs) {
   }
 }
 
+// Records that point `r` failed: the exit code, status ("invalid", "error", "hung", ...) and
+// message of its report.
+void record_point_failure(PointRun* r, int exit_code, const char* status, std::string error) {
+  r->exit_code = exit_code;
+  r->status = status;
+  r->error = std::move(error);
+}
+
 // Checks and loads point `i` of `total` into `r->prepared`; a point that cannot be prepared is
 // recorded there (invalid or error) and the sweep goes on.
 void prepare_point(Runtime& runtime, const std::optional<Device>& device_option, size_t i,
                    size_t total, Progress& progress, PointRun* r) {
   if (!r->point->spec) {
-    r->exit_code = kExitUsage;
-    r->status = "invalid";
-    r->error = r->point->error;
+    record_point_failure(r, kExitUsage, "invalid", r->point->error);
     progress.note(fmt::format("point {}/{} is invalid: {}", i + 1, total, r->error));
     return;
   }
   try {
     r->prepared = prepare(runtime, *r->point->spec, device_option);
   } catch (const UsageError& e) {
-    r->exit_code = kExitUsage;
-    r->status = "invalid";
-    r->error = e.what();
+    record_point_failure(r, kExitUsage, "invalid", e.what());
   } catch (const std::exception& e) {
-    r->exit_code = kExitRuntime;
-    r->status = "error";
-    r->error = e.what();
+    record_point_failure(r, kExitRuntime, "error", e.what());
   }
   if (!r->error.empty()) {
     progress.note(fmt::format("point {}/{} failed: {}", i + 1, total, r->error));
@@ -131,21 +134,17 @@ void measure_point(Runtime& runtime, const SweepExecution& execution, size_t i, 
     try {
       std::rethrow_exception(attempts.error);
     } catch (const testing::WorkerError& e) {
-      r->exit_code = kExitRuntime;
-      r->status = e.kind_name();
-      r->error = e.what();
+      record_point_failure(r, kExitRuntime, e.kind_name(), e.what());
     } catch (const RemoteTimeoutError& e) {
       // Not tried again: the next server would get the same point and the same bound.
-      r->exit_code = kExitRuntime;
-      r->status = "hung";
-      r->error = e.what();
+      record_point_failure(r, kExitRuntime, "hung", e.what());
     } catch (const std::exception& e) {
-      r->exit_code = kExitRuntime;
-      r->status = "error";
-      r->error = r->retried.empty()
-                     ? std::string(e.what())
-                     : fmt::format("{} (after {} attempts: the server was lost each time before)",
-                                   e.what(), r->attempts);
+      record_point_failure(
+          r, kExitRuntime, "error",
+          r->retried.empty()
+              ? std::string(e.what())
+              : fmt::format("{} (after {} attempts: the server was lost each time before)",
+                            e.what(), r->attempts));
     }
   }
   progress.finish();

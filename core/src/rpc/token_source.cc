@@ -14,14 +14,8 @@
 namespace kiln::rpc {
 
 const char* token_variable_name(TokenVariable variable) {
-  switch (variable) {
-    case TokenVariable::kRpc:
-      return "KILN_RPC_TOKEN";
-    case TokenVariable::kTracker:
-      return "KILN_TRACKER_TOKEN";
-    case TokenVariable::kNone:
-      break;
-  }
+  if (variable == TokenVariable::kRpc) return "KILN_RPC_TOKEN";
+  if (variable == TokenVariable::kTracker) return "KILN_TRACKER_TOKEN";
   return "";
 }
 
