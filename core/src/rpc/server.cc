@@ -255,11 +255,15 @@ struct Server::Impl {
 
   // Ends the oldest connection still in its handshake (from address `ip`, or from any when
   // null) to make room for `peer`; false, having logged why, when there is none (under `mu`).
+  // A connection whose first flight proved the token is never chosen: its handshake goes on in
+  // a session process, which may take long to start (a cold start, a loaded machine), and
+  // connections that prove nothing must not push a token holder out (issue 37, defect 5).
   bool end_oldest_handshake(const std::string* ip, const std::string& why,
                             const std::string& peer) {
     Running* oldest = nullptr;
     for (auto& r : connections) {
-      if (r.state->in_handshake && (ip == nullptr || r.state->peer_ip == *ip) &&
+      if (r.state->in_handshake && !r.state->first_flight_verified &&
+          (ip == nullptr || r.state->peer_ip == *ip) &&
           (oldest == nullptr || r.state->handshake_started < oldest->state->handshake_started)) {
         oldest = &r;
       }
@@ -374,6 +378,11 @@ struct Server::Impl {
         (void)tls::check_first_flight(*tls, conn.fd(), deadline);
       } catch (const tls::HandshakeError& e) {
         return refused(e.kind() == tls::HandshakeError::Kind::kWrongKey, e.what());
+      }
+      {
+        std::lock_guard lock(mu);
+        if (stopping || !state.in_handshake) return false;
+        state.first_flight_verified = true;
       }
       std::optional<HandshakeReport> report = handshake_in_worker(state, deadline, handshaker);
       if (!report) return false;  // logged

@@ -48,6 +48,8 @@ struct SessionState {
   // The handshake, while it runs (Server bookkeeping, under its mutex).
   std::string peer_ip;
   bool in_handshake = false;
+  // Its first flight proved the token (PSK binder): it is not ended to make room for others.
+  bool first_flight_verified = false;
   std::chrono::steady_clock::time_point handshake_started{};
   // Process isolation: the session's worker while it runs (server side, under its mutex).
   std::shared_ptr<SessionProcess> worker;
