@@ -145,6 +145,10 @@ void Connection::apply_deadline(bool sending, const char* what) {
   if (!deadline_) return;
   const auto left = std::chrono::duration_cast<milliseconds>(*deadline_ - Clock::now());
   if (left.count() <= 0) throw deadline_error(sending, what);
+  // A non-blocking socket's calls never wait: its waits are polls bounded by the deadline
+  // (call_interruptibly), and a socket timeout set per call was one system call per TLS
+  // record of a transfer for nothing.
+  if (nonblocking_) return;
   auto bound = left;
   const auto per_call = sending ? send_timeout_ : receive_timeout_;
   if (per_call.count() > 0) bound = std::min(bound, per_call);

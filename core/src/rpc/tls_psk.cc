@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "kiln/error.h"
@@ -56,6 +57,14 @@ int context_index() {
 }
 
 }  // namespace
+
+struct Session::Batch {
+  std::vector<uint8_t> records;  // ciphertext, whole records, in the order OpenSSL wrote them
+  size_t sent = 0;               // bytes of `records` the socket took
+  size_t carried = 0;            // plaintext bytes the records carry (write() reports them)
+  bool collecting = false;       // a batched write runs: the BIO appends, never sends
+  bool unsent() const { return sent < records.size(); }
+};
 
 struct Context::Key {
   Context::KeyBytes bytes{};
@@ -117,10 +126,37 @@ int find_session(SSL* ssl, const unsigned char* identity, size_t identity_len,
   return *session != nullptr ? 1 : 0;
 }
 
+// check_first_flight's mark on the SSL it checks with (its app data): set once the client's
+// PSK binder verified.
+struct FlightCheck {
+  bool verified = false;
+};
+
+// The server's SNI callback, which OpenSSL runs for every ClientHello once all its extensions
+// were parsed: after the PSK binder verified (a wrong binder fails before it), before any key
+// exchange work (the server's ECDHE share, the handshake secrets, the encrypted flight). On a
+// check_first_flight copy it stops the handshake there, having marked the check verified;
+// elsewhere it leaves the handshake alone (as no callback would).
+int stop_once_verified(SSL* ssl, int* /*alert*/, void* /*arg*/) {
+  auto* check = static_cast<FlightCheck*>(SSL_get_app_data(ssl));
+  if (check == nullptr || SSL_session_reused(ssl) != 1) return SSL_TLSEXT_ERR_NOACK;
+  check->verified = true;
+  return SSL_TLSEXT_ERR_ALERT_FATAL;  // the alert goes to the copy's memory BIO, never out
+}
+
 // OpenSSL's socket BIO writes with write(2): an alert sent to a peer that reset the connection
 // raised SIGPIPE and killed a process that does not ignore it (a client handshaking with a
 // tracker or server without a token). The same BIO, sending with MSG_NOSIGNAL.
+// A session's BIO carries its Session::Batch (app data): while a batched write collects, or
+// while records of one are unsent, what OpenSSL writes (records, an alert, a key update's
+// answer) is appended there, so that the records leave in order, in few system calls.
 int send_without_sigpipe(BIO* bio, const char* data, int size) {
+  if (auto* batch = static_cast<Session::Batch*>(BIO_get_app_data(bio));
+      batch != nullptr && (batch->collecting || batch->unsent())) {
+    batch->records.insert(batch->records.end(), data, data + size);
+    BIO_clear_retry_flags(bio);
+    return size;
+  }
   const int fd = static_cast<int>(BIO_get_fd(bio, nullptr));
   errno = 0;
   const auto sent = static_cast<int>(::send(fd, data, static_cast<size_t>(size), MSG_NOSIGNAL));
@@ -261,6 +297,7 @@ void Context::configure(Purpose purpose) {
     SSL_CTX_set_psk_use_session_callback(ctx_, use_session);
   } else {
     SSL_CTX_set_psk_find_session_callback(ctx_, find_session);
+    SSL_CTX_set_tlsext_servername_callback(ctx_, stop_once_verified);
   }
 }
 
@@ -307,7 +344,13 @@ Session::Session(const Context& context, int fd, std::chrono::steady_clock::time
     throw HandshakeError(HandshakeError::Kind::kClosed, fmt::format("cannot start TLS: {}", why));
   }
   BIO_set_fd(bio, fd, BIO_NOCLOSE);
+  fd_ = fd;
+  batch_ = std::make_unique<Batch>();
+  BIO_set_app_data(bio, batch_.get());
   SSL_set_bio(ssl_, bio, bio);  // ssl_ owns it
+  // The handshake's records too come many per socket read (a flight is 4 records: 8 reads
+  // without read-ahead). Every byte on the socket from here on is TLS.
+  SSL_set_read_ahead(ssl_, 1);
   const bool client = context.side() == Context::Side::kClient;
   // The handshake runs on a non-blocking socket and every wait is a poll bounded by the
   // deadline: on a blocking one OpenSSL reads a record one socket read per piece, each with the
@@ -373,6 +416,8 @@ FirstFlight check_first_flight(const Context& context, int fd,
   }
   SSL_set_bio(ssl, in, out);  // ssl owns both
   SSL_set_accept_state(ssl);
+  FlightCheck check;
+  SSL_set_app_data(ssl, &check);
   struct Cleanup {
     SSL* ssl;
     int fd;
@@ -398,7 +443,12 @@ FirstFlight check_first_flight(const Context& context, int fd,
       ERR_clear_error();
       errno = 0;
       const int r = SSL_accept(ssl);
+      if (check.verified) {
+        ERR_clear_error();  // the stop's own alert
+        return FirstFlight::kVerified;
+      }
       const int err = SSL_get_error(ssl, r);
+      // Not stopped (a HelloRetryRequest, an unknown identity): the handshake's own outcome.
       if (r == 1 || (err == SSL_ERROR_WANT_READ && BIO_ctrl_pending(out) > 0)) {
         // It answered the first flight: with the PSK accepted (the binder verified), or with a
         // HelloRetryRequest, which has not looked at the binder yet.
@@ -476,11 +526,93 @@ Session::Io Session::read(void* data, size_t n) {
 }
 
 Session::Io Session::write(const void* data, size_t n) {
-  ERR_clear_error();
-  errno = 0;
-  size_t sent = 0;
-  if (SSL_write_ex(ssl_, data, n, &sent) == 1) return Io{Io::Outcome::kData, sent, false, 0};
-  return finish_io(0);
+  Batch& batch = *batch_;
+  if (batch.unsent()) {
+    // The rest of the last batch (the caller's retry), or records OpenSSL wrote after it.
+    const Io io = flush_batch();
+    if (io.outcome != Io::Outcome::kData || io.bytes > 0) return io;
+  }
+  if (n <= kRecordBytes) {
+    // One record: OpenSSL sends it itself (a call's request or reply: no copy, one send).
+    ERR_clear_error();
+    errno = 0;
+    size_t sent = 0;
+    if (SSL_write_ex(ssl_, data, n, &sent) == 1) return Io{Io::Outcome::kData, sent, false, 0};
+    return finish_io(0);
+  }
+  // Many records: encrypted into the batch (OpenSSL writes one record per call: partial-write
+  // mode), then sent together. OpenSSL encrypts each record in its own buffer, so collecting
+  // costs a copy of the ciphertext; a send per 16 KiB record cost more (issue 37, item 9).
+  constexpr size_t kRecordOverhead = 256;  // header, tag, content type: 22 bytes in TLS 1.3
+  if (batch.records.capacity() < kWriteBatchBytes + kRecordOverhead) {
+    batch.records.reserve(kWriteBatchBytes + kRecordOverhead);
+  }
+  batch.records.clear();
+  batch.sent = 0;
+  batch.collecting = true;
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  size_t taken = 0;
+  std::optional<Io> failed;
+  while (taken < n && batch.records.size() + kRecordBytes + kRecordOverhead <= kWriteBatchBytes) {
+    ERR_clear_error();
+    errno = 0;
+    size_t took = 0;
+    if (SSL_write_ex(ssl_, bytes + taken, n - taken, &took) != 1) {
+      failed = finish_io(0);
+      break;
+    }
+    taken += took;
+  }
+  batch.collecting = false;
+  batch.carried = taken;
+  if (taken == 0 && failed) {
+    if (batch.unsent()) (void)flush_batch();  // an alert OpenSSL wrote on the way out
+    batch.records.clear();
+    batch.sent = 0;
+    return *failed;
+  }
+  // A failure after some records: those go; the next write meets it again.
+  return flush_batch();
+}
+
+Session::Io Session::flush_batch() {
+  Batch& batch = *batch_;
+  while (batch.unsent()) {
+    const ssize_t sent = ::send(fd_, batch.records.data() + batch.sent,
+                                batch.records.size() - batch.sent, MSG_NOSIGNAL);
+    Io io;
+    if (sent > 0) {
+      batch.sent += static_cast<size_t>(sent);
+      if (!batch.unsent()) break;
+      // The socket took part of the records: its time limit passed after some went, a signal
+      // came, or (non-blocking) it is full. The caller calls again, as after a signal: within
+      // what is left of its per-call limit, after a poll if it polls. So the whole batch must
+      // pass within one per-call limit, and a reader that takes a byte now and then cannot hold
+      // a write past the checks of its message's deadline between calls.
+      io.outcome = Io::Outcome::kWouldBlock;
+      io.wants_write = true;
+      io.error = EINTR;
+      return io;
+    }
+    const int err = sent == 0 ? EPIPE : errno;
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) {
+      // A time limit, a non-blocking socket or a signal: the caller waits and writes again.
+      io.outcome = Io::Outcome::kWouldBlock;
+      io.wants_write = true;
+      io.error = err == EINTR ? EINTR : EAGAIN;
+    } else if (err == EPIPE || err == ECONNRESET) {
+      io.outcome = Io::Outcome::kPeerClosed;
+    } else {
+      io.outcome = Io::Outcome::kFailed;
+      io.error = err;
+    }
+    return io;
+  }
+  const size_t carried = batch.carried;
+  batch.records.clear();
+  batch.sent = 0;
+  batch.carried = 0;
+  return Io{Io::Outcome::kData, carried, false, 0};
 }
 
 ssize_t Session::recv(void* data, size_t n) {
@@ -516,13 +648,28 @@ bool Session::has_pending() const { return SSL_has_pending(ssl_) == 1; }
 
 void Session::read_ahead() { SSL_set_read_ahead(ssl_, 1); }
 
-bool Session::wants_write() const { return SSL_want_write(ssl_) != 0; }
+bool Session::wants_write() const { return batch_->unsent() || SSL_want_write(ssl_) != 0; }
 
 void Session::close_notify() noexcept {
   if (ssl_ == nullptr) return;
+  // Records of a batched write first, then the alert (appended to them if they did not all
+  // go): whatever the socket takes now, without waiting.
+  const auto send_unsent = [this] {
+    Batch& batch = *batch_;
+    while (batch.unsent()) {
+      const ssize_t sent = ::send(fd_, batch.records.data() + batch.sent,
+                                  batch.records.size() - batch.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent <= 0) return;
+      batch.sent += static_cast<size_t>(sent);
+    }
+    batch.records.clear();
+    batch.sent = 0;
+  };
+  send_unsent();
   ERR_clear_error();
   (void)SSL_shutdown(ssl_);
   ERR_clear_error();
+  send_unsent();
 }
 
 }  // namespace kiln::rpc::tls
