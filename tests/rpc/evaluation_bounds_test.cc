@@ -493,9 +493,14 @@ TEST(RpcEvaluationBounds, FileRequestErrorsNameNoAbsolutePath) {
     s.upload_bytes("not a shared library", "bad.so");
     s.upload_bytes("kiln_vm 1\nimport \"missing.so\"\nfunc @main(x) regs=1 {\n  ret %0\n}\n",
                    "prog.kvmt");
+    // The session's directory: the one its upload went to (`kiln rpc-server` keeps a session
+    // process started ahead, whose empty directory lies beside it).
     fs::path session_dir;
     for (const auto& e : fs::directory_iterator(root)) {
-      if (e.path().filename().string().rfind("session-", 0) == 0) session_dir = e.path();
+      if (e.path().filename().string().rfind("session-", 0) == 0 &&
+          fs::exists(e.path() / "file.txt")) {
+        session_dir = e.path();
+      }
     }
     ASSERT_FALSE(session_dir.empty());
     // A link to itself: resolving it fails with the absolute path in the system's message.
