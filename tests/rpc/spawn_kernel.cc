@@ -7,6 +7,10 @@
 //                   with detach != 0 it calls setsid() first, leaving the session's process
 //                   group. Returns the grandchild's pid.
 //   shell()         system("sleep 126 &"), as the attack did; returns system's status.
+//   leave(how)      ends the session's process from inside a call, as uploaded code may:
+//                   0 `_exit(3)`; 1 `exit(3)` (atexit handlers and static destructors run while
+//                   the session's other threads still do); 2 `abort()`. Never returns.
+//                   session_slot_property_test.cc checks that the slot comes back.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,8 +53,15 @@ int64_t orphan(int64_t detach) {
 
 int64_t shell() { return std::system("sleep 126 &"); }
 
+int64_t leave(int64_t how) {
+  if (how == 0) ::_exit(3);
+  if (how == 1) std::exit(3);
+  std::abort();
+}
+
 }  // namespace
 
 KILN_EXPORT_FUNCTION(orphan, orphan);
 KILN_EXPORT_FUNCTION(shell, shell);
+KILN_EXPORT_FUNCTION(leave, leave);
 KILN_KERNEL_LIBRARY("spawn", "orphan");
