@@ -47,6 +47,11 @@ struct LoopbackListener {
   sockaddr_in address{};
 };
 
+// A TCP socket from loopback address `source` (any of 127.0.0.0/8: a client from another
+// address, for per-address limits) connected to 127.0.0.1:`port`, with 10 s socket timeouts;
+// -1 on failure.
+int connect_from(const char* source, int port);
+
 // The kiln command-line tool under test.
 std::string kiln_cli();
 
