@@ -20,6 +20,9 @@ import threading
 import time
 
 FAILURES = []
+# Session processes each farm server keeps started ahead (kiln rpc-server's default, given
+# explicitly): a server has that many children while it serves no session.
+PRESTARTED = 1
 
 
 def check(condition, message):
@@ -115,17 +118,17 @@ def single_runs(kiln, source, env, tmp, faulty_dir):
     check(code == 0, f"a single run with --jobs 2: exit {code}\n{err}")
 
 
-def has_children(pid):
-    """Whether any thread of process `pid` has a child process (the children file lists those
+def child_count(pid):
+    """The child processes of process `pid`, all its threads' (the children file lists those
     of one thread each)."""
+    count = 0
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/children") as f:
-                if f.read().split():
-                    return True
+                count += len(f.read().split())
     except OSError:
         pass
-    return False
+    return count
 
 
 class Farm:
@@ -145,7 +148,8 @@ class Farm:
         for _ in range(servers):
             server = subprocess.Popen(
                 [kiln, "rpc-server", "--tracker", f"127.0.0.1:{self.port}", "--key", "farm",
-                 "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                 "--port", "0", "--prestarted-sessions", str(PRESTARTED)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             self.procs.append(server)
             self.servers.append(server)
         deadline = time.monotonic() + 30
@@ -199,12 +203,15 @@ def farm_fan_out(kiln, source, env, tmp):
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env=farm.env(env))
         # Killed while it serves a point: a server with a session has its session worker as
-        # a child process (kiln-rpc-session); 0.1 s in, the point is mid-measurement.
+        # a child process (kiln-rpc-session) beside the one it keeps started ahead (which every
+        # server has, serving or not: under ASan the sweep took 1 s to start, and a server killed
+        # for its pool's process alone had served no point); 0.1 s in, the point is
+        # mid-measurement.
         victim = None
         deadline = time.monotonic() + 30
         while victim is None and time.monotonic() < deadline and sweep.poll() is None:
             for server in farm.servers:
-                if has_children(server.pid):
+                if child_count(server.pid) > PRESTARTED:
                     victim = server
                     break
             time.sleep(0.02)

@@ -92,12 +92,13 @@ class PrintTable : public ::testing::Environment {
   void TearDown() override {
     if (table().empty()) return;
     std::string text = "\n| bound (as set here) | no token | token |\n|---|---|---|\n";
-    for (const auto& [row, seen] : table()) {
-      const auto cell = [&](const char* mode) {
+    for (const auto& entry : table()) {
+      const std::map<std::string, std::string>& seen = entry.second;
+      const auto cell = [&seen](const char* mode) {
         const auto it = seen.find(mode);
         return it == seen.end() ? std::string("not run") : it->second;
       };
-      text += fmt::format("| {} | {} | {} |\n", row, cell("no token"), cell("token"));
+      text += fmt::format("| {} | {} | {} |\n", entry.first, cell("no token"), cell("token"));
     }
     std::fputs(text.c_str(), stdout);
   }

@@ -97,7 +97,7 @@ std::string legit_session(int port, int round) {
       s.close();
       return got == round + 1 ? std::string() : fmt::format("addone({}) gave {}", round, got);
     } catch (const std::exception& e) {
-      const std::string what = e.what();
+      std::string what = e.what();
       if (what.find("busy") == std::string::npos || std::chrono::steady_clock::now() > deadline) {
         return what;
       }
