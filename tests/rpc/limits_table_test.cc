@@ -54,28 +54,16 @@ ServerOptions server_options(Mode mode) {
 }
 
 ConnectOptions client_options(Mode mode) {
-  ConnectOptions c;
-  c.key = kKey;
-  if (mode == Mode::kToken) c.token = kToken;
-  c.connect_timeout = 10s;
-  return c;
+  return test::client_options(kKey, mode == Mode::kToken ? kToken : "");
 }
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// When the peer closed `fd`, in seconds from `start`, or -1 when it did not by `deadline`
-// (what it sent before is skipped).
+// When the peer closed `fd`, in seconds from `start`, or -1 when it did not by `deadline`.
 double closed_at(int fd, Clock::time_point start, Clock::time_point deadline) {
-  while (true) {
-    pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return -1;
-    char buffer[4096];
-    const ssize_t got = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return seconds_since(start);
-  }
+  return test::closed_by(fd, deadline) ? seconds_since(start) : -1;
 }
 
 // The measured table: row -> mode -> what was seen. Printed once at the end of the run.
@@ -129,8 +117,8 @@ TEST_P(LimitsTable, ANinthHandshakeFromOneAddressEndsTheOldest) {
   }
   const auto soon = Clock::now() + 500ms;
   int closed = 0;
-  const bool oldest_closed = closed_at(conns[0]->fd(), Clock::now(), soon) >= 0;
-  for (const auto& c : conns) closed += closed_at(c->fd(), Clock::now(), soon) >= 0;
+  const bool oldest_closed = test::closed_by(conns[0]->fd(), soon);
+  for (const auto& c : conns) closed += test::closed_by(c->fd(), soon);
   record("handshakes from one address at once (8)", GetParam(),
          fmt::format("{} of 9 kept, the oldest {}", 9 - closed, oldest_closed ? "ended" : "kept"));
   EXPECT_EQ(closed, 1);
@@ -147,9 +135,9 @@ TEST_P(LimitsTable, AThirtyThirdHandshakeEndsTheOldest) {
     std::this_thread::sleep_for(10ms);
   }
   const auto soon = Clock::now() + 500ms;
-  const bool oldest_closed = closed_at(fds[0], Clock::now(), soon) >= 0;
+  const bool oldest_closed = test::closed_by(fds[0], soon);
   int closed = 0;
-  for (const int fd : fds) closed += closed_at(fd, Clock::now(), soon) >= 0;
+  for (const int fd : fds) closed += test::closed_by(fd, soon);
   for (const int fd : fds) ::close(fd);
   record(
       "handshakes at once (32)", GetParam(),

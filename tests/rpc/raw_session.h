@@ -23,6 +23,16 @@ using rpc::ConnectOptions;
 namespace handshake = rpc::handshake;
 namespace wire = rpc::wire;
 
+// What a test's client connects with: `key`, `token` (empty: none, else TLS keyed by it) and a
+// 10 s connect timeout.
+inline ConnectOptions client_options(const std::string& key, const std::string& token = "") {
+  ConnectOptions c;
+  c.key = key;
+  c.token = token;
+  c.connect_timeout = std::chrono::seconds(10);
+  return c;
+}
+
 // A connection that completed the handshake as `options` say (its key, its token: TLS then),
 // with 5 s socket timeouts and a 10 s handshake deadline; the session is open.
 inline std::unique_ptr<Connection> raw_session(const std::string& host, int port,

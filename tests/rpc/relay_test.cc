@@ -60,13 +60,7 @@ ServerOptions token_server() {
   return o;
 }
 
-ConnectOptions with_token() {
-  ConnectOptions c;
-  c.key = kKey;
-  c.token = kToken;
-  c.connect_timeout = 10s;
-  return c;
-}
+ConnectOptions with_token() { return test::client_options(kKey, kToken); }
 
 // A session driven by hand over TLS: the handshake done, frames written by the test.
 std::unique_ptr<Connection> raw_tls_session(int port) {

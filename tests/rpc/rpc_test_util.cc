@@ -2,6 +2,7 @@
 #include "rpc/rpc_test_util.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -195,6 +196,18 @@ int connect_from(const char* source, int port) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   return fd;
+}
+
+bool closed_by(int fd, std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char buf[512];
+    const ssize_t got = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
 }
 
 }  // namespace kiln::test

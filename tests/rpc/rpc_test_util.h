@@ -52,6 +52,9 @@ struct LoopbackListener {
 // -1 on failure.
 int connect_from(const char* source, int port);
 
+// Whether the peer closed `fd` by `deadline` (what it sent before is read and skipped).
+bool closed_by(int fd, std::chrono::steady_clock::time_point deadline);
+
 // The kiln command-line tool under test.
 std::string kiln_cli();
 

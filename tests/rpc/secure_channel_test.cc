@@ -28,6 +28,7 @@
 #include "rpc/connection.h"
 #include "rpc/handshake.h"
 #include "rpc/protocol.h"
+#include "rpc/raw_session.h"
 #include "rpc/rpc_test_util.h"
 #include "rpc/tls_psk.h"
 
@@ -51,11 +52,7 @@ ServerOptions with_token(const std::string& key = "board") {
 }
 
 ConnectOptions client(const std::string& token = kToken, const std::string& key = "board") {
-  ConnectOptions c;
-  c.key = key;
-  c.token = token;
-  c.connect_timeout = 10s;
-  return c;
+  return test::client_options(key, token);
 }
 
 using kiln::test::connect_from;
@@ -105,18 +102,7 @@ std::string session_from(const char* source, int port, const std::string& token 
   }
 }
 
-// Whether the peer closed `fd` by `deadline` (what it sent before is skipped).
-bool closed_by(int fd, std::chrono::steady_clock::time_point deadline) {
-  while (true) {
-    pollfd p{fd, POLLIN, 0};
-    const auto left =
-        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
-    char buf[512];
-    const ssize_t got = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return true;
-  }
-}
+using kiln::test::closed_by;
 
 // Connections from one address that start a TLS ClientHello (a record of 512 bytes) and send
 // it one byte every 200 ms, each, for at most 10 s.

@@ -60,13 +60,7 @@ using kiln::test::wait_until;
 const std::string kToken = "kiln-slot-property-token-0123456789abcdef";
 const std::string kKey = "slot";
 
-ConnectOptions with_token() {
-  ConnectOptions c;
-  c.key = kKey;
-  c.token = kToken;
-  c.connect_timeout = 10s;
-  return c;
-}
+ConnectOptions with_token() { return test::client_options(kKey, kToken); }
 
 // This process's session processes (the in-process server's children), zombies included.
 std::vector<kiln::test::ProcessStat> session_processes() {

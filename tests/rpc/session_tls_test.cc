@@ -22,6 +22,7 @@
 #include "kiln/kiln.h"
 #include "kiln/rpc/server.h"
 #include "kiln/rpc/session.h"
+#include "rpc/raw_session.h"
 #include "rpc/rpc_test_util.h"
 
 namespace kiln::rpc {
@@ -45,11 +46,7 @@ ServerOptions token_server(int prestarted) {
 }
 
 ConnectOptions with_token(const std::string& token = kToken) {
-  ConnectOptions c;
-  c.key = kKey;
-  c.token = token;
-  c.connect_timeout = 10s;
-  return c;
+  return test::client_options(kKey, token);
 }
 
 // The session processes of this process's in-process server (its children).
